@@ -1,0 +1,9 @@
+//! specdeck: a terminal launch-and-debug console with an in-process EAGLE-3 speculative
+//! decoding engine. See DESIGN.md for the architecture: one event stream; findings and
+//! remedies; the engine lifecycle; the console as a pure function of events.
+
+pub mod cli;
+pub mod event;
+pub mod finding;
+pub mod model;
+pub mod spec;

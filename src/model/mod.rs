@@ -1,0 +1,4 @@
+//! Model files: `config.json`, safetensors checkpoints, tokenizers.
+
+pub mod checkpoint;
+pub mod config;

@@ -1,0 +1,391 @@
+//! The launch spec: SGLang-compatible flags plus environment, and the parse of a pasted
+//! SGLang command line. Remedies change a `LaunchSpec`, never the user's files.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::finding::SpecChange;
+
+/// The env var SGLang reads to let the target context exceed the drafter's positions.
+pub const ALLOW_LONGER_CONTEXT_ENV: &str = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Algorithm {
+    Eagle3,
+    Eagle,
+    Standalone,
+    None,
+}
+
+impl Algorithm {
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        match s.to_ascii_uppercase().as_str() {
+            "EAGLE3" => Some(Algorithm::Eagle3),
+            "EAGLE" => Some(Algorithm::Eagle),
+            "STANDALONE" => Some(Algorithm::Standalone),
+            "NONE" => Some(Algorithm::None),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Eagle3 => "EAGLE3",
+            Algorithm::Eagle => "EAGLE",
+            Algorithm::Standalone => "STANDALONE",
+            Algorithm::None => "NONE",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// CUDA when a driver and GPU are present, else the CPU reference (said in the log).
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl Device {
+    pub fn parse(s: &str) -> Option<Device> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Some(Device::Auto),
+            "cpu" => Some(Device::Cpu),
+            "cuda" | "gpu" => Some(Device::Cuda),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error("{flag}: expected {expected}, got {value:?}")]
+    BadValue { flag: String, expected: &'static str, value: String },
+    #[error("{flag} needs a value")]
+    MissingValue { flag: String },
+    #[error("the pasted command line has unbalanced quotes")]
+    BadQuoting,
+}
+
+/// Everything that decides a launch: the flags (SGLang names) and the environment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub model_path: Option<String>,
+    pub draft_model_path: Option<String>,
+    pub speculative_algorithm: Option<Algorithm>,
+    pub tp_size: Option<u32>,
+    pub context_length: Option<u64>,
+    pub speculative_num_steps: Option<u32>,
+    pub speculative_eagle_topk: Option<u32>,
+    pub speculative_num_draft_tokens: Option<u32>,
+    pub dtype: Option<String>,
+    pub mem_fraction_static: Option<f64>,
+    pub cuda_graph_max_bs: Option<u32>,
+    pub max_running_requests: Option<u32>,
+    /// Memory per GPU for the budget when NVML has no GPU to ask.
+    pub gpu_memory_gib: Option<f64>,
+    pub device: Device,
+    /// Environment variables that matter to the launch (SGLANG_*, CUDA_*, ...).
+    pub env: BTreeMap<String, String>,
+    /// In-memory overrides of the drafter's config.json, by JSON pointer.
+    pub draft_overrides: BTreeMap<String, Value>,
+    /// Remedy ids applied so far, in order (recorded so a relaunch is reproducible).
+    pub applied: Vec<String>,
+    /// Flags of a pasted command line that specdeck does not act on, kept for display.
+    pub extra_flags: Vec<(String, Option<String>)>,
+}
+
+/// The flags `LaunchSpec::set_flag` understands, by their canonical SGLang name.
+pub const KNOWN_FLAGS: &[&str] = &[
+    "--model-path",
+    "--speculative-draft-model-path",
+    "--speculative-algorithm",
+    "--tp-size",
+    "--context-length",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--dtype",
+    "--mem-fraction-static",
+    "--cuda-graph-max-bs",
+    "--max-running-requests",
+    "--gpu-memory-gib",
+    "--device",
+];
+
+/// Alternative spellings SGLang accepts, mapped to the canonical flag.
+fn canonical_flag(flag: &str) -> &str {
+    match flag {
+        "--model" => "--model-path",
+        "--speculative-draft-model" | "--speculative-draft" => "--speculative-draft-model-path",
+        "--tp" | "--tensor-parallel-size" => "--tp-size",
+        other => other,
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(flag: &str, value: &str, expected: &'static str) -> Result<T, SpecError> {
+    value.trim().parse().map_err(|_| SpecError::BadValue { flag: flag.to_string(), expected, value: value.to_string() })
+}
+
+impl LaunchSpec {
+    /// Set one flag by its SGLang name. Unknown flags are kept in `extra_flags`.
+    pub fn set_flag(&mut self, flag: &str, value: &str) -> Result<(), SpecError> {
+        let flag = canonical_flag(flag);
+        match flag {
+            "--model-path" => self.model_path = Some(value.to_string()),
+            "--speculative-draft-model-path" => self.draft_model_path = Some(value.to_string()),
+            "--speculative-algorithm" => {
+                self.speculative_algorithm = Some(Algorithm::parse(value).ok_or_else(|| SpecError::BadValue {
+                    flag: flag.to_string(),
+                    expected: "EAGLE3, EAGLE, STANDALONE or NONE",
+                    value: value.to_string(),
+                })?)
+            }
+            "--tp-size" => self.tp_size = Some(parse_num(flag, value, "a positive integer")?),
+            "--context-length" => self.context_length = Some(parse_num(flag, value, "a positive integer")?),
+            "--speculative-num-steps" => self.speculative_num_steps = Some(parse_num(flag, value, "an integer")?),
+            "--speculative-eagle-topk" => self.speculative_eagle_topk = Some(parse_num(flag, value, "an integer")?),
+            "--speculative-num-draft-tokens" => {
+                self.speculative_num_draft_tokens = Some(parse_num(flag, value, "an integer")?)
+            }
+            "--dtype" => self.dtype = Some(value.to_string()),
+            "--mem-fraction-static" => self.mem_fraction_static = Some(parse_num(flag, value, "a fraction such as 0.85")?),
+            "--cuda-graph-max-bs" => self.cuda_graph_max_bs = Some(parse_num(flag, value, "an integer")?),
+            "--max-running-requests" => self.max_running_requests = Some(parse_num(flag, value, "an integer")?),
+            "--gpu-memory-gib" => self.gpu_memory_gib = Some(parse_num(flag, value, "a number of GiB")?),
+            "--device" => {
+                self.device = Device::parse(value).ok_or_else(|| SpecError::BadValue {
+                    flag: flag.to_string(),
+                    expected: "auto, cpu or cuda",
+                    value: value.to_string(),
+                })?
+            }
+            other => {
+                self.extra_flags.retain(|(f, _)| f != other);
+                self.extra_flags.push((other.to_string(), Some(value.to_string())));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn unset_flag(&mut self, flag: &str) {
+        match canonical_flag(flag) {
+            "--model-path" => self.model_path = None,
+            "--speculative-draft-model-path" => self.draft_model_path = None,
+            "--speculative-algorithm" => self.speculative_algorithm = None,
+            "--tp-size" => self.tp_size = None,
+            "--context-length" => self.context_length = None,
+            "--speculative-num-steps" => self.speculative_num_steps = None,
+            "--speculative-eagle-topk" => self.speculative_eagle_topk = None,
+            "--speculative-num-draft-tokens" => self.speculative_num_draft_tokens = None,
+            "--dtype" => self.dtype = None,
+            "--mem-fraction-static" => self.mem_fraction_static = None,
+            "--cuda-graph-max-bs" => self.cuda_graph_max_bs = None,
+            "--max-running-requests" => self.max_running_requests = None,
+            "--gpu-memory-gib" => self.gpu_memory_gib = None,
+            "--device" => self.device = Device::Auto,
+            other => self.extra_flags.retain(|(f, _)| f != other),
+        }
+    }
+
+    /// The flags that are set, as (canonical flag, value) pairs in `KNOWN_FLAGS` order.
+    pub fn flags(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let mut push = |flag: &'static str, v: Option<String>| {
+            if let Some(v) = v {
+                out.push((flag, v));
+            }
+        };
+        push("--model-path", self.model_path.clone());
+        push("--speculative-draft-model-path", self.draft_model_path.clone());
+        push("--speculative-algorithm", self.speculative_algorithm.map(|a| a.name().to_string()));
+        push("--tp-size", self.tp_size.map(|v| v.to_string()));
+        push("--context-length", self.context_length.map(|v| v.to_string()));
+        push("--speculative-num-steps", self.speculative_num_steps.map(|v| v.to_string()));
+        push("--speculative-eagle-topk", self.speculative_eagle_topk.map(|v| v.to_string()));
+        push("--speculative-num-draft-tokens", self.speculative_num_draft_tokens.map(|v| v.to_string()));
+        push("--dtype", self.dtype.clone());
+        push("--mem-fraction-static", self.mem_fraction_static.map(|v| v.to_string()));
+        push("--cuda-graph-max-bs", self.cuda_graph_max_bs.map(|v| v.to_string()));
+        push("--max-running-requests", self.max_running_requests.map(|v| v.to_string()));
+        push("--gpu-memory-gib", self.gpu_memory_gib.map(|v| v.to_string()));
+        if self.device != Device::Auto {
+            push("--device", Some(self.device.name().to_string()));
+        }
+        out
+    }
+
+    /// The tensor-parallel size (SGLang's default is 1).
+    pub fn tp(&self) -> u32 {
+        self.tp_size.unwrap_or(1).max(1)
+    }
+
+    /// SGLang's `get_bool_env_var`: true for "1" or "true" (any case).
+    pub fn env_truthy(&self, name: &str) -> bool {
+        self.env.get(name).is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
+    }
+
+    pub fn apply_change(&mut self, change: &SpecChange) -> Result<(), SpecError> {
+        match change {
+            SpecChange::SetFlag { flag, value } => self.set_flag(flag, value)?,
+            SpecChange::UnsetFlag { flag } => self.unset_flag(flag),
+            SpecChange::SetEnv { name, value } => {
+                self.env.insert(name.clone(), value.clone());
+            }
+            SpecChange::UnsetEnv { name } => {
+                self.env.remove(name);
+            }
+            SpecChange::OverrideDraftConfig { key, value } => {
+                self.draft_overrides.insert(key.clone(), value.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply every change of a remedy and record its id.
+    pub fn apply_remedy(&mut self, id: &str, changes: &[SpecChange]) -> Result<(), SpecError> {
+        for change in changes {
+            self.apply_change(change)?;
+        }
+        self.applied.push(id.to_string());
+        Ok(())
+    }
+
+    /// Parse a pasted launch command, e.g.
+    /// `SGLANG_X=1 python3 -m sglang.launch_server --model-path M --tp 8 --trust-remote-code`.
+    /// Leading `VAR=value` words become env; everything before the first `--flag` is the
+    /// program; boolean flags (no value) are kept in `extra_flags`.
+    pub fn from_command_line(line: &str) -> Result<LaunchSpec, SpecError> {
+        let joined = line.replace("\\\r\n", " ").replace("\\\n", " ");
+        let words = shlex::split(&joined).ok_or(SpecError::BadQuoting)?;
+        Self::from_words(&words)
+    }
+
+    /// As `from_command_line`, for words already split by a shell.
+    pub fn from_words<S: AsRef<str>>(words: &[S]) -> Result<LaunchSpec, SpecError> {
+        let mut spec = LaunchSpec::default();
+        let words: Vec<&str> = words.iter().map(|w| w.as_ref()).collect();
+        let mut i = 0;
+        while i < words.len() && !words[i].starts_with("--") {
+            let w = words[i];
+            if let Some((name, value)) = w.split_once('=') {
+                if is_env_name(name) {
+                    spec.env.insert(name.to_string(), value.to_string());
+                }
+            }
+            i += 1;
+        }
+        while i < words.len() {
+            let w = words[i];
+            i += 1;
+            if !w.starts_with("--") {
+                continue; // a stray positional word; SGLang has none we act on
+            }
+            let (flag, value) = match w.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None if i < words.len() && !words[i].starts_with("--") => {
+                    i += 1;
+                    (w, Some(words[i - 1].to_string()))
+                }
+                None => (w, None),
+            };
+            match value {
+                Some(v) => spec.set_flag(flag, &v)?,
+                None if KNOWN_FLAGS.contains(&canonical_flag(flag)) => {
+                    return Err(SpecError::MissingValue { flag: flag.to_string() })
+                }
+                None => spec.extra_flags.push((flag.to_string(), None)),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+impl fmt::Display for LaunchSpec {
+    /// A shell-like line: env assignments, then the flags.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        parts.extend(self.flags().into_iter().map(|(flag, v)| format!("{flag} {v}")));
+        f.write_str(&parts.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_pasted_sglang_command() {
+        let line = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server \\\n  --model-path /m/Kimi-K2.5 --speculative-algorithm EAGLE3 --speculative-draft-model-path=/m/draft \\\n  --tp 8 --trust-remote-code --speculative-num-steps 3 --host 0.0.0.0";
+        let spec = LaunchSpec::from_command_line(line).unwrap();
+        assert_eq!(spec.model_path.as_deref(), Some("/m/Kimi-K2.5"));
+        assert_eq!(spec.draft_model_path.as_deref(), Some("/m/draft"));
+        assert_eq!(spec.speculative_algorithm, Some(Algorithm::Eagle3));
+        assert_eq!(spec.tp_size, Some(8));
+        assert_eq!(spec.speculative_num_steps, Some(3));
+        assert!(spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV));
+        assert_eq!(spec.env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some("0,1"));
+        assert_eq!(
+            spec.extra_flags,
+            vec![("--trust-remote-code".to_string(), None), ("--host".to_string(), Some("0.0.0.0".to_string()))]
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = LaunchSpec::from_command_line("python -m sglang.launch_server --tp-size eight").unwrap_err();
+        assert_eq!(err.to_string(), "--tp-size: expected a positive integer, got \"eight\"");
+        let err = LaunchSpec::from_command_line("x --context-length").unwrap_err();
+        assert_eq!(err.to_string(), "--context-length needs a value");
+        assert_eq!(LaunchSpec::from_command_line("x --model-path 'unclosed").unwrap_err(), SpecError::BadQuoting);
+    }
+
+    #[test]
+    fn env_truthiness_follows_sglang() {
+        let mut spec = LaunchSpec::default();
+        for (v, want) in [("1", true), ("true", true), ("True", true), ("0", false), ("yes", false)] {
+            spec.env.insert(ALLOW_LONGER_CONTEXT_ENV.into(), v.into());
+            assert_eq!(spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn remedies_change_the_spec_and_are_recorded() {
+        let mut spec = LaunchSpec::default();
+        spec.apply_remedy(
+            "allow-longer-context",
+            &[
+                SpecChange::SetEnv { name: ALLOW_LONGER_CONTEXT_ENV.into(), value: "1".into() },
+                SpecChange::OverrideDraftConfig { key: "/max_position_embeddings".into(), value: 262144.into() },
+            ],
+        )
+        .unwrap();
+        spec.apply_remedy("clamp", &[SpecChange::SetFlag { flag: "--context-length".into(), value: "131072".into() }])
+            .unwrap();
+        assert!(spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV));
+        assert_eq!(spec.draft_overrides["/max_position_embeddings"], 262144);
+        assert_eq!(spec.context_length, Some(131072));
+        assert_eq!(spec.applied, vec!["allow-longer-context", "clamp"]);
+        assert_eq!(spec.to_string(), "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 --context-length 131072");
+    }
+}
