@@ -2,8 +2,14 @@
 //! decoding engine. See DESIGN.md for the architecture: one event stream; findings and
 //! remedies; the engine lifecycle; the console as a pure function of events.
 
+pub mod backend;
 pub mod cli;
+pub mod console;
+pub mod engine;
 pub mod event;
 pub mod finding;
 pub mod model;
+pub mod preflight;
+pub mod replay;
 pub mod spec;
+pub mod telemetry;
