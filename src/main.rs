@@ -5,7 +5,7 @@ use specdeck::cli::{Cli, Command};
 fn main() {
     let cli = Cli::parse();
     let result: anyhow::Result<i32> = match cli.command {
-        Some(Command::Check(_)) => Err(anyhow::anyhow!("check: lands with the preflight issue")),
+        Some(Command::Check(args)) => specdeck::preflight::command::run(&args),
         Some(Command::Launch(_)) => Err(anyhow::anyhow!("launch: lands with the console issue")),
         Some(Command::Replay(_)) => Err(anyhow::anyhow!("replay: lands with the replay issue")),
         Some(Command::Generate(_)) | Some(Command::Bench(_)) => {

@@ -1,4 +1,165 @@
 //! Preflight: rules over config.json files, safetensors headers and tokenizer files, one
-//! file per concern. Never reads tensor data.
+//! file per concern. Never reads tensor data, never writes the user's files.
+//!
+//! `check_spec` is the one entry point for `check`, the engine's preflight phase and the
+//! console. Each rule sees a `RuleContext` (the spec, the loaded inputs, the GPU inventory,
+//! the algorithm the launch runs and what kind of drafter it has) and returns findings; a
+//! rule that meets a value it cannot read returns the error, which becomes
+//! `unreadable-input`.
 
+pub mod algorithm;
+pub mod apply;
+pub mod architecture;
+pub mod aux_layers;
+pub mod capture;
+pub mod command;
 pub mod context;
+pub mod draft_layers;
+pub mod draft_vocab;
+pub mod dtype;
+pub mod env_typo;
+pub mod gpu;
+pub mod inputs;
+pub mod memory;
+pub mod parallel;
+pub mod render;
+pub mod report;
+pub mod rope;
+pub mod shapes;
+pub mod spec_args;
+pub mod tokenizer;
+pub mod tokenizer_files;
+pub mod unreadable;
+pub mod vocab;
+
+use serde_json::Value;
+
+use crate::finding::{Evidence, Finding, Side};
+use crate::model::config::Field;
+use crate::spec::{Algorithm, LaunchSpec};
+use architecture::DraftKind;
+use gpu::GpuInventory;
+use inputs::{Draft, InputError, Inputs, ModelFiles};
+
+/// All rules, with this machine's GPU inventory (NVML when present).
+pub fn check_spec(spec: &LaunchSpec) -> Vec<Finding> {
+    check_with_gpus(spec, &gpu::inventory(spec))
+}
+
+/// All rules against a given GPU inventory (tests and tools that plan for another machine).
+pub fn check_with_gpus(spec: &LaunchSpec, gpus: &GpuInventory) -> Vec<Finding> {
+    let mut findings = env_typo::check(spec);
+    match Inputs::load(spec) {
+        Err(errors) => findings.extend(errors.iter().map(|(side, e)| unreadable::finding(*side, e))),
+        Ok(inputs) => match RuleContext::new(spec, &inputs, gpus) {
+            Err(e) => findings.push(unreadable::finding(inputs.side_of(&e.subject()), &e)),
+            Ok(ctx) => {
+                for rule in RULES {
+                    match rule(&ctx) {
+                        Ok(found) => findings.extend(found),
+                        Err(e) => findings.push(unreadable::finding(inputs.side_of(&e.subject()), &e)),
+                    }
+                }
+            }
+        },
+    }
+    // Errors first; within a severity, rule order (stable sort).
+    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings
+}
+
+pub type RuleResult = Result<Vec<Finding>, InputError>;
+
+/// Every rule, in the order findings are listed within a severity.
+const RULES: &[fn(&RuleContext) -> RuleResult] = &[
+    context_rule,
+    algorithm::check,
+    architecture::check,
+    draft_layers::check,
+    capture::check,
+    shapes::check,
+    aux_layers::check,
+    vocab::check,
+    draft_vocab::check,
+    tokenizer::check,
+    spec_args::check,
+    parallel::check,
+    memory::check,
+    dtype::check,
+    rope::check,
+];
+
+/// `context-length-exceeds-draft`, against the drafter's trained length as on disk.
+fn context_rule(ctx: &RuleContext) -> RuleResult {
+    let Some(draft) = ctx.draft else { return Ok(Vec::new()) };
+    Ok(context::check(&ctx.target.config, &draft.files.config, ctx.spec)?.into_iter().collect())
+}
+
+/// What every rule can see.
+pub struct RuleContext<'a> {
+    pub spec: &'a LaunchSpec,
+    pub target: &'a ModelFiles,
+    pub draft: Option<&'a Draft>,
+    pub gpus: &'a GpuInventory,
+    /// What the drafter is, judged from its files (None without a drafter).
+    pub draft_kind: Option<DraftKind>,
+    /// The algorithm the rules assume: the flag when given (and not NONE), else the one the
+    /// drafter implies (`algorithm-mismatch` says when it was inferred).
+    pub algorithm: Algorithm,
+}
+
+impl<'a> RuleContext<'a> {
+    pub fn new(spec: &'a LaunchSpec, inputs: &'a Inputs, gpus: &'a GpuInventory) -> Result<Self, InputError> {
+        let draft = inputs.draft.as_ref();
+        let draft_kind = match draft {
+            Some(d) => Some(DraftKind::detect(d)?),
+            None => None,
+        };
+        let algorithm = match (spec.speculative_algorithm, &draft_kind) {
+            (Some(a), _) if a != Algorithm::None => a,
+            (_, Some(kind)) => kind.family.algorithm(),
+            (given, None) => given.unwrap_or(Algorithm::None),
+        };
+        Ok(RuleContext { spec, target: &inputs.target, draft, gpus, draft_kind, algorithm })
+    }
+
+    /// The drafter, when the launch runs EAGLE-3 (the rules specific to its format).
+    pub fn eagle3_draft(&self) -> Option<&'a Draft> {
+        self.draft.filter(|_| self.algorithm == Algorithm::Eagle3)
+    }
+
+    /// The drafter, when the launch runs EAGLE or EAGLE-3 (it consumes target hidden states).
+    pub fn eagle_draft(&self) -> Option<&'a Draft> {
+        self.draft.filter(|_| matches!(self.algorithm, Algorithm::Eagle3 | Algorithm::Eagle))
+    }
+
+    /// Evidence from the target's config.json.
+    pub fn target_evidence(&self, pointer: &str, value: impl Into<Value>) -> Evidence {
+        Evidence::new(Side::Target, self.target.config.file_name(), pointer, value)
+    }
+
+    /// Evidence from the drafter's config; an in-memory override says so in `file`.
+    pub fn draft_evidence(&self, pointer: &str, value: impl Into<Value>) -> Evidence {
+        let file = self.draft.map(|d| d.files.config.file_name()).unwrap_or_default();
+        let file = if self.spec.draft_overrides.contains_key(pointer) {
+            format!("{file} (overridden in memory)")
+        } else {
+            file
+        };
+        Evidence::new(Side::Draft, file, pointer, value)
+    }
+
+    /// Evidence for a config field of either side.
+    pub fn field_evidence<T: Clone + Into<Value>>(&self, side: Side, field: &Field<T>) -> Evidence {
+        match side {
+            Side::Draft => self.draft_evidence(&field.pointer, field.value.clone()),
+            _ => self.target_evidence(&field.pointer, field.value.clone()),
+        }
+    }
+
+    /// Evidence for a launch flag or env var.
+    pub fn launch_evidence(&self, key: &str, value: impl Into<Value>) -> Evidence {
+        let file = if key.starts_with("--") { "launch flags" } else { "environment" };
+        Evidence::new(Side::Launch, file, key, value)
+    }
+}

@@ -1,0 +1,209 @@
+//! The input loader: each model folder's `config.json`, its safetensors headers (never the
+//! tensor data) and the paths of its tokenizer files. Everything the rules read comes from
+//! here, and every way an input can be unreadable becomes one `InputError` naming the file.
+
+use std::path::{Path, PathBuf};
+
+use crate::finding::Side;
+use safetensors::Dtype;
+
+use crate::model::checkpoint::{Checkpoint, CheckpointError};
+use crate::model::config::{ConfigError, ModelConfig};
+use crate::spec::LaunchSpec;
+
+/// Why an input could not be read. Each variant names the file (or flag) and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{flag} is required: it names the {what} folder")]
+    MissingFlag { flag: &'static str, what: &'static str },
+    #[error("{dir}: no such folder")]
+    NoFolder { dir: PathBuf },
+    #[error("{dir}: is a file, not a model folder (pass the folder that holds config.json)")]
+    NotAFolder { dir: PathBuf },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("{file}: invalid JSON at line {line}, column {column}: {message}")]
+    Json { file: PathBuf, line: usize, column: usize, message: String },
+    #[error("{file}: cannot read: {source}")]
+    Io { file: PathBuf, source: std::io::Error },
+}
+
+impl InputError {
+    /// The file (or folder, or flag) the error is about.
+    pub fn subject(&self) -> String {
+        let path = match self {
+            InputError::MissingFlag { flag, .. } => return flag.to_string(),
+            InputError::NoFolder { dir } | InputError::NotAFolder { dir } => dir,
+            InputError::Config(e) => match e {
+                ConfigError::Io { file, .. }
+                | ConfigError::Json { file, .. }
+                | ConfigError::NotAnObject { file }
+                | ConfigError::Missing { file, .. }
+                | ConfigError::WrongType { file, .. } => file,
+            },
+            InputError::Checkpoint(e) => match e {
+                CheckpointError::Io { file, .. }
+                | CheckpointError::BadHeader { file, .. }
+                | CheckpointError::BadIndex { file, .. }
+                | CheckpointError::WrongDtype { file, .. }
+                | CheckpointError::WrongShape { file, .. } => file,
+                CheckpointError::MissingTensor { dir, .. } => dir,
+            },
+            InputError::Json { file, .. } | InputError::Io { file, .. } => file,
+        };
+        path.display().to_string()
+    }
+
+    /// The JSON pointer or tensor name at fault; empty when the whole file is.
+    pub fn key(&self) -> String {
+        match self {
+            InputError::Config(ConfigError::Missing { key, .. } | ConfigError::WrongType { key, .. }) => key.clone(),
+            InputError::Checkpoint(
+                CheckpointError::MissingTensor { name, .. }
+                | CheckpointError::WrongDtype { name, .. }
+                | CheckpointError::WrongShape { name, .. },
+            ) => name.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// True when the error is about weight files rather than configs.
+    pub fn is_weights(&self) -> bool {
+        matches!(self, InputError::Checkpoint(_))
+    }
+}
+
+/// Parse a JSON file, with line and column on error.
+pub fn read_json<T: serde::de::DeserializeOwned>(file: &Path) -> Result<T, InputError> {
+    let bytes = std::fs::read(file).map_err(|source| InputError::Io { file: file.to_path_buf(), source })?;
+    serde_json::from_slice(&bytes).map_err(|e| InputError::Json {
+        file: file.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })
+}
+
+/// The optional tokenizer files of a model folder (paths only: parsed by the rule that
+/// compares them, and only when both sides have them).
+#[derive(Clone, Debug, Default)]
+pub struct TokenizerPaths {
+    pub tokenizer_json: Option<PathBuf>,
+    pub tokenizer_config: Option<PathBuf>,
+    pub generation_config: Option<PathBuf>,
+}
+
+impl TokenizerPaths {
+    fn find(dir: &Path) -> TokenizerPaths {
+        let existing = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
+        TokenizerPaths {
+            tokenizer_json: existing("tokenizer.json"),
+            tokenizer_config: existing("tokenizer_config.json"),
+            generation_config: existing("generation_config.json"),
+        }
+    }
+}
+
+/// A tensor as its safetensors header describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub shape: Vec<usize>,
+    pub dtype: Dtype,
+    pub file: String,
+}
+
+/// One model folder as preflight sees it.
+pub struct ModelFiles {
+    pub side: Side,
+    pub dir: PathBuf,
+    /// `config.json` as on disk.
+    pub config: ModelConfig,
+    /// Safetensors headers, when the folder has weights.
+    pub checkpoint: Option<Checkpoint>,
+    pub tokenizer: TokenizerPaths,
+}
+
+impl ModelFiles {
+    pub fn load(side: Side, dir: &Path) -> Result<ModelFiles, InputError> {
+        if !dir.exists() {
+            return Err(InputError::NoFolder { dir: dir.to_path_buf() });
+        }
+        if !dir.is_dir() {
+            return Err(InputError::NotAFolder { dir: dir.to_path_buf() });
+        }
+        let config = ModelConfig::load_dir(dir)?;
+        let checkpoint = if Checkpoint::present(dir) { Some(Checkpoint::open(dir)?) } else { None };
+        Ok(ModelFiles { side, dir: dir.to_path_buf(), config, checkpoint, tokenizer: TokenizerPaths::find(dir) })
+    }
+
+    /// A tensor's header entry and the file holding it.
+    pub fn tensor(&self, name: &str) -> Option<TensorInfo> {
+        let ck = self.checkpoint.as_ref()?;
+        let meta = ck.meta(name)?;
+        Some(TensorInfo {
+            shape: meta.shape.clone(),
+            dtype: meta.dtype,
+            file: ck.files[meta.file_index].path.display().to_string(),
+        })
+    }
+
+    /// Bytes of tensor data, summed from the headers.
+    pub fn weight_bytes(&self) -> Option<u64> {
+        let ck = self.checkpoint.as_ref()?;
+        Some(ck.tensors.values().map(|m| (m.end - m.start) as u64).sum())
+    }
+}
+
+/// The drafter: its files as on disk and its config with the launch's in-memory overrides.
+pub struct Draft {
+    pub files: ModelFiles,
+    /// `config.json` with `LaunchSpec::draft_overrides` applied (what a launch would use).
+    pub effective: ModelConfig,
+}
+
+/// Everything a launch reads, loaded.
+pub struct Inputs {
+    pub target: ModelFiles,
+    pub draft: Option<Draft>,
+}
+
+impl Inputs {
+    /// Load the target and (when given) the drafter. On failure, every unreadable input is
+    /// returned with its side, so one run reports them all.
+    pub fn load(spec: &LaunchSpec) -> Result<Inputs, Vec<(Side, InputError)>> {
+        let target = match &spec.model_path {
+            Some(p) => ModelFiles::load(Side::Target, Path::new(p)),
+            None => Err(InputError::MissingFlag { flag: "--model-path", what: "target model" }),
+        };
+        let draft = spec.draft_model_path.as_ref().map(|p| ModelFiles::load(Side::Draft, Path::new(p)));
+        match (target, draft) {
+            (Ok(target), None) => Ok(Inputs { target, draft: None }),
+            (Ok(target), Some(Ok(files))) => {
+                let effective = files.config.with_overrides(&spec.draft_overrides);
+                Ok(Inputs { target, draft: Some(Draft { files, effective }) })
+            }
+            (target, draft) => {
+                let mut errors = Vec::new();
+                if let Err(e) = target {
+                    errors.push((Side::Target, e));
+                }
+                if let Some(Err(e)) = draft {
+                    errors.push((Side::Draft, e));
+                }
+                Err(errors)
+            }
+        }
+    }
+
+    /// Which side a file belongs to (for errors raised while a rule reads a config).
+    pub fn side_of(&self, subject: &str) -> Side {
+        // The deeper folder wins, so a drafter kept inside the target's folder is still found.
+        let depth = |dir: &Path| Path::new(subject).starts_with(dir).then(|| dir.components().count());
+        match &self.draft {
+            Some(d) if depth(&d.files.dir) > depth(&self.target.dir) => Side::Draft,
+            _ => Side::Target,
+        }
+    }
+}

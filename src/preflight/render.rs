@@ -1,0 +1,191 @@
+//! Human text for a check: each finding with its target and draft evidence side by side, the
+//! offending keys highlighted, and its remedies numbered with their keys and changes.
+//! ANSI styling is the caller's choice (`Paint::for_stdout`: a TTY and no `NO_COLOR`).
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+
+use crossterm::style::{Color, Stylize};
+
+use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::preflight::apply::Applied;
+use crate::preflight::report::Report;
+use crate::spec::LaunchSpec;
+
+/// Text wider than this is wrapped; evidence columns wider than this stack instead.
+const WIDTH: usize = 100;
+const GAP: &str = "  │  ";
+
+/// Whether (and how) to style text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paint {
+    pub color: bool,
+}
+
+impl Paint {
+    /// Colour only for a terminal, and never when `NO_COLOR` is set (no-color.org).
+    pub fn for_stdout() -> Paint {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Paint { color: std::io::stdout().is_terminal() && !no_color }
+    }
+
+    fn styled(self, text: &str, color: Color, bold: bool) -> String {
+        match (self.color, bold) {
+            (false, _) => text.to_string(),
+            (true, true) => text.with(color).bold().to_string(),
+            (true, false) => text.with(color).to_string(),
+        }
+    }
+
+    fn severity(self, s: Severity) -> String {
+        let color = match s {
+            Severity::Error => Color::Red,
+            Severity::Warning => Color::Yellow,
+            Severity::Info => Color::Cyan,
+        };
+        self.styled(s.name(), color, true)
+    }
+
+    /// An offending key.
+    fn key(self, key: &str) -> String {
+        self.styled(key, Color::Magenta, true)
+    }
+
+    fn dim(self, text: &str) -> String {
+        self.styled(text, Color::DarkGrey, false)
+    }
+}
+
+/// A line of a column: its plain width and its styled text.
+struct Cell {
+    width: usize,
+    text: String,
+}
+
+impl Cell {
+    fn plain(text: String) -> Cell {
+        Cell { width: text.chars().count(), text }
+    }
+}
+
+/// One side's evidence as lines: the file, then `key = value` under it.
+fn column(evidence: &[&Evidence], paint: Paint) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    let mut file = None;
+    for e in evidence {
+        if file != Some(&e.file) {
+            file = Some(&e.file);
+            cells.push(Cell { width: e.file.chars().count(), text: paint.dim(&e.file) });
+        }
+        let key = if e.key.is_empty() { "(whole file)" } else { e.key.as_str() };
+        let value = e.value.to_string();
+        cells.push(Cell { width: 2 + key.chars().count() + 3 + value.chars().count(), text: format!("  {} = {value}", paint.key(key)) });
+    }
+    cells
+}
+
+fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
+    let of = |side: Side| -> Vec<&Evidence> { f.evidence.iter().filter(|e| e.side == side).collect() };
+    let (target, draft) = (of(Side::Target), of(Side::Draft));
+    let mut left = vec![Cell::plain("target".into())];
+    left.extend(column(&target, paint));
+    let mut right = vec![Cell::plain("draft".into())];
+    right.extend(column(&draft, paint));
+    let left_width = left.iter().map(|c| c.width).max().unwrap_or(0);
+    let right_width = right.iter().map(|c| c.width).max().unwrap_or(0);
+    let side_by_side = !target.is_empty() && !draft.is_empty() && 4 + left_width + GAP.chars().count() + right_width <= WIDTH;
+    if side_by_side {
+        for i in 0..left.len().max(right.len()) {
+            let (l, r) = (left.get(i), right.get(i));
+            let pad = left_width - l.map_or(0, |c| c.width);
+            let _ = writeln!(
+                out,
+                "    {}{}{GAP}{}",
+                l.map_or("", |c| c.text.as_str()),
+                " ".repeat(pad),
+                r.map_or("", |c| c.text.as_str())
+            );
+        }
+    } else {
+        for (cells, present) in [(left, !target.is_empty()), (right, !draft.is_empty())] {
+            for c in cells.iter().filter(|_| present) {
+                let _ = writeln!(out, "    {}", c.text);
+            }
+        }
+    }
+    for side in [Side::Launch, Side::Log] {
+        for e in of(side) {
+            let _ = writeln!(out, "    {:<7}{} = {}  {}", side.name(), paint.key(&e.key), e.value, paint.dim(&format!("({})", e.file)));
+        }
+    }
+}
+
+/// Word-wrap `text` to `WIDTH`, each line indented by `indent` spaces.
+fn wrap(out: &mut String, text: &str, indent: usize) {
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent + line.chars().count() + 1 + word.chars().count() > WIDTH {
+            let _ = writeln!(out, "{}{line}", " ".repeat(indent));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{}{line}", " ".repeat(indent));
+    }
+}
+
+pub fn finding(out: &mut String, f: &Finding, paint: Paint) {
+    let _ = writeln!(out, "{}[{}] at {}", paint.severity(f.severity), paint.key(&f.id), f.phase);
+    wrap(out, &f.message, 2);
+    if !f.evidence.is_empty() {
+        out.push('\n');
+        evidence_block(out, f, paint);
+    }
+    if !f.remedies.is_empty() {
+        let _ = writeln!(out, "\n  fixes (specdeck check --apply ID):");
+        for (i, r) in f.remedies.iter().enumerate() {
+            let _ = writeln!(out, "    {}. {} [{}]", i + 1, paint.key(&r.id), r.key);
+            wrap(out, &r.description, 7);
+            for c in &r.changes {
+                let _ = writeln!(out, "         {}", c.describe());
+            }
+        }
+    }
+    out.push('\n');
+}
+
+/// The whole report: what was checked, what was applied, each finding, and a summary line.
+pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Paint) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "specdeck check");
+    for (label, path) in [("target", &spec.model_path), ("draft", &spec.draft_model_path)] {
+        if let Some(p) = path {
+            let _ = writeln!(out, "  {label:<7}{p}");
+        }
+    }
+    let _ = writeln!(out, "  launch {spec}");
+    for a in applied {
+        let _ = writeln!(out, "  {}", a.describe());
+    }
+    out.push('\n');
+    for f in &report.findings {
+        finding(&mut out, f, paint);
+    }
+    let count = |s: Severity, one: &str, many: &str| {
+        let n = report.count(s);
+        format!("{n} {}", if n == 1 { one } else { many })
+    };
+    let _ = writeln!(
+        out,
+        "{}, {}, {}: exit {}",
+        count(Severity::Error, "error", "errors"),
+        count(Severity::Warning, "warning", "warnings"),
+        count(Severity::Info, "info", "infos"),
+        report.exit
+    );
+    out
+}
