@@ -47,13 +47,21 @@ const SGLANG_CAPTURE: &[(&str, &str, &str)] = &[
     ("Gemma3ForConditionalGeneration", "gemma3_mm.py", "0.5.23"),
 ];
 
-/// How SGLang fails for a class without the hook, by release (catalogue §1.4-B).
-fn sglang_failure(class: &str) -> String {
-    format!(
+/// How SGLang fails for a class without the hook (catalogue §1.4-B): an AttributeError after
+/// the target's graph capture up to 0.5.9; a ValueError before any capture in 0.5.23.
+fn sglang_failure(class: &str, fails_in_0_5_23: bool) -> String {
+    let attribute_error = format!(
         "AttributeError: '{class}' object has no attribute 'set_eagle3_layers_to_capture' right after the target's \
-         CUDA graph capture (≤0.5.9), or \"Model {class} does not implement set_eagle3_layers_to_capture, which \
-         EAGLE3 aux hidden-state capture requires.\" before it (0.5.23)"
-    )
+         CUDA graph capture"
+    );
+    if fails_in_0_5_23 {
+        format!(
+            "{attribute_error} (≤0.5.9), or \"Model {class} does not implement set_eagle3_layers_to_capture, which \
+             EAGLE3 aux hidden-state capture requires.\" before it (0.5.23)"
+        )
+    } else {
+        attribute_error
+    }
 }
 
 pub fn check(ctx: &RuleContext) -> RuleResult {
@@ -80,7 +88,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
                     "SGLang has set_eagle3_layers_to_capture for it since {since} ({file}); the releases read before \
                      it ({}) fail with {}.",
                     older.join(", "),
-                    sglang_failure(name)
+                    sglang_failure(name, false)
                 )
             };
             (if in_engine { Severity::Info } else { Severity::Warning }, note)
@@ -91,7 +99,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
                 "No SGLang release read ({}) has set_eagle3_layers_to_capture for it: --speculative-algorithm EAGLE3 \
                  fails with {}. No flag or env var bypasses this.",
                 SGLANG_RELEASES_READ.join(", "),
-                sglang_failure(name)
+                sglang_failure(name, true)
             ),
         ),
     };

@@ -141,8 +141,7 @@ mod tests {
     #[test]
     fn explicit_context_length_is_the_launch_evidence() {
         let (t, d) = kimi_pair();
-        let mut spec = LaunchSpec::default();
-        spec.context_length = Some(200000);
+        let mut spec = LaunchSpec { context_length: Some(200000), ..LaunchSpec::default() };
         let f = check(&t, &d, &spec).unwrap().unwrap();
         assert_eq!(f.evidence[0], Evidence::new(Side::Launch, "launch flags", "--context-length", 200000));
         spec.context_length = Some(131072);

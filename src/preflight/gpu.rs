@@ -148,8 +148,7 @@ mod tests {
 
     #[test]
     fn the_flag_sets_memory_and_nvml_absence_leaves_the_count_unknown() {
-        let mut spec = LaunchSpec::default();
-        spec.gpu_memory_gib = Some(80.0);
+        let spec = LaunchSpec { gpu_memory_gib: Some(80.0), ..LaunchSpec::default() };
         let inv = from_probe(&spec, &Err("NVML is not available (x)".into()), None);
         assert_eq!((inv.count, inv.memory_bytes), (None, Some(80 << 30)));
         assert_eq!(inv.source, "--gpu-memory-gib 80; GPU count unknown: NVML is not available (x)");

@@ -106,6 +106,9 @@ impl TokenizerPaths {
     }
 }
 
+/// Names a drafter's own embedding table can have in its checkpoint.
+pub const DRAFT_EMBED_NAMES: &[&str] = &["embed_tokens.weight", "model.embed_tokens.weight"];
+
 /// A tensor as its safetensors header describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorInfo {

@@ -64,7 +64,7 @@ pub fn check_with_gpus(spec: &LaunchSpec, gpus: &GpuInventory) -> Vec<Finding> {
         },
     }
     // Errors first; within a severity, rule order (stable sort).
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     findings
 }
 

@@ -68,14 +68,28 @@ impl Cell {
     }
 }
 
-/// One side's evidence as lines: the file, then `key = value` under it.
-fn column(evidence: &[&Evidence], paint: Paint) -> Vec<Cell> {
-    let mut cells = Vec::new();
+/// The distinct files of some evidence, in order.
+fn files<'a>(evidence: &[&'a Evidence]) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for e in evidence {
+        if !out.contains(&e.file.as_str()) {
+            out.push(&e.file);
+        }
+    }
+    out
+}
+
+/// One side's evidence as `key = value` lines, under its label; when the side cites several
+/// files, each run of lines is headed by the file's name.
+fn column(label: &str, evidence: &[&Evidence], paint: Paint) -> Vec<Cell> {
+    let several = files(evidence).len() > 1;
+    let mut cells = vec![Cell::plain(label.to_string())];
     let mut file = None;
     for e in evidence {
-        if file != Some(&e.file) {
+        if several && file != Some(&e.file) {
             file = Some(&e.file);
-            cells.push(Cell { width: e.file.chars().count(), text: paint.dim(&e.file) });
+            let name = std::path::Path::new(&e.file).file_name().map_or(e.file.clone(), |n| n.to_string_lossy().into_owned());
+            cells.push(Cell { width: name.chars().count() + 1, text: format!("{}:", paint.dim(&name)) });
         }
         let key = if e.key.is_empty() { "(whole file)" } else { e.key.as_str() };
         let value = e.value.to_string();
@@ -87,13 +101,17 @@ fn column(evidence: &[&Evidence], paint: Paint) -> Vec<Cell> {
 fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
     let of = |side: Side| -> Vec<&Evidence> { f.evidence.iter().filter(|e| e.side == side).collect() };
     let (target, draft) = (of(Side::Target), of(Side::Draft));
-    let mut left = vec![Cell::plain("target".into())];
-    left.extend(column(&target, paint));
-    let mut right = vec![Cell::plain("draft".into())];
-    right.extend(column(&draft, paint));
+    for (side, evidence) in [(Side::Target, &target), (Side::Draft, &draft)] {
+        if !evidence.is_empty() {
+            let _ = writeln!(out, "    {:<7}{}", side.name(), paint.dim(&files(evidence).join(", ")));
+        }
+    }
+    let left = column("target", &target, paint);
+    let right = column("draft", &draft, paint);
     let left_width = left.iter().map(|c| c.width).max().unwrap_or(0);
     let right_width = right.iter().map(|c| c.width).max().unwrap_or(0);
-    let side_by_side = !target.is_empty() && !draft.is_empty() && 4 + left_width + GAP.chars().count() + right_width <= WIDTH;
+    let side_by_side =
+        !target.is_empty() && !draft.is_empty() && 4 + left_width + GAP.chars().count() + right_width <= WIDTH;
     if side_by_side {
         for i in 0..left.len().max(right.len()) {
             let (l, r) = (left.get(i), right.get(i));
@@ -107,8 +125,10 @@ fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
             );
         }
     } else {
+        // Stacked: the file legend above already labels each side.
+        let both = !target.is_empty() && !draft.is_empty();
         for (cells, present) in [(left, !target.is_empty()), (right, !draft.is_empty())] {
-            for c in cells.iter().filter(|_| present) {
+            for c in cells.iter().skip(usize::from(!both)).filter(|_| present) {
                 let _ = writeln!(out, "    {}", c.text);
             }
         }

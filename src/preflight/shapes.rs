@@ -9,13 +9,11 @@ use serde_json::json;
 
 use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::preflight::inputs::DRAFT_EMBED_NAMES;
 use crate::preflight::{RuleContext, RuleResult};
 use crate::spec::Algorithm;
 
 pub const ID: &str = "hidden-size-mismatch";
-
-/// Names an embedding table can have in a drafter checkpoint.
-const EMBED_NAMES: &[&str] = &["embed_tokens.weight", "model.embed_tokens.weight"];
 
 pub fn check(ctx: &RuleContext) -> RuleResult {
     let Some(draft) = ctx.eagle_draft() else { return Ok(Vec::new()) };
@@ -75,7 +73,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
             .with_evidence(Evidence::new(Side::Draft, draft.files.dir.display().to_string(), "fc.weight", json!(null))),
         ),
     }
-    let has_embed = EMBED_NAMES.iter().any(|n| draft.files.tensor(n).is_some());
+    let has_embed = DRAFT_EMBED_NAMES.iter().any(|n| draft.files.tensor(n).is_some());
     if draft_hidden.value != ht && !has_embed {
         findings.push(
             finding(

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::preflight::inputs::DRAFT_EMBED_NAMES;
 use crate::preflight::{RuleContext, RuleResult};
 use crate::spec::Algorithm;
 
@@ -41,7 +42,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
             .with_evidence(ctx.field_evidence(Side::Draft, &draft_vocab)),
         );
     }
-    for name in ["embed_tokens.weight", "model.embed_tokens.weight"] {
+    for &name in DRAFT_EMBED_NAMES {
         if let Some(embed) = draft.files.tensor(name).filter(|t| t.shape.first().map(|r| *r as u64) != Some(v)) {
             findings.push(
                 Finding::new(
