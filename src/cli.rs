@@ -26,7 +26,9 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Preflight only: find every drafter/target mismatch from config.json, safetensors
-    /// headers and tokenizer files, before any weights move.
+    /// headers and tokenizer files, before any weights move. GPU count and memory come from
+    /// NVML (SPECDECK_NVML=off ignores this machine's GPUs); --gpu-memory-gib sets the memory
+    /// per GPU to budget for. Exit 0 clean, 1 errors, 2 unreadable input.
     Check(CheckArgs),
     /// Start a target + drafter: the console on a TTY, else headless.
     Launch(LaunchArgs),

@@ -4,13 +4,14 @@
 //! `CUDA_VISIBLE_DEVICES`, from the pasted command line or this process). `--gpu-memory-gib`
 //! sets the memory to budget for (it wins over NVML, so a launch meant for another machine
 //! can be checked here). Without NVML the count is unknown, and rules say so rather than
-//! guess. `SPECDECK_NVML=off` ignores this machine's GPUs altogether.
+//! guess. `SPECDECK_NVML=off` ignores this machine's GPUs altogether, and a `--device cpu`
+//! launch has no GPU budget.
 
 use std::sync::OnceLock;
 
 use nvml_wrapper::Nvml;
 
-use crate::spec::LaunchSpec;
+use crate::spec::{Device, LaunchSpec};
 
 pub const GIB: f64 = (1u64 << 30) as f64;
 
@@ -38,8 +39,11 @@ impl GpuInventory {
     }
 }
 
-/// This machine's inventory for a launch.
+/// This machine's inventory for a launch (none for a `--device cpu` launch: it uses no GPU).
 pub fn inventory(spec: &LaunchSpec) -> GpuInventory {
+    if spec.device == Device::Cpu {
+        return GpuInventory::unknown("--device cpu: no GPU is used");
+    }
     let visible = spec.env.get("CUDA_VISIBLE_DEVICES").cloned().or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
     from_probe(spec, nvml_gpus(), visible.as_deref())
 }
@@ -144,6 +148,12 @@ mod tests {
         assert_eq!(from_probe(&spec, &h200s(2), Some("1,5,0")).count, Some(1));
         let inv = from_probe(&spec, &h200s(2), Some("0,1"));
         assert_eq!(inv.source, "NVML: 2 × NVIDIA H200 (140.4 GiB) (CUDA_VISIBLE_DEVICES=0,1)");
+    }
+
+    #[test]
+    fn a_cpu_launch_has_no_gpu_budget() {
+        let spec = LaunchSpec { device: Device::Cpu, gpu_memory_gib: Some(80.0), ..LaunchSpec::default() };
+        assert_eq!(inventory(&spec), GpuInventory::unknown("--device cpu: no GPU is used"));
     }
 
     #[test]
