@@ -484,6 +484,17 @@ fn a_value_of_the_wrong_type_names_the_key() {
     let d = folder(Some(&tiny_drafter().to_string()), &[]);
     let o = check_dirs(t.path(), Some(d.path()));
     assert_unreadable(&o, &t.path().join("config.json"), "/hidden_size = \"big\" is not a non-negative integer");
+    let f = check_with_gpus(
+        &LaunchSpec {
+            model_path: Some(t.path().display().to_string()),
+            draft_model_path: Some(d.path().display().to_string()),
+            ..LaunchSpec::default()
+        },
+        &one_80g_gpu(),
+    );
+    // Reported once, first, with the offending value, though several rules read the key.
+    assert_eq!(f.iter().filter(|f| f.id == "unreadable-input").count(), 1);
+    assert_eq!(f[0].evidence, [Evidence::new(Side::Target, t.path().join("config.json").display().to_string(), "/hidden_size", "big")]);
 }
 
 #[test]

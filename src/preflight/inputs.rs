@@ -69,6 +69,16 @@ impl InputError {
         }
     }
 
+    /// The offending value, when the error is about one.
+    pub fn value(&self) -> serde_json::Value {
+        match self {
+            InputError::Config(ConfigError::WrongType { value, .. }) => {
+                serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.clone()))
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+
     /// True when the error is about weight files rather than configs.
     pub fn is_weights(&self) -> bool {
         matches!(self, InputError::Checkpoint(_))

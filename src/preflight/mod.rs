@@ -57,14 +57,21 @@ pub fn check_with_gpus(spec: &LaunchSpec, gpus: &GpuInventory) -> Vec<Finding> {
                 for rule in RULES {
                     match rule(&ctx) {
                         Ok(found) => findings.extend(found),
-                        Err(e) => findings.push(unreadable::finding(inputs.side_of(&e.subject()), &e)),
+                        // Several rules can trip on the same bad value: report it once.
+                        Err(e) => {
+                            let f = unreadable::finding(inputs.side_of(&e.subject()), &e);
+                            if !findings.contains(&f) {
+                                findings.push(f);
+                            }
+                        }
                     }
                 }
             }
         },
     }
-    // Errors first; within a severity, rule order (stable sort).
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    // Errors first, unreadable input first among them (it decides exit 2); within a
+    // severity, rule order (stable sort).
+    findings.sort_by_key(|f| (std::cmp::Reverse(f.severity), f.id != unreadable::ID));
     findings
 }
 

@@ -209,3 +209,41 @@ pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Pain
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::PhaseId;
+
+    fn finding() -> Finding {
+        Finding::new("vocab-mismatch", Severity::Error, PhaseId::DrafterInit, "Vocabularies differ.")
+            .with_evidence(Evidence::new(Side::Target, "t/config.json", "/vocab_size", 256))
+            .with_evidence(Evidence::new(Side::Draft, "d/config.json", "/vocab_size", 300))
+    }
+
+    #[test]
+    fn evidence_sits_side_by_side_without_colour() {
+        let mut out = String::new();
+        super::finding(&mut out, &finding(), Paint { color: false });
+        assert_eq!(
+            out,
+            "error[vocab-mismatch] at drafter-init\n  Vocabularies differ.\n\n    target t/config.json\n    draft  d/config.json\n    \
+             target               │  draft\n      /vocab_size = 256  │    /vocab_size = 300\n\n"
+        );
+    }
+
+    #[test]
+    fn colour_highlights_the_keys_and_severity() {
+        let mut out = String::new();
+        super::finding(&mut out, &finding(), Paint { color: true });
+        let key = "/vocab_size".with(Color::Magenta).bold().to_string();
+        assert!(key.starts_with('\u{1b}'), "{key:?}");
+        assert_eq!(out.matches(&key).count(), 2, "{out}");
+        assert!(out.starts_with(&"error".with(Color::Red).bold().to_string()), "{out}");
+        // Columns stay aligned: padding counts the visible width, not the escape codes.
+        let plain = |s: &str| s.split('\u{1b}').map(|p| p.split_once('m').map_or(p, |(_, t)| t)).collect::<String>();
+        let mut uncoloured = String::new();
+        super::finding(&mut uncoloured, &finding(), Paint { color: false });
+        assert_eq!(plain(&out), uncoloured);
+    }
+}

@@ -1,8 +1,6 @@
 //! `unreadable-input`: a missing folder or file, bad JSON, a value of the wrong type, or a
 //! truncated or invalid safetensors header. The launch cannot be judged, so `check` exits 2.
 
-use serde_json::Value;
-
 use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use crate::preflight::inputs::InputError;
@@ -20,12 +18,13 @@ pub fn finding(side: Side, error: &InputError) -> Finding {
         (false, _) => PhaseId::Preflight,
     };
     Finding::new(ID, Severity::Error, phase, error.to_string())
-        .with_evidence(Evidence::new(side, error.subject(), error.key(), Value::Null))
+        .with_evidence(Evidence::new(side, error.subject(), error.key(), error.value()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use crate::model::checkpoint::CheckpointError;
     use std::path::PathBuf;
 
