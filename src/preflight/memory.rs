@@ -392,3 +392,40 @@ fn shorter_context(est: &Estimate, tp: f64, current: u64, budget: f64) -> Option
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(v: Value) -> ModelConfig {
+        ModelConfig::from_value("config.json", v)
+    }
+
+    #[test]
+    fn bytes_per_weight_follow_the_quantization() {
+        let fp8 = cfg(json!({"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8"}}));
+        assert_eq!(weight_bytes_per_param(&fp8, None), 1.0);
+        // compressed-tensors (Kimi-K2.5's int4 experts) names its bits per config group.
+        let int4 = cfg(json!({"text_config": {"quantization_config": {"quant_method": "compressed-tensors",
+            "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}}}));
+        assert_eq!(weight_bytes_per_param(&int4, None), 0.5);
+        let gptq = cfg(json!({"quantization_config": {"quant_method": "gptq", "bits": 8}}));
+        assert_eq!(weight_bytes_per_param(&gptq, None), 1.0);
+        let plain = cfg(json!({"torch_dtype": "bfloat16"}));
+        assert_eq!(weight_bytes_per_param(&plain, None), 2.0);
+        assert_eq!(weight_bytes_per_param(&plain, Some("float32")), 4.0);
+    }
+
+    #[test]
+    fn moe_and_mla_parameter_counts() {
+        // DeepSeek-V3's model card: 685B on Hugging Face = 671B main model + 14B MTP module
+        // (which num_hidden_layers excludes). The estimate lands within 0.5% of 671B.
+        let v3 = cfg(json!({"hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+            "intermediate_size": 18432, "moe_intermediate_size": 2048, "vocab_size": 129280,
+            "n_routed_experts": 256, "n_shared_experts": 1, "first_k_dense_replace": 3,
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128}));
+        let params = Dims::read(&v3).unwrap().model_params();
+        assert!((params / 671e9 - 1.0).abs() < 0.005, "{params}");
+    }
+}
