@@ -23,7 +23,9 @@ from collections import defaultdict
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer
+
+from gguf_reference import appendix_b, permute
 
 LAYER = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
          "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
@@ -46,13 +48,6 @@ def hf_name(name):
         return TOP[name]
     _, layer, suffix = name.split(".", 2)
     return f"model.layers.{layer}.{LAYER[suffix]}"
-
-
-def permute(w, n_head, n_head_kv):
-    """convert_hf_to_gguf.py's LlamaModel.permute (HF row order -> GGUF row order)."""
-    if n_head_kv is not None and n_head != n_head_kv:
-        n_head = n_head_kv
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def read_safetensors(path):
@@ -84,22 +79,10 @@ def to_bf16(x):
 
 
 def appendix_b_tokenizer(r):
-    """models_and_data.md Appendix B, verbatim apart from reading from `r`."""
-    pre = r.fields["tokenizer.ggml.pre"].contents()
-    toks = r.fields["tokenizer.ggml.tokens"].contents()
-    types = r.fields["tokenizer.ggml.token_type"].contents()
-    merges = [tuple(m.split(" ", 1)) for m in r.fields["tokenizer.ggml.merges"].contents()]
-    tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(toks)}, merges=merges))
-    if pre == "qwen2":
-        rx = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(rx), behavior="isolated"),
-                                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    tk.decoder = decoders.ByteLevel()
-    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(toks, types) if ty == 3])
-    return tk
+    """models_and_data.md Appendix B over the GGUF's own vocabulary."""
+    f = lambda k: r.fields[k].contents()
+    return appendix_b(f("tokenizer.ggml.tokens"), f("tokenizer.ggml.token_type"), f("tokenizer.ggml.merges"),
+                      f("tokenizer.ggml.pre"))
 
 
 def main():

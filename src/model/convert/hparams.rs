@@ -137,6 +137,15 @@ impl Hparams {
             Some(n) => n as usize,
             None => hidden / heads,
         };
+        // Undoing llama.cpp's Q/K permutation pairs the two halves of each head.
+        if arch.qk_permuted() && head_dim % 2 != 0 {
+            return Err(ConvertError::Unsupported {
+                file: g.path.clone(),
+                key: key("embedding_length"),
+                value: format!("{hidden} over {heads} heads (head_dim {head_dim})"),
+                reason: "a llama head_dim must be even".into(),
+            });
+        }
         let embed = g.tensor("token_embd.weight").ok_or_else(|| ConvertError::MissingTensor {
             file: g.path.clone(),
             tensor: "token_embd.weight".into(),

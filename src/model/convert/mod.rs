@@ -170,3 +170,26 @@ impl Drop for Staging {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_is_removed_unless_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("model");
+        let staging = Staging::create(&out).unwrap();
+        std::fs::write(staging.path.join("config.json"), "{}").unwrap();
+        assert!(staging.path.file_name().unwrap().to_string_lossy().starts_with(".model.partial-"));
+        drop(staging);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "an abandoned conversion left files");
+
+        let staging = Staging::create(&out).unwrap();
+        std::fs::write(staging.path.join("config.json"), "{}").unwrap();
+        staging.commit(&out).unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["model"]);
+        assert!(out.join("config.json").is_file());
+    }
+}

@@ -109,7 +109,8 @@ impl<'a> Cursor<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
-        let len = self.count(1, what)?;
+        // take() checks the length against the bytes left before anything is copied.
+        let len = usize::try_from(self.u64(what)?).unwrap_or(usize::MAX);
         let at = self.pos;
         let raw = self.take(len, what)?;
         String::from_utf8(raw.to_vec())
