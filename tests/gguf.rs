@@ -132,6 +132,10 @@ fn tiny_llama_converts_to_the_expected_hf_folder() {
     assert_eq!(ModelConfig::load_dir(&out32).unwrap().dtype().unwrap().value, "float32");
 
     assert_token_ids(&out, "smollm");
+    // SmolLM2's tokenizer has no normalizer: a decomposed é stays two characters.
+    let tok = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    let ids = |text: &str| tok.encode(text, false).unwrap().get_ids().to_vec();
+    assert_ne!(ids("cafe\u{301}"), ids("caf\u{e9}"));
     let tc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("tokenizer_config.json")).unwrap()).unwrap();
     assert_eq!(tc["bos_token"], "<|im_start|>");
@@ -275,6 +279,10 @@ fn qwen2_keeps_row_order_and_writes_biases_and_lm_head() {
     assert_eq!(ck.f32("model.layers.0.mlp.down_proj.weight", Some(&[32, 32])).unwrap(), labelled(HIDDEN, FFN, 8000.0));
     assert_eq!(ck.tensors.len(), 15); // 3 global + 12 per layer (with 3 biases)
     assert_token_ids(&out, "qwen2");
+    // Qwen2's HF tokenizer normalizes to NFC: a decomposed é encodes like the composed one.
+    let tok = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    let ids = |text: &str| tok.encode(text, false).unwrap().get_ids().to_vec();
+    assert_eq!(ids("cafe\u{301}"), ids("caf\u{e9}"));
 }
 
 // ---- bad input: clear errors naming the file and the key or tensor, never a panic ----

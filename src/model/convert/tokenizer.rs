@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value as Json};
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
-use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::normalizers::{NormalizerWrapper, NFC};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
@@ -77,9 +77,10 @@ pub fn build(g: &GgufFile) -> Result<GgufTokenizer, ConvertError> {
         .vocab_and_merges(vocab, merges)
         .build()
         .map_err(|e| tokenizer_err(g, format!("the BPE model does not build: {e}")))?;
+    let (normalizer, pre_tokenizer) = text_splitting(g)?;
     let mut tokenizer = Tokenizer::new(bpe);
-    tokenizer.with_normalizer(None::<NormalizerWrapper>);
-    tokenizer.with_pre_tokenizer(Some(pre_tokenizer(g)?));
+    tokenizer.with_normalizer(normalizer);
+    tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
 
     let added = |ty: i64, special: bool| -> Vec<AddedToken> {
@@ -115,8 +116,10 @@ pub fn build(g: &GgufFile) -> Result<GgufTokenizer, ConvertError> {
     Ok(GgufTokenizer { tokenizer, tokens, add_bos })
 }
 
-/// The pre-tokenizer for `tokenizer.ggml.pre` (absent means GPT-2's).
-fn pre_tokenizer(g: &GgufFile) -> Result<PreTokenizerWrapper, ConvertError> {
+/// The normalizer and pre-tokenizer for `tokenizer.ggml.pre` (absent means GPT-2's). Qwen2's
+/// HF tokenizer also applies NFC, which Appendix B's builder and llama.cpp leave out; it
+/// changes ids only for text that is not already NFC.
+fn text_splitting(g: &GgufFile) -> Result<(Option<NormalizerWrapper>, PreTokenizerWrapper), ConvertError> {
     let key = "tokenizer.ggml.pre";
     let pre = g.str(key)?.unwrap_or("default");
     let byte_level = |use_regex| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, use_regex));
@@ -125,14 +128,14 @@ fn pre_tokenizer(g: &GgufFile) -> Result<PreTokenizerWrapper, ConvertError> {
             .map_err(|e| tokenizer_err(g, format!("{key} = {pre}: regex: {e}")))?;
         Ok(PreTokenizerWrapper::Sequence(Sequence::new(vec![split.into(), byte_level(false)])))
     };
-    match pre {
-        "qwen2" => split_then_bytes(QWEN2_SPLIT),
-        "llama-bpe" | "llama3" => split_then_bytes(LLAMA3_SPLIT),
+    Ok(match pre {
+        "qwen2" => (Some(NFC.into()), split_then_bytes(QWEN2_SPLIT)?),
+        "llama-bpe" | "llama3" => (None, split_then_bytes(LLAMA3_SPLIT)?),
         // SmolLM: every digit on its own, then GPT-2's split.
-        "smollm" => Ok(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]))),
-        "gpt-2" | "gpt2" | "default" => Ok(byte_level(true)),
-        other => Err(unsupported(g, key, other, "this pre-tokenizer is not known to the converter")),
-    }
+        "smollm" => (None, PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]))),
+        "gpt-2" | "gpt2" | "default" => (None, byte_level(true)),
+        other => return Err(unsupported(g, key, other, "this pre-tokenizer is not known to the converter")),
+    })
 }
 
 /// HF `tokenizer_config.json`.
