@@ -6,12 +6,13 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 
+use half::{bf16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 use safetensors::tensor::{Dtype, Metadata, TensorInfo as StInfo};
 
 use super::hparams::{Hparams, OutDtype};
 use super::ConvertError;
-use crate::model::gguf::{is_supported, unpermute_rows, GgmlType, GgufFile, TensorInfo};
+use crate::model::gguf::{dequantize, is_supported, unpermute_rows, GgmlType, GgufError, GgufFile, TensorInfo};
 
 /// One output tensor.
 #[derive(Clone, Debug)]
@@ -219,11 +220,22 @@ pub fn write_safetensors(
     w.write_all(header.as_bytes()).map_err(write_err)?;
     let bytes_total = offset as u64;
     let mut bytes_written = 0u64;
+    // Buffers reused across chunks and tensors: fresh ones would be page-faulted in again
+    // each time, and chunks small enough to stay in cache make the copy into the page cache
+    // cheap (whole-tensor buffers cost more system time than the dequantization itself).
+    let (mut values, mut halves) = (Vec::new(), Vec::new());
     for (i, p) in planned.iter().enumerate() {
-        let values = tensor_values(g, p)?;
-        let bytes = encode(&values, dtype);
-        w.write_all(&bytes).map_err(write_err)?;
-        bytes_written += bytes.len() as u64;
+        stream_values(g, p, &mut values, &mut |chunk| {
+            let bytes: &[u8] = match dtype {
+                OutDtype::F32 => bytemuck::cast_slice(chunk),
+                OutDtype::Bf16 => {
+                    to_bf16(chunk, &mut halves);
+                    bytemuck::cast_slice(&halves)
+                }
+            };
+            bytes_written += bytes.len() as u64;
+            w.write_all(bytes).map_err(write_err)
+        })?;
         progress(&Progress {
             done: i + 1,
             total: planned.len(),
@@ -238,32 +250,58 @@ pub fn write_safetensors(
     Ok(bytes_total)
 }
 
-/// One tensor as f32 in HF layout: dequantized, and un-permuted where llama.cpp permuted it.
-pub fn tensor_values(g: &GgufFile, p: &Planned) -> Result<Vec<f32>, ConvertError> {
-    let values = g.dequantize(p.source)?;
-    match p.unpermute_heads {
-        None => Ok(values),
-        Some(heads) => {
-            let row_len = if p.shape.len() == 2 { p.shape[1] } else { 1 };
-            unpermute_rows(&values, row_len, heads).map_err(|e| ConvertError::Tensor {
-                file: g.path.clone(),
-                tensor: p.source.name.clone(),
-                reason: e.to_string(),
-            })
-        }
+/// Elements per chunk when streaming a tensor (4 MB of f32).
+const CHUNK_ELEMS: usize = 1 << 20;
+
+/// Feed a tensor's values in HF layout to `emit`, whole rows at a time; a tensor whose rows
+/// must be un-permuted (q/k projections, small) goes in one piece.
+fn stream_values(
+    g: &GgufFile,
+    p: &Planned,
+    buf: &mut Vec<f32>,
+    emit: &mut dyn FnMut(&[f32]) -> Result<(), ConvertError>,
+) -> Result<(), ConvertError> {
+    let t = p.source;
+    let data = g.tensor_bytes(t);
+    if p.unpermute_heads.is_some() || data.is_empty() {
+        tensor_values(g, p, buf)?;
+        return emit(buf);
     }
+    let row_len = t.dims[0] as usize;
+    let row_bytes = row_len / t.ggml_type.block_elems() as usize * t.ggml_type.block_bytes() as usize;
+    let rows_per_chunk = (CHUNK_ELEMS / row_len).max(1);
+    for chunk in data.chunks(rows_per_chunk * row_bytes) {
+        buf.resize(chunk.len() / row_bytes * row_len, 0.0);
+        dequantize(t.ggml_type, chunk, buf).map_err(|source| {
+            ConvertError::Gguf(GgufError::Dequant { file: g.path.clone(), tensor: t.name.clone(), source })
+        })?;
+        emit(buf)?;
+    }
+    Ok(())
 }
 
-fn encode(values: &[f32], dtype: OutDtype) -> Vec<u8> {
-    let size = dtype.size() as usize;
-    let mut out = vec![0u8; values.len() * size];
-    out.par_chunks_mut(size * 4096).zip(values.par_chunks(4096)).for_each(|(o, v)| {
-        for (dst, &x) in o.chunks_exact_mut(size).zip(v) {
-            match dtype {
-                OutDtype::Bf16 => dst.copy_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
-                OutDtype::F32 => dst.copy_from_slice(&x.to_le_bytes()),
-            }
-        }
-    });
-    out
+/// One tensor as f32 in HF layout, into `out`: dequantized, and un-permuted where
+/// llama.cpp permuted it.
+pub fn tensor_values(g: &GgufFile, p: &Planned, out: &mut Vec<f32>) -> Result<(), ConvertError> {
+    out.resize(p.source.n_elements as usize, 0.0);
+    g.dequantize_into(p.source, out)?;
+    if let Some(heads) = p.unpermute_heads {
+        let row_len = if p.shape.len() == 2 { p.shape[1] } else { 1 };
+        *out = unpermute_rows(out, row_len, heads).map_err(|e| ConvertError::Tensor {
+            file: g.path.clone(),
+            tensor: p.source.name.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(())
 }
+
+/// Round to bf16 (nearest even, NaN kept), in parallel.
+fn to_bf16(values: &[f32], out: &mut Vec<bf16>) {
+    out.resize(values.len(), bf16::ZERO);
+    out.par_chunks_mut(1 << 16).zip(values.par_chunks(1 << 16)).for_each(|(o, v)| o.convert_from_f32_slice(v));
+}
+
+// The tensors are written as their in-memory bytes; safetensors is little-endian.
+#[cfg(not(target_endian = "little"))]
+compile_error!("model.safetensors output assumes a little-endian host");
