@@ -8,7 +8,7 @@
 #   raw/<name>.gguf                     the verified GGUF (never modified afterwards)
 #   <name>/                             config.json, model.safetensors (bf16), tokenizer.json, ...
 #   humaneval/HumanEval.jsonl           the 164 original problems
-#   humaneval/prompts.jsonl             {"prompt": ...} per line, all 164
+#   humaneval/prompts.jsonl             {"prompt": ..., "task_id": ...} per line, all 164
 #   humaneval/prompts-20.jsonl          the first 20 (the engine benchmark's set)
 #
 # SPECDECK names the binary to convert with; without it the script builds

@@ -174,10 +174,11 @@ fn assert_token_ids(folder: &Path, pre: &str) {
 /// The fixture's tokenizer metadata, to give the models written here a real vocabulary.
 fn fixture_tokenizer_kv(pre: &str) -> Vec<(String, Value)> {
     let g = GgufFile::open(&fixture("tiny-llama.gguf")).unwrap();
-    let mut kv: Vec<(String, Value)> = ["tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"]
-        .iter()
-        .map(|k| (k.to_string(), g.get(k).unwrap().clone()))
-        .collect();
+    let mut kv: Vec<(String, Value)> =
+        ["tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"]
+            .iter()
+            .map(|k| (k.to_string(), g.get(k).unwrap().clone()))
+            .collect();
     kv.push(("tokenizer.ggml.pre".into(), s(pre)));
     kv.push(("tokenizer.ggml.eos_token_id".into(), Value::U32(2)));
     kv
@@ -303,13 +304,15 @@ fn parse(bytes: &[u8]) -> Result<specdeck::model::gguf::Header, GgufError> {
 fn bad_magic_and_versions_are_named() {
     let mut bytes = small_valid().to_bytes();
     bytes[..4].copy_from_slice(b"GGML");
-    assert_eq!(parse(&bytes).unwrap_err().to_string(), "/m/bad.gguf: not a GGUF file (starts with \"GGML\", expected \"GGUF\")");
+    assert_eq!(
+        parse(&bytes).unwrap_err().to_string(),
+        "/m/bad.gguf: not a GGUF file (starts with \"GGML\", expected \"GGUF\")"
+    );
     let mut v1 = small_valid();
     v1.version = 1;
     assert_eq!(
         parse(&v1.to_bytes()).unwrap_err().to_string(),
-        "/m/bad.gguf: GGUF version 1 is not supported (2 and 3 are; this looks like a big-endian file)"
-            .replace("; this looks like a big-endian file", "")
+        "/m/bad.gguf: GGUF version 1 is not supported (2 and 3 are)"
     );
     let mut be = small_valid().to_bytes();
     be[4..8].copy_from_slice(&3u32.to_be_bytes());
@@ -328,7 +331,10 @@ fn every_truncation_is_an_error_naming_what_was_cut() {
     }
     // Cut inside the last tensor's data: the tensor is named.
     let e = parse(&bytes[..bytes.len() - 3]).unwrap_err().to_string();
-    assert!(e.contains("truncated: tensor \"blk.0.attn_q.weight\" data (Q8_0 34 bytes) needs 34 bytes at offset"), "{e}");
+    assert!(
+        e.contains("truncated: tensor \"blk.0.attn_q.weight\" data (Q8_0 34 bytes) needs 34 bytes at offset"),
+        "{e}"
+    );
     // Cut inside a metadata string: the key is named.
     let cut = 24 + 8 + "general.architecture".len() + 4 + 8 + 2;
     let e = parse(&bytes[..cut]).unwrap_err().to_string();
@@ -372,9 +378,15 @@ fn structural_errors_name_the_tensor_or_key() {
     let e = parse(&w.to_bytes()).unwrap_err().to_string();
     assert!(e.contains("tensor \"blk.0.attn_q.weight\": row length 31 is not a multiple of Q8_0's block of 32"), "{e}");
     let dup = small_valid().kv("general.name", s("again"));
-    assert!(parse(&dup.to_bytes()).unwrap_err().to_string().contains("metadata key \"general.name\": the key appears twice"));
+    assert!(parse(&dup.to_bytes())
+        .unwrap_err()
+        .to_string()
+        .contains("metadata key \"general.name\": the key appears twice"));
     let bad_align = small_valid().kv("general.alignment", Value::U32(24));
-    assert!(parse(&bad_align.to_bytes()).unwrap_err().to_string().contains("\"general.alignment\": 24 is not a power-of-two u32"));
+    assert!(parse(&bad_align.to_bytes())
+        .unwrap_err()
+        .to_string()
+        .contains("\"general.alignment\": 24 is not a power-of-two u32"));
     let mut bad_bool = small_valid().kv("flag", Value::Bool(true)).to_bytes();
     let at = bad_bool.windows(4).position(|w| w == b"flag").unwrap() + 4 + 4;
     bad_bool[at] = 7;
@@ -428,7 +440,10 @@ fn conversion_errors_name_the_tensor_or_key() {
 
     let mut gemma = base();
     gemma.kv[0].1 = s("gemma3");
-    assert_eq!(convert_err(&gemma), "m.gguf: general.architecture = gemma3: only llama and qwen2 models can be converted");
+    assert_eq!(
+        convert_err(&gemma),
+        "m.gguf: general.architecture = gemma3: only llama and qwen2 models can be converted"
+    );
 
     let stray = base().f32_tensor("rope_freqs.weight", &[8], &[1.0; 8]);
     assert_eq!(convert_err(&stray), "m.gguf: tensor \"rope_freqs.weight\" has no HF equivalent for this converter");
@@ -470,9 +485,13 @@ fn convert_never_writes_into_an_existing_folder_and_never_touches_the_input() {
     // An empty folder is fine, and is replaced by the finished one.
     std::fs::remove_file(out.join("keep.txt")).unwrap();
     convert(&gguf, &out, OutDtype::Bf16).unwrap();
-    let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<_> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names, ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]);
+    assert_eq!(
+        names,
+        ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    );
     assert_eq!(std::fs::read(&gguf).unwrap(), before);
 }
 
@@ -502,7 +521,10 @@ fn the_cli_converts_with_progress_and_fails_with_the_file_named() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("specdeck: {}: truncated: the tensor count needs 8 bytes at offset 8", bad.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("specdeck: {}: truncated: the tensor count needs 8 bytes at offset 8", bad.display())),
+        "{stderr}"
+    );
     assert!(!dir.path().join("never").exists());
 }
 

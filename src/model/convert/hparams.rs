@@ -146,10 +146,9 @@ impl Hparams {
                 reason: "a llama head_dim must be even".into(),
             });
         }
-        let embed = g.tensor("token_embd.weight").ok_or_else(|| ConvertError::MissingTensor {
-            file: g.path.clone(),
-            tensor: "token_embd.weight".into(),
-        })?;
+        let embed = g
+            .tensor("token_embd.weight")
+            .ok_or_else(|| ConvertError::MissingTensor { file: g.path.clone(), tensor: "token_embd.weight".into() })?;
         let vocab = embed.shape()[0];
         let token_id = |k: &str| g.u64(&format!("tokenizer.ggml.{k}"));
         let eos = token_id("eos_token_id")?;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use hparams::{Arch, Hparams, OutDtype};
-pub use tensors::{plan, tensor_values, Planned, Progress};
+pub use tensors::{plan, Planned, Progress};
 pub use tokenizer::{build as build_tokenizer, GgufTokenizer};
 
 use crate::model::gguf::{GgufError, GgufFile};
@@ -157,7 +157,8 @@ impl Staging {
     /// Move the finished folder into place (replacing an empty OUT_DIR).
     fn commit(mut self, out_dir: &Path) -> Result<(), ConvertError> {
         check_output_free(out_dir)?;
-        std::fs::rename(&self.path, out_dir).map_err(|source| ConvertError::Output { path: out_dir.to_path_buf(), source })?;
+        std::fs::rename(&self.path, out_dir)
+            .map_err(|source| ConvertError::Output { path: out_dir.to_path_buf(), source })?;
         self.committed = true;
         Ok(())
     }

@@ -59,7 +59,13 @@ struct LayerTensor {
     needed: Needed,
 }
 
-const fn lt(gguf: &'static str, hf: &'static str, dims: &'static [Dim], permuted: Permuted, needed: Needed) -> LayerTensor {
+const fn lt(
+    gguf: &'static str,
+    hf: &'static str,
+    dims: &'static [Dim],
+    permuted: Permuted,
+    needed: Needed,
+) -> LayerTensor {
     LayerTensor { gguf, hf, dims, permuted, needed }
 }
 
@@ -144,10 +150,7 @@ pub fn plan<'a>(g: &'a GgufFile, hp: &Hparams) -> Result<Vec<Planned<'a>>, Conve
             ));
         }
         if !is_supported(t.ggml_type) {
-            return Err(tensor_err(
-                &t.name,
-                format!("type {} cannot be dequantized", t.ggml_type),
-            ));
+            return Err(tensor_err(&t.name, format!("type {} cannot be dequantized", t.ggml_type)));
         }
         seen.insert(t.name.as_str());
         out.push(Planned { hf_name, source: t, shape, unpermute_heads });
@@ -199,7 +202,10 @@ pub fn write_safetensors(
     let mut offset = 0usize;
     for p in planned {
         let len = p.source.n_elements as usize * dtype.size() as usize;
-        infos.push((p.hf_name.clone(), StInfo { dtype: st_dtype, shape: p.shape.clone(), data_offsets: (offset, offset + len) }));
+        infos.push((
+            p.hf_name.clone(),
+            StInfo { dtype: st_dtype, shape: p.shape.clone(), data_offsets: (offset, offset + len) },
+        ));
         offset += len;
     }
     let format = HashMap::from([("format".to_string(), "pt".to_string())]);
@@ -282,7 +288,7 @@ fn stream_values(
 
 /// One tensor as f32 in HF layout, into `out`: dequantized, and un-permuted where
 /// llama.cpp permuted it.
-pub fn tensor_values(g: &GgufFile, p: &Planned, out: &mut Vec<f32>) -> Result<(), ConvertError> {
+fn tensor_values(g: &GgufFile, p: &Planned, out: &mut Vec<f32>) -> Result<(), ConvertError> {
     out.resize(p.source.n_elements as usize, 0.0);
     g.dequantize_into(p.source, out)?;
     if let Some(heads) = p.unpermute_heads {

@@ -24,7 +24,8 @@ const TOKEN_CONTROL: i64 = 3;
 const TOKEN_USER_DEFINED: i64 = 4;
 
 /// The Qwen2 split (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2`): single digits.
-const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// The Llama-3 split (`llama-bpe`): digits in runs of up to three.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -46,13 +47,14 @@ fn tokenizer_err(g: &GgufFile, reason: String) -> ConvertError {
 pub fn build(g: &GgufFile) -> Result<GgufTokenizer, ConvertError> {
     let model = g.require_str("tokenizer.ggml.model")?;
     if model != "gpt2" {
-        return Err(unsupported(g, "tokenizer.ggml.model", model, "only byte-level BPE (gpt2) vocabularies are converted"));
+        return Err(unsupported(
+            g,
+            "tokenizer.ggml.model",
+            model,
+            "only byte-level BPE (gpt2) vocabularies are converted",
+        ));
     }
-    let tokens: Vec<String> = g
-        .require_str_array("tokenizer.ggml.tokens")?
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let tokens: Vec<String> = g.require_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     let types = g.i64_array("tokenizer.ggml.token_type")?.unwrap_or_else(|| vec![1; tokens.len()]);
     if types.len() != tokens.len() {
         return Err(tokenizer_err(
@@ -132,7 +134,9 @@ fn text_splitting(g: &GgufFile) -> Result<(Option<NormalizerWrapper>, PreTokeniz
         "qwen2" => (Some(NFC.into()), split_then_bytes(QWEN2_SPLIT)?),
         "llama-bpe" | "llama3" => (None, split_then_bytes(LLAMA3_SPLIT)?),
         // SmolLM: every digit on its own, then GPT-2's split.
-        "smollm" => (None, PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]))),
+        "smollm" => {
+            (None, PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level(true)])))
+        }
         "gpt-2" | "gpt2" | "default" => (None, byte_level(true)),
         other => return Err(unsupported(g, key, other, "this pre-tokenizer is not known to the converter")),
     })

@@ -56,15 +56,14 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], GgufError> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or_else(|| {
-            GgufError::Truncated {
+        let end =
+            self.pos.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or_else(|| GgufError::Truncated {
                 file: self.file.to_path_buf(),
                 what: what.to_string(),
                 offset: self.pos as u64,
                 needed: n as u64,
                 len: self.bytes.len() as u64,
-            }
-        })?;
+            })?;
         let out = &self.bytes[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -190,7 +189,9 @@ pub fn parse_header(file: &Path, bytes: &[u8]) -> Result<Header, GgufError> {
         None => DEFAULT_ALIGNMENT,
         Some((_, Value::U32(a))) if a.is_power_of_two() => u64::from(*a),
         Some((_, v)) => {
-            return Err(c.invalid("metadata key \"general.alignment\"", format!("{} is not a power-of-two u32", v.summary())))
+            return Err(
+                c.invalid("metadata key \"general.alignment\"", format!("{} is not a power-of-two u32", v.summary()))
+            )
         }
     };
 
@@ -210,7 +211,9 @@ pub fn parse_header(file: &Path, bytes: &[u8]) -> Result<Header, GgufError> {
     for t in &tensors {
         let what = format!("tensor {:?}", t.name);
         if t.offset % alignment != 0 {
-            return Err(c.invalid(&what, format!("data offset {} is not a multiple of the alignment {alignment}", t.offset)));
+            return Err(
+                c.invalid(&what, format!("data offset {} is not a multiple of the alignment {alignment}", t.offset))
+            );
         }
         let end = data_start.checked_add(t.offset).and_then(|s| s.checked_add(t.n_bytes));
         if end.is_none_or(|end| end > bytes.len() as u64) {
@@ -237,8 +240,11 @@ fn tensor_info(c: &mut Cursor, name: String, what: &str) -> Result<TensorInfo, G
     }
     let type_id = c.u32(what)?;
     let offset = c.u64(what)?;
-    let ggml_type = GgmlType::from_id(type_id)
-        .ok_or_else(|| GgufError::UnknownType { file: c.file.to_path_buf(), tensor: name.clone(), type_id })?;
+    let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownType {
+        file: c.file.to_path_buf(),
+        tensor: name.clone(),
+        type_id,
+    })?;
     // ggml caps a tensor's element count at i64::MAX.
     let n_elements = dims
         .iter()
