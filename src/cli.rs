@@ -204,5 +204,12 @@ pub struct BenchArgs {
 #[derive(Subcommand, Debug)]
 pub enum ConvertCommand {
     /// Write an HF-style folder (config.json, bf16 model.safetensors, tokenizer.json) from a GGUF.
-    Gguf { input: PathBuf, out_dir: PathBuf },
+    Gguf {
+        input: PathBuf,
+        out_dir: PathBuf,
+        /// Element type of model.safetensors: bf16, or f32 for an exact copy of the
+        /// dequantized values.
+        #[arg(long, default_value = "bf16", value_parser = ["bf16", "f32"])]
+        dtype: String,
+    },
 }

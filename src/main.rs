@@ -1,6 +1,6 @@
 use clap::Parser;
 
-use specdeck::cli::{Cli, Command};
+use specdeck::cli::{Cli, Command, ConvertCommand};
 
 fn main() {
     let cli = Cli::parse();
@@ -11,7 +11,9 @@ fn main() {
         Some(Command::Generate(_)) | Some(Command::Bench(_)) => {
             Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
         }
-        Some(Command::Convert(_)) => Err(anyhow::anyhow!("convert: lands with the engine issue")),
+        Some(Command::Convert(ConvertCommand::Gguf { input, out_dir, dtype })) => {
+            specdeck::model::convert::run_cli(&input, &out_dir, &dtype)
+        }
         None => Err(anyhow::anyhow!("the demo lands with the console issue")),
     };
     match result {

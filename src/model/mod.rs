@@ -1,4 +1,7 @@
-//! Model files: `config.json`, safetensors checkpoints, tokenizers.
+//! Model files: `config.json`, safetensors checkpoints, tokenizers, GGUF files and their
+//! conversion to HF folders.
 
 pub mod checkpoint;
 pub mod config;
+pub mod convert;
+pub mod gguf;
