@@ -10,6 +10,7 @@ pub mod event;
 pub mod finding;
 pub mod model;
 pub mod preflight;
+pub mod recorder;
 pub mod replay;
 pub mod spec;
 pub mod telemetry;

@@ -6,9 +6,14 @@ pub mod action;
 pub mod app;
 pub mod engine;
 pub mod excerpt;
+pub mod headless;
 pub mod keymap;
 pub mod layout;
 pub mod log;
+pub mod panes;
+pub mod run;
+pub mod session;
+pub mod terminal;
 pub mod text;
 pub mod theme;
 
