@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod cli;
 pub mod console;
+pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod finding;
