@@ -16,7 +16,7 @@ use crate::console::text::{truncate, wrap_runs};
 use crate::event::{PhaseId, PhaseState};
 use crate::finding::{Evidence, Finding, Severity, Side, SpecChange};
 
-const GAP: &str = " │ ";
+const GAP: &str = "│";
 
 pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let s = pane.state;
@@ -34,23 +34,102 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let width = inner.width as usize;
     let height = inner.height as usize;
     let columns = quoted_files(s, finding);
-    let mut top = header(pane, finding);
-    let message_cap = (height / 4).max(2);
-    top.extend(wrapped(&finding.message, width, Style::new()).into_iter().take(message_cap));
+    let message = word_wrap(&finding.message, width);
     let other = other_evidence(pane, finding, &columns, width);
-    let mut bottom = remedies(pane, finding, width, true);
-    let fixed = |bottom: &Vec<Line>| top.len() + other.len() + bottom.len() + 2;
-    if fixed(&bottom) + 2 > height {
-        bottom = remedies(pane, finding, width, false);
+    let remedies = remedies(pane, finding, width);
+    let descriptions: usize = remedies.iter().map(|(_, d)| d.len()).sum();
+    let marked_rows = if columns.is_empty() { 0 } else { 1 + marked_count(s, finding) };
+
+    // Share the height in order of importance: what is wrong and the fixes first, then the
+    // evidence lines, then context.
+    let mut budget = Budget { left: height };
+    budget.take(1 + remedies.iter().map(|(lines, _)| lines.len()).sum::<usize>()); // header, remedies
+    let mut excerpt_rows = budget.take(marked_rows.min(2));
+    let mut message_rows = budget.take(1);
+    excerpt_rows += budget.take(marked_rows.saturating_sub(excerpt_rows));
+    message_rows += budget.take(message.len().min(2).saturating_sub(message_rows));
+    let remedy_title = budget.take(1);
+    let other_rows = budget.take(other.len());
+    message_rows += budget.take(message.len().min(4).saturating_sub(message_rows));
+    if !columns.is_empty() {
+        // Three lines of context around each evidence line.
+        excerpt_rows += budget.take((marked_rows + 6).saturating_sub(excerpt_rows));
     }
-    let excerpt_rows = height.saturating_sub(fixed(&bottom)).clamp(1, 14);
-    let mut lines = top;
-    lines.push(Line::raw(""));
-    lines.extend(excerpts(pane, finding, &columns, width, excerpt_rows));
-    lines.extend(other);
-    lines.extend(bottom);
+    let gaps = budget.take(2);
+    let with_descriptions = descriptions <= budget.left && budget.take(descriptions) == descriptions;
+    if !columns.is_empty() {
+        excerpt_rows += budget.take(15usize.saturating_sub(excerpt_rows));
+    }
+    message_rows += budget.take(message.len().saturating_sub(message_rows));
+
+    let mut lines = header(pane, finding);
+    lines.extend(clip(message, message_rows, width).into_iter().map(Line::raw));
+    if gaps > 0 {
+        lines.push(Line::raw(""));
+    }
+    if excerpt_rows > 0 {
+        lines.extend(excerpts(pane, finding, &columns, width, excerpt_rows));
+    }
+    lines.extend(other.into_iter().take(other_rows));
+    if gaps > 1 {
+        lines.push(Line::raw(""));
+    }
+    if remedy_title > 0 {
+        let title = if finding.remedies.is_empty() {
+            "No remedy is known for this finding."
+        } else {
+            "Remedies (press the key to apply and relaunch):"
+        };
+        lines.push(Line::styled(title, theme.title()));
+    }
+    for (head, description) in remedies {
+        lines.extend(head);
+        if with_descriptions {
+            lines.extend(description);
+        }
+    }
     let lines: Vec<Line> = lines.into_iter().skip(s.diagnosis_scroll.min(usize::MAX / 4)).collect();
     Paragraph::new(lines).render(inner, buf);
+}
+
+/// Rows left to hand out.
+struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    /// Take up to `n` rows; returns how many were given.
+    fn take(&mut self, n: usize) -> usize {
+        let given = n.min(self.left);
+        self.left -= given;
+        given
+    }
+}
+
+/// The first `rows` rows of wrapped text, marking a cut with `…`.
+fn clip(mut rows_of_text: Vec<String>, rows: usize, width: usize) -> Vec<String> {
+    if rows_of_text.len() > rows {
+        rows_of_text.truncate(rows);
+        if let Some(last) = rows_of_text.pop() {
+            rows_of_text.push(truncate(&format!("{last} …"), width));
+        }
+    }
+    rows_of_text
+}
+
+/// How many evidence lines the taller excerpt column highlights.
+fn marked_count(s: &State, f: &Finding) -> usize {
+    quoted_files(s, f)
+        .iter()
+        .map(|(_, file)| match s.files.get(file) {
+            Some(SourceFile::Loaded { marks, .. }) => {
+                f.evidence.iter().filter(|e| e.file == *file && marks.get(&e.key).copied().flatten().is_some()).count()
+            }
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(0)
+        .max(1)
 }
 
 fn idle_text(s: &State) -> String {
@@ -76,10 +155,6 @@ fn header<'a>(pane: &Pane<'_>, f: &Finding) -> Vec<Line<'a>> {
         Span::styled(f.id.clone(), theme.title()),
         Span::styled(format!(" · fails at {}", f.phase), theme.dim()),
     ])]
-}
-
-fn wrapped<'a>(text: &str, width: usize, style: Style) -> Vec<Line<'a>> {
-    word_wrap(text, width).into_iter().map(|row| Line::styled(row, style)).collect()
 }
 
 /// Word wrap for prose (messages, descriptions); long words are cut.
@@ -174,10 +249,18 @@ fn excerpts<'a>(pane: &Pane<'_>, f: &Finding, files: &[(Side, String)], width: u
     let theme = pane.theme;
     let col_width = match files.len() {
         1 => width,
-        _ => width.saturating_sub(GAP.len()) / 2,
+        _ => width.saturating_sub(GAP.width()) / 2,
     };
-    let columns: Vec<Vec<Option<(String, String, bool)>>> =
-        files.iter().map(|(_, file)| column_rows(pane.state, f, file, height)).collect();
+    // `height` counts the row naming the files.
+    let body = height.saturating_sub(1);
+    let columns: Vec<Vec<Option<(String, String, bool)>>> = files
+        .iter()
+        .map(|(_, file)| {
+            let mut rows = fit_column(column_rows(pane.state, f, file, body), col_width);
+            rows.truncate(body);
+            rows
+        })
+        .collect();
     let mut lines = Vec::new();
     let headers: Vec<Vec<Span>> = files
         .iter()
@@ -194,11 +277,10 @@ fn excerpts<'a>(pane: &Pane<'_>, f: &Finding, files: &[(Side, String)], width: u
             .iter()
             .map(|col| match col.get(i) {
                 Some(Some((gutter, text, mark))) => {
-                    let room = col_width.saturating_sub(gutter.width() + 1);
                     let style = if *mark { theme.evidence() } else { Style::new() };
                     vec![
-                        Span::styled(format!("{gutter} "), if *mark { theme.evidence() } else { theme.dim() }),
-                        Span::styled(truncate(text, room), style),
+                        Span::styled(gutter.clone(), if *mark { theme.evidence() } else { theme.dim() }),
+                        Span::styled(text.clone(), style),
                     ]
                 }
                 Some(None) => vec![Span::styled("…", theme.dim())],
@@ -208,6 +290,29 @@ fn excerpts<'a>(pane: &Pane<'_>, f: &Finding, files: &[(Side, String)], width: u
         lines.push(join_columns(cells, col_width, theme.dim()));
     }
     lines
+}
+
+/// Fit rows to the column: evidence lines wrap onto continuation rows (their values must
+/// stay visible); other lines are cut.
+fn fit_column(rows: Vec<Option<(String, String, bool)>>, width: usize) -> Vec<Option<(String, String, bool)>> {
+    let mut out = Vec::new();
+    for row in rows {
+        let Some((gutter, text, mark)) = row else {
+            out.push(None);
+            continue;
+        };
+        let room = width.saturating_sub(gutter.width()).max(1);
+        if !mark || text.width() <= room {
+            out.push(Some((gutter, truncate(&text, room), mark)));
+            continue;
+        }
+        let blank = " ".repeat(gutter.width());
+        for (i, piece) in wrap_runs([(text.as_str(), ())], room).into_iter().enumerate() {
+            let piece: String = piece.into_iter().map(|(s, _)| s).collect();
+            out.push(Some((if i == 0 { gutter.clone() } else { blank.clone() }, piece, true)));
+        }
+    }
+    out
 }
 
 /// Lay cells side by side, each padded to `width`, separated by a rule.
@@ -248,29 +353,33 @@ fn other_evidence<'a>(pane: &Pane<'_>, f: &Finding, columns: &[(Side, String)], 
     lines
 }
 
-fn remedies<'a>(pane: &Pane<'_>, f: &Finding, width: usize, with_descriptions: bool) -> Vec<Line<'a>> {
+/// Per remedy: its key, id and changes (wrapped), and its description (wrapped).
+fn remedies<'a>(pane: &Pane<'_>, f: &Finding, width: usize) -> Vec<(Vec<Line<'a>>, Vec<Line<'a>>)> {
     let theme = pane.theme;
-    if f.remedies.is_empty() {
-        return vec![Line::raw(""), Line::styled("No remedy is known for this finding.", theme.dim())];
-    }
-    let mut lines = vec![Line::raw(""), Line::styled("Remedies (press the key to apply and relaunch):", theme.title())];
-    for (i, r) in f.remedies.iter().take(9).enumerate() {
-        let key = pane.state.keymap.hint(&Action::ApplyRemedy(i as u8 + 1)).unwrap_or_else(|| "-".into());
-        let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
-        let lead = format!(" {key:>2}  {}  ", r.id);
-        let room = width.saturating_sub(lead.width());
-        lines.push(Line::from(vec![
-            Span::styled(format!(" {key:>2}  "), theme.key()),
-            Span::styled(format!("{}  ", r.id), theme.title()),
-            Span::raw(truncate(&changes.join("; "), room)),
-        ]));
-        if with_descriptions {
-            for row in word_wrap(&r.description, width.saturating_sub(6)) {
-                lines.push(Line::styled(format!("      {row}"), theme.dim()));
-            }
-        }
-    }
-    lines
+    f.remedies
+        .iter()
+        .take(9)
+        .enumerate()
+        .map(|(i, r)| {
+            let key = pane.state.keymap.hint(&Action::ApplyRemedy(i as u8 + 1)).unwrap_or_else(|| "-".into());
+            let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
+            let lead = format!(" {key:>2}  {}  ", r.id);
+            let room = width.saturating_sub(lead.width()).max(8);
+            // What a remedy changes is the point of the line: wrap it, never cut it.
+            let mut rows = word_wrap(&changes.join("; "), room).into_iter();
+            let mut lines = vec![Line::from(vec![
+                Span::styled(format!(" {key:>2}  "), theme.key()),
+                Span::styled(format!("{}  ", r.id), theme.title()),
+                Span::raw(rows.next().unwrap_or_default()),
+            ])];
+            lines.extend(rows.map(|row| Line::raw(format!("{}{row}", " ".repeat(lead.width())))));
+            let description = word_wrap(&r.description, width.saturating_sub(6))
+                .into_iter()
+                .map(|row| Line::styled(format!("      {row}"), theme.dim()))
+                .collect();
+            (lines, description)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -61,7 +61,10 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
 
 fn draw_prompt(pane: &Pane<'_>, area: ratatui::layout::Rect, buf: &mut Buffer) {
     let theme = pane.theme;
-    let value = pane.state.prompt.value();
+    // The prompt is one line on screen; show its newlines as ↵ (one cell each, so the
+    // cursor arithmetic is unchanged).
+    let value = pane.state.prompt.value().replace('\n', "↵");
+    let value = value.as_str();
     let width = (area.width as usize).saturating_sub(3);
     let mut spans = vec![Span::styled("> ", theme.key())];
     if pane.focused {

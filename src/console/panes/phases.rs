@@ -3,7 +3,6 @@
 //! ready time of a relaunch next to the cold start.
 
 use ratatui::buffer::Buffer;
-use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
@@ -58,14 +57,16 @@ fn phase_row<'a>(pane: &Pane<'_>, phase: PhaseId, record: Option<&PhaseRecord>, 
         (Some(PhaseState::Skipped), _) | (_, None) => String::new(),
         (_, Some(e)) => fmt_secs(e),
     };
+    // Skipped phases have no time; their reason takes the time's place.
+    let elapsed_width = if elapsed.is_empty() { 0 } else { 9 };
     let mut spans = vec![
         Span::styled(format!("{symbol} "), style),
         Span::styled(format!("{:<NAME_WIDTH$}", phase.name()), style),
         Span::styled(format!("{word:<8}"), style),
-        Span::raw(format!("{elapsed:>9}")),
+        Span::raw(format!("{elapsed:>elapsed_width$}")),
     ];
     if let Some(detail) = record.and_then(|r| r.detail.as_deref()) {
-        let room = width.saturating_sub(2 + NAME_WIDTH + 8 + 9 + 2);
+        let room = width.saturating_sub(2 + NAME_WIDTH + 8 + elapsed_width + 2);
         if room > 3 {
             spans.push(Span::styled(format!("  {}", truncate(detail, room)), theme.dim()));
         }
@@ -152,19 +153,18 @@ fn ready_rows<'a>(pane: &Pane<'_>) -> Vec<Line<'a>> {
     let theme = pane.theme;
     let mut rows = Vec::new();
     if let Some(cold) = s.cold_start {
-        let mut spans = vec![Span::styled("cold start ", theme.dim()), Span::styled(fmt_secs(cold.elapsed_s), theme.good())];
-        if let Some(re) = s.relaunch {
-            let kept = if re.reused_target { ", target kept" } else { "" };
-            spans.push(Span::styled(" · relaunch ", theme.dim()));
-            spans.push(Span::styled(fmt_secs(re.elapsed_s), theme.good()));
-            spans.push(Span::raw(format!(" (×{:.2}{kept})", re.elapsed_s / cold.elapsed_s.max(1e-9))));
-        }
-        rows.push(Line::from(spans));
-    } else if let Some(re) = s.relaunch {
+        rows.push(Line::from(vec![Span::styled("cold start ", theme.dim()), Span::styled(fmt_secs(cold.elapsed_s), theme.good())]));
+    }
+    if let Some(re) = s.relaunch {
+        let kept = if re.reused_target { ", target kept" } else { "" };
+        let ratio = match s.cold_start {
+            Some(cold) => format!(" ×{:.2} of cold{kept}", re.elapsed_s / cold.elapsed_s.max(1e-9)),
+            None => kept.trim_start_matches(", ").to_string(),
+        };
         rows.push(Line::from(vec![
-            Span::styled("ready ", theme.dim()),
+            Span::styled("relaunch   ", theme.dim()),
             Span::styled(fmt_secs(re.elapsed_s), theme.good()),
-            Span::styled(" (target kept resident)", Style::new()),
+            Span::raw(ratio),
         ]));
     }
     rows

@@ -14,12 +14,18 @@ use crate::event::{PhaseId, PhaseState};
 pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let s = pane.state;
     let theme = pane.theme;
-    let hints = hints(s);
-    let hint_width: usize = hints.iter().map(|(k, w)| k.chars().count() + w.chars().count() + 3).sum();
+    let summary_text = match &s.notice {
+        Some(n) => n.clone(),
+        None => summary(s),
+    };
+    // The summary keeps up to 48 columns; hints fill the rest, most useful first.
+    let room = (pane.area.width as usize).saturating_sub(summary_text.chars().count().min(48) + 2);
+    let hints = fitting_hints(hints(s), room);
+    let hint_width: usize = hints.iter().map(|(k, w)| hint_len(k, w)).sum();
     let [left, right] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint_width as u16)]).areas(pane.area);
     let summary = match &s.notice {
-        Some(n) => Span::styled(format!(" {n}"), theme.warning()),
-        None => Span::raw(format!(" {}", summary(s))),
+        Some(_) => Span::styled(format!(" {summary_text}"), theme.warning()),
+        None => Span::raw(format!(" {summary_text}")),
     };
     Paragraph::new(Line::from(summary)).render(left, buf);
     let mut spans = Vec::new();
@@ -48,6 +54,27 @@ fn summary(s: &State) -> String {
         Some(p) => format!("{attempt} · {p}…"),
         None => attempt,
     }
+}
+
+fn hint_len(key: &str, what: &str) -> usize {
+    key.chars().count() + what.chars().count() + 3
+}
+
+/// The hints that fit in `room` columns, chosen by priority, shown in their usual order.
+fn fitting_hints(all: Vec<(String, &'static str)>, room: usize) -> Vec<(String, &'static str)> {
+    const PRIORITY: [&str; 7] = ["fix", "quit", "help", "relaunch", "focus", "layout", "search"];
+    let mut keep = vec![false; all.len()];
+    let mut used = 0;
+    for what in PRIORITY {
+        if let Some(i) = all.iter().position(|(_, w)| *w == what) {
+            let len = hint_len(&all[i].0, all[i].1);
+            if used + len <= room {
+                used += len;
+                keep[i] = true;
+            }
+        }
+    }
+    all.into_iter().zip(keep).filter(|(_, k)| *k).map(|(h, _)| h).collect()
 }
 
 /// (key, what) pairs for the bar, from the keymap; unbound actions are left out.
