@@ -317,7 +317,7 @@ async fn a_console_session_runs_through_its_action_channel() {
         let ready_at = full.events.iter().position(|e| matches!(e.event, Event::Ready { .. })).unwrap();
         engine.play(&full.events[relaunch_at..=ready_at]).await;
         let Command::Generate(params) = engine.expect().await else { panic!("the prompt is sent at ready") };
-        assert_eq!(params.prompt, PROMPT.trim());
+        assert_eq!(params.prompt, PROMPT);
         inputs_tx.send(key('r')).unwrap();
         assert_eq!(engine.expect().await, Command::Launch(clamped.clone()));
         engine.play(&slice(&full, ready_at + 1)).await;
@@ -409,4 +409,34 @@ async fn headless_with_apply_continues_to_ready_and_prints_the_text() {
     .await;
     assert_eq!((code, err.as_str()), (0, ""));
     insta::assert_snapshot!("headless_apply_stdout", out);
+}
+
+// ----- the binary's configuration errors ----------------------------------------------
+
+fn specdeck(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_specdeck")).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn bad_layout_keymap_and_event_log_paths_are_errors_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("mine.toml");
+    std::fs::write(&layout, "[[row]]\n[[row.child]]\npane = \"gpu\"\n").unwrap();
+    let keymap = dir.path().join("keys.toml");
+    std::fs::write(&keymap, "[bindings]\nquitt = \"q\"\n").unwrap();
+    let flags = ["launch", "--headless", "--model-path", common::TARGET, "--speculative-draft-model-path", common::DRAFT];
+    let with = |extra: [&str; 2]| specdeck(&[&flags[..], &extra[..]].concat());
+    let (code, err) = with(["--layout", layout.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err,
+        format!("specdeck: {}:3: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, status)\n", layout.display())
+    );
+    let (code, err) = with(["--keymap", keymap.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert_eq!(err, format!("specdeck: {}:2: unknown action \"quitt\" (see `?` in the console for the list)\n", keymap.display()));
+    let (code, err) = with(["--event-log", "/nonexistent-dir/events.jsonl"]);
+    assert_eq!(code, Some(2));
+    assert!(err.starts_with("specdeck: --event-log: /nonexistent-dir/events.jsonl: "), "{err}");
 }

@@ -355,10 +355,9 @@ impl State {
                         record.started = Some(t);
                         record.ended = None;
                     }
-                    _ => {
-                        record.started.get_or_insert(t);
-                        record.ended = Some(t);
-                    }
+                    // A phase may end without having been reported started (ready, or
+                    // skipped ones); it then has no elapsed time.
+                    _ => record.ended = Some(t),
                 }
                 record.state = Some(state);
                 record.detail = detail;
@@ -677,8 +676,9 @@ impl State {
     }
 
     fn send_prompt(&mut self) -> Vec<Effect> {
-        let text = self.prompt.value().trim().to_string();
-        if text.is_empty() {
+        // Sent exactly as typed: trailing newlines are part of a completion prompt.
+        let text = self.prompt.value().to_string();
+        if text.trim().is_empty() {
             self.notice = Some("type a prompt first (Tab to the Generate pane)".into());
             return Vec::new();
         }

@@ -307,8 +307,8 @@ fn fit_column(rows: Vec<Option<(String, String, bool)>>, width: usize) -> Vec<Op
             continue;
         }
         let blank = " ".repeat(gutter.width());
-        for (i, piece) in wrap_runs([(text.as_str(), ())], room).into_iter().enumerate() {
-            let piece: String = piece.into_iter().map(|(s, _)| s).collect();
+        // Break at spaces first, so a key and its value stay whole where they fit.
+        for (i, piece) in word_wrap(&text, room).into_iter().enumerate() {
             out.push(Some((if i == 0 { gutter.clone() } else { blank.clone() }, piece, true)));
         }
     }
