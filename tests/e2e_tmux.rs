@@ -107,6 +107,15 @@ fn demo_diagnosis_fix_relaunch_generate_and_quit_in_tmux() {
     assert!(screen.contains("262144,") && screen.contains("131072,"), "{screen}");
     assert_eq!(tmux.pane_flag("alternate_on"), "1");
 
+    // A resize (an SSH client's window change) redraws the console at the new size.
+    tmux.run(&["resize-window", "-t", "e2e", "-x", "80", "-y", "24"]);
+    let screen = tmux.wait_for("a redraw at 80x24", Duration::from_secs(10), |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        lines.len() == 24 && lines[0].chars().count() == 80 && lines[0].ends_with('┐') && s.contains("press 1 to fix")
+    });
+    assert!(screen.contains("clamp-context-length"), "{screen}");
+    tmux.run(&["resize-window", "-t", "e2e", "-x", "120", "-y", "40"]);
+
     tmux.keys(&["1"]);
     let screen = tmux.wait_for("ready and streamed tokens", Duration::from_secs(120), |s| {
         s.contains("✓ ready") && s.contains("cold start") && s.contains(" tok/s · accept ")

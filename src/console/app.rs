@@ -713,6 +713,7 @@ impl State {
                     Action::PageUp => s.saturating_sub(PAGE),
                     Action::PageDown => *s + PAGE,
                     Action::ScrollTop => 0,
+                    // The pane clamps this to its last screenful.
                     _ => usize::MAX / 2,
                 };
             }

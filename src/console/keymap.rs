@@ -21,7 +21,7 @@ use toml::Spanned;
 use tui_input::InputRequest;
 
 use super::action::Action;
-use super::text::line_of_offset;
+use super::text::{line_of_offset, located};
 
 /// A key with its modifiers, normalised so that `L` and `shift-l` are the same chord.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -142,7 +142,7 @@ impl fmt::Display for KeyChord {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("{file}:{line}: {message}")]
+#[error("{}", located(file, *line, message))]
 pub struct KeymapError {
     pub file: String,
     pub line: usize,

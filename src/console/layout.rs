@@ -24,7 +24,7 @@ use ratatui::layout::{Constraint, Direction, Layout as Splitter, Rect};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::text::line_of_offset;
+use super::text::{line_of_offset, located};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PaneKind {
@@ -84,7 +84,7 @@ pub struct Layout {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("{file}:{line}: {message}")]
+#[error("{}", located(file, *line, message))]
 pub struct LayoutError {
     pub file: String,
     pub line: usize,
@@ -334,7 +334,6 @@ mod tests {
     fn resolve_takes_names_or_paths() {
         assert_eq!(Layout::resolve("wide").unwrap().name, "wide");
         let err = Layout::resolve("/nonexistent/x.toml").unwrap_err();
-        assert_eq!(err.file, "/nonexistent/x.toml");
-        assert!(err.message.starts_with("not a built-in layout"), "{err}");
+        assert!(err.to_string().starts_with("/nonexistent/x.toml: not a built-in layout"), "{err}");
     }
 }

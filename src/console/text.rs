@@ -7,6 +7,15 @@ pub fn line_of_offset(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
+/// `file:line: message`, or `file: message` when no line applies (line 0).
+pub fn located(file: &str, line: usize, message: &str) -> String {
+    if line == 0 {
+        format!("{file}: {message}")
+    } else {
+        format!("{file}:{line}: {message}")
+    }
+}
+
 /// Split styled runs of text into rows of at most `width` columns, breaking at any
 /// character (generated text has no reliable word boundaries) and at newlines. Each row is
 /// a list of (text, tag) pieces, so callers keep per-run styling across breaks.

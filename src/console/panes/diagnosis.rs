@@ -88,7 +88,9 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
             lines.extend(description);
         }
     }
-    let lines: Vec<Line> = lines.into_iter().skip(s.diagnosis_scroll.min(usize::MAX / 4)).collect();
+    // Scrolling stops once the last line is at the bottom.
+    let skip = s.diagnosis_scroll.min(lines.len().saturating_sub(height));
+    let lines: Vec<Line> = lines.into_iter().skip(skip).collect();
     Paragraph::new(lines).render(inner, buf);
 }
 
