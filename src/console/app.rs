@@ -20,6 +20,9 @@ use crate::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseId, PhaseSt
 use crate::finding::{exit_code, Finding, Severity, Side, SpecChange};
 use crate::spec::LaunchSpec;
 
+// Inputs are moved through the loop one at a time, never stored in bulk: boxing the large
+// event variant would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     Action(Action),

@@ -232,6 +232,7 @@ pub fn sharded_capture_story() -> Story {
 }
 
 /// Commands the console sent, as the engine would receive them.
+#[allow(clippy::large_enum_variant)] // a handful per test
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     Launch(LaunchSpec),
