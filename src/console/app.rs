@@ -392,8 +392,19 @@ impl State {
                 Vec::new()
             }
             Event::Log { level, source, line } => {
+                // The engine reports a failed request as an error line and sends no Stats:
+                // that ends the generation (a headless run must not wait for ever).
+                let failed_generation = level == LogLevel::Error && self.generation.active;
+                if failed_generation {
+                    self.generation.active = false;
+                    self.notice = Some(format!("generation failed: {line}"));
+                }
                 self.log.push(t, level, &source, line);
-                Vec::new()
+                if failed_generation && self.options.exit_when_done {
+                    self.finish(1)
+                } else {
+                    Vec::new()
+                }
             }
             Event::Finding(finding) => self.on_finding(t, finding),
             Event::RemedyApplied { id, changes } => {
@@ -856,6 +867,19 @@ mod tests {
         assert_eq!(effects, vec![Effect::Shutdown]);
         let effects = s.apply(ev(2.4, Event::Exit { code: 0, reason: "shutdown".into() }));
         assert_eq!(effects, vec![Effect::Exit(0)]);
+    }
+
+    #[test]
+    fn an_engine_error_during_generation_ends_a_headless_run_with_1() {
+        let mut s = state(Options { exit_when_done: true, prompt: Some("x".into()), ..live() });
+        s.apply(ev(0.0, Event::Launch { attempt: 1, spec: LaunchSpec::default() }));
+        assert_eq!(s.apply(ev(1.0, Event::Ready { elapsed_s: 1.0, reused_target: false })).len(), 1);
+        assert!(s.generation.active);
+        let line = "generate: the tokenizer cannot encode the prompt".to_string();
+        let effects = s.apply(ev(1.1, Event::Log { level: LogLevel::Error, source: "engine".into(), line }));
+        assert_eq!(effects, vec![Effect::Shutdown]);
+        assert_eq!(s.exit_code, 1);
+        assert!(!s.animating());
     }
 
     #[test]

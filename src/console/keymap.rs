@@ -302,15 +302,22 @@ impl Keymap {
         self.action_for(KeyChord::from_event(key))
     }
 
-    /// (keys, description) for every action, for the help pane.
+    /// (keys, description) for every action, for the help pane. The remedy keys share
+    /// one row while they are the digits 1–9.
     pub fn help_rows(&self) -> Vec<(String, String)> {
-        self.bindings
-            .iter()
-            .map(|(action, keys)| {
-                let keys = if keys.is_empty() { "(unbound)".to_string() } else { join_keys(keys) };
-                (keys, action.describe())
-            })
-            .collect()
+        let digits = (1..=9u8).all(|n| self.keys_for(&Action::ApplyRemedy(n)) == [KeyChord::plain(char::from(b'0' + n))]);
+        let mut rows = Vec::new();
+        for (action, keys) in &self.bindings {
+            match action {
+                Action::ApplyRemedy(1) if digits => rows.push(("1-9".to_string(), "apply that remedy of the diagnosis and relaunch".to_string())),
+                Action::ApplyRemedy(_) if digits => {}
+                _ => {
+                    let keys = if keys.is_empty() { "(unbound)".to_string() } else { join_keys(keys) };
+                    rows.push((keys, action.describe()));
+                }
+            }
+        }
+        rows
     }
 
     /// The first key of an action, for hints (`?`), or None when unbound.
@@ -404,6 +411,11 @@ mod tests {
         assert_eq!(km.keys_for(&Action::Quit).len(), 2);
         let help = km.help_rows();
         assert!(help.contains(&("ctrl-r".to_string(), "relaunch with the current spec".to_string())), "{help:?}");
+        assert_eq!(help.len(), 22);
+        assert_eq!(help[2], ("1-9".to_string(), "apply that remedy of the diagnosis and relaunch".to_string()));
+        let moved = Keymap::default().patched("k.toml", "[bindings]\nremedy-1 = \"F1\"\n").unwrap().help_rows();
+        assert_eq!(moved.len(), 30);
+        assert_eq!(moved[2].0, "f1");
     }
 
     #[test]

@@ -11,20 +11,18 @@ use crate::console::theme::Theme;
 pub(super) fn draw(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let rows = state.keymap.help_rows();
     let key_width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0).min(24);
-    let mut lines: Vec<Line> = rows
+    let lines: Vec<Line> = rows
         .into_iter()
         .map(|(keys, what)| Line::from(vec![Span::styled(format!(" {keys:<key_width$}  "), theme.key()), Span::raw(what)]))
         .collect();
-    lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        " In the Generate pane and the search prompt, letters type; Enter sends, Tab leaves.",
-        theme.dim(),
-    ));
     let height = (lines.len() as u16 + 2).min(area.height);
     let width = area.width.saturating_sub(4).min(90);
     let [popup] = Layout::horizontal([Constraint::Length(width)]).flex(Flex::Center).areas(area);
     let [popup] = Layout::vertical([Constraint::Length(height)]).flex(Flex::Center).areas(popup);
     Clear.render(popup, buf);
-    let block = Block::bordered().border_style(theme.border(true)).title(Line::styled(" Keys (? or Esc closes) ", theme.title()));
+    let block = Block::bordered()
+        .border_style(theme.border(true))
+        .title(Line::styled(" Keys (? or Esc closes) ", theme.title()))
+        .title_bottom(Line::styled(" In the prompt and the search, letters type; Enter sends; Tab leaves ", theme.dim()));
     Paragraph::new(lines).block(block).render(popup, buf);
 }
