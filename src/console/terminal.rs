@@ -23,8 +23,20 @@ pub struct TerminalGuard {
 
 impl TerminalGuard {
     /// Enter raw mode and the alternate screen. Fails cleanly (no panic) without a TTY.
+    ///
+    /// A panic on any thread (the engine's included) restores the terminal, reports, and
+    /// ends the process: a console whose terminal was restored under it cannot go on.
     pub fn enter() -> io::Result<TerminalGuard> {
-        Ok(TerminalGuard { terminal: ratatui::try_init()? })
+        let terminal = ratatui::try_init()?;
+        let restore_and_report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            // ratatui's hook leaves raw mode and the alternate screen; the cursor, hidden
+            // while drawing, is shown by the terminal's Drop, which never runs on this path.
+            let _ = crossterm::execute!(io::stdout(), crossterm::cursor::Show);
+            restore_and_report(info);
+            std::process::exit(101);
+        }));
+        Ok(TerminalGuard { terminal })
     }
 }
 
