@@ -21,6 +21,12 @@ pub struct Cli {
     /// Record every event of the demo as JSONL.
     #[arg(long, value_name = "FILE")]
     pub event_log: Option<PathBuf>,
+    /// Console layout for the demo: default, compact, wide, or a layout file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub layout: Option<String>,
+    /// Keymap file for the demo (default: $XDG_CONFIG_HOME/specdeck/keymap.toml when present).
+    #[arg(long, value_name = "FILE")]
+    pub keymap: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -144,6 +150,9 @@ pub struct LaunchArgs {
     /// Console layout name (layouts/*.toml) or path.
     #[arg(long)]
     pub layout: Option<String>,
+    /// Keymap file (default: $XDG_CONFIG_HOME/specdeck/keymap.toml when present).
+    #[arg(long, value_name = "FILE")]
+    pub keymap: Option<PathBuf>,
     /// A pasted launch command, as for `check`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

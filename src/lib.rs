@@ -5,11 +5,13 @@
 pub mod backend;
 pub mod cli;
 pub mod console;
+pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod finding;
 pub mod model;
 pub mod preflight;
+pub mod recorder;
 pub mod replay;
 pub mod spec;
 pub mod telemetry;

@@ -1,12 +1,17 @@
 use clap::Parser;
 
-use specdeck::cli::{Cli, Command, ConvertCommand};
+use specdeck::cli::{Cli, Command, ConvertCommand, LaunchArgs};
+use specdeck::console::session::{run_session, SessionConfig};
+use specdeck::console::EngineControl;
+use specdeck::demo;
+use specdeck::event::EventSink;
+use specdeck::spec::LaunchSpec;
 
 fn main() {
     let cli = Cli::parse();
     let result: anyhow::Result<i32> = match cli.command {
         Some(Command::Check(args)) => specdeck::preflight::command::run(&args),
-        Some(Command::Launch(_)) => Err(anyhow::anyhow!("launch: lands with the console issue")),
+        Some(Command::Launch(args)) => launch(args, cli.headless),
         Some(Command::Replay(_)) => Err(anyhow::anyhow!("replay: lands with the replay issue")),
         Some(Command::Generate(_)) | Some(Command::Bench(_)) => {
             Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
@@ -14,7 +19,7 @@ fn main() {
         Some(Command::Convert(ConvertCommand::Gguf { input, out_dir, dtype })) => {
             specdeck::model::convert::run_cli(&input, &out_dir, &dtype)
         }
-        None => Err(anyhow::anyhow!("the demo lands with the console issue")),
+        None => run_demo(&cli),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -23,4 +28,43 @@ fn main() {
             std::process::exit(2);
         }
     }
+}
+
+/// `specdeck launch …`: the console on a TTY, else headless.
+fn launch(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
+    let base = if args.command.is_empty() { LaunchSpec::default() } else { LaunchSpec::from_words(&args.command)? };
+    let spec = args.flags.to_spec(base)?;
+    let config = SessionConfig {
+        spec,
+        apply: args.flags.apply,
+        prompt: args.prompt,
+        max_new_tokens: args.max_new_tokens,
+        layout: args.layout,
+        keymap: args.keymap,
+        event_log: args.event_log,
+        headless,
+    };
+    run_session(config, start_engine)
+}
+
+/// `specdeck` with no arguments: the embedded demo pair, its default prompt once ready.
+fn run_demo(cli: &Cli) -> anyhow::Result<i32> {
+    let pair = demo::extract()?;
+    let config = SessionConfig {
+        spec: pair.spec(),
+        apply: cli.apply.clone(),
+        prompt: Some(demo::DEFAULT_PROMPT.to_string()),
+        max_new_tokens: 64,
+        layout: cli.layout.clone(),
+        keymap: cli.keymap.clone(),
+        event_log: cli.event_log.clone(),
+        headless: cli.headless,
+    };
+    run_session(config, start_engine)
+}
+
+/// The in-process engine behind the console (CONTRACTS.md 1 and 2). The engine lands with
+/// its own issue; the merge puts `EngineHandle::spawn(sink, preflight)` here.
+fn start_engine(_sink: EventSink) -> anyhow::Result<Option<Box<dyn EngineControl>>> {
+    Err(anyhow::anyhow!("the in-process engine lands with the engine issue (CONTRACTS.md 1); this build cannot launch"))
 }

@@ -1,1 +1,20 @@
-//! (module under construction: see the issue that builds it)
+//! The console: one event stream in, keys mapped to `Action`s, a pure state update
+//! (`app::State::apply`) and pure drawing (`panes::draw`). Every pane is fed by events
+//! only, so a live launch and a replayed recording look the same.
+
+pub mod action;
+pub mod app;
+pub mod engine;
+pub mod excerpt;
+pub mod headless;
+pub mod keymap;
+pub mod layout;
+pub mod log;
+pub mod panes;
+pub mod run;
+pub mod session;
+pub mod terminal;
+pub mod text;
+pub mod theme;
+
+pub use engine::{EngineControl, GenerateParams};

@@ -1,0 +1,149 @@
+//! The no-TTY front end: prints the phases, the findings and the generated text as the
+//! events arrive, and on failure a hint naming the `--apply` ids that would fix it.
+
+use std::io::{self, Write};
+
+use super::app::State;
+use super::panes::fmt_secs;
+use super::run::Frontend;
+use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
+use crate::finding::{Finding, Severity, SpecChange};
+
+pub struct Printer<W: Write, E: Write> {
+    out: W,
+    err: E,
+    /// Generated text is being written without a newline.
+    mid_line: bool,
+    gpu_reported: bool,
+}
+
+impl<W: Write, E: Write> Printer<W, E> {
+    pub fn new(out: W, err: E) -> Self {
+        Printer { out, err, mid_line: false, gpu_reported: false }
+    }
+
+    pub fn into_parts(self) -> (W, E) {
+        (self.out, self.err)
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.mid_line) {
+            writeln!(self.out)?;
+        }
+        Ok(())
+    }
+}
+
+/// The diagnosis as text: the finding, its evidence and its numbered remedies.
+pub fn finding_text(f: &Finding) -> String {
+    let severity = match f.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+        Severity::Info => "info",
+    };
+    let mut out = format!("{severity} {} (fails at {})\n  {}\n", f.id, f.phase, f.message);
+    for e in &f.evidence {
+        out.push_str(&format!("  {:<7} {}  {} = {}\n", e.side.name(), e.file, e.key, e.value));
+    }
+    for (i, r) in f.remedies.iter().enumerate() {
+        let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
+        out.push_str(&format!("  remedy {}: {}  ({})\n    {}\n", i + 1, r.id, changes.join("; "), r.description));
+    }
+    out
+}
+
+impl<W: Write, E: Write> Frontend for Printer<W, E> {
+    fn on_event(&mut self, ev: &TimedEvent, state: &State) -> io::Result<()> {
+        match &ev.event {
+            Event::Token { text, .. } => {
+                if !self.mid_line {
+                    writeln!(self.out, "--- generated ---")?;
+                    write!(self.out, "{}", state.generation.prompt)?;
+                }
+                write!(self.out, "{text}")?;
+                self.mid_line = true;
+                return self.out.flush();
+            }
+            Event::Launch { attempt, spec } => {
+                self.end_line()?;
+                let what = if *attempt > 1 { "relaunch" } else { "launch" };
+                writeln!(self.out, "{what} #{attempt}: {spec}")?;
+            }
+            Event::Phase { phase, state: phase_state, detail } => {
+                self.end_line()?;
+                let elapsed = match (phase_state, state.phases.get(phase).and_then(|r| r.started)) {
+                    (PhaseState::Done | PhaseState::Failed, Some(start)) => format!(" ({})", fmt_secs(ev.t - start)),
+                    _ => String::new(),
+                };
+                let word = match phase_state {
+                    PhaseState::Started => "started",
+                    PhaseState::Done => "done",
+                    PhaseState::Failed => "FAILED",
+                    PhaseState::Skipped => "skipped",
+                };
+                let detail = detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default();
+                writeln!(self.out, "[{:>8.3}] {:<21} {word}{elapsed}{detail}", ev.t, phase.name())?;
+            }
+            Event::Finding(f) => {
+                self.end_line()?;
+                write!(self.out, "{}", finding_text(f))?;
+            }
+            Event::RemedyApplied { id, changes } => {
+                self.end_line()?;
+                let what: Vec<String> = changes.iter().map(SpecChange::describe).collect();
+                writeln!(self.out, "applied remedy {id}: {}", what.join("; "))?;
+            }
+            Event::Ready { elapsed_s, reused_target } => {
+                self.end_line()?;
+                let kept = if *reused_target { " (target kept resident)" } else { "" };
+                writeln!(self.out, "ready in {}{kept}", fmt_secs(*elapsed_s))?;
+            }
+            Event::Stats(s) => {
+                self.end_line()?;
+                writeln!(
+                    self.out,
+                    "--- {} tokens, {:.1} tokens/s, mean accept length {:.2} ---",
+                    s.tokens, s.tokens_per_s, s.mean_accept_length
+                )?;
+            }
+            Event::Log { level, source, line } if *level >= LogLevel::Warning => {
+                self.end_line()?;
+                let tag = if *level == LogLevel::Error { "error" } else { "warning" };
+                writeln!(self.out, "[{tag}] {source}: {line}")?;
+            }
+            Event::Telemetry { gpus, note } if !self.gpu_reported => {
+                self.gpu_reported = true;
+                self.end_line()?;
+                match note {
+                    Some(n) if gpus.is_empty() => writeln!(self.out, "gpus: {n}")?,
+                    _ => writeln!(self.out, "gpus: {}", gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", "))?,
+                }
+            }
+            _ => {}
+        }
+        self.out.flush()
+    }
+
+    fn finish(&mut self, state: &State, code: i32) -> io::Result<()> {
+        self.end_line()?;
+        if code == 0 {
+            return self.out.flush();
+        }
+        let ids: Vec<&str> = state
+            .findings
+            .iter()
+            .filter(|f| f.is_error())
+            .flat_map(|f| f.remedies.iter().map(|r| r.id.as_str()))
+            .collect();
+        match ids.first() {
+            Some(first) => {
+                writeln!(self.err, "specdeck: the launch failed; to apply a remedy and continue, pass --apply {first}")?;
+                for id in &ids[1..] {
+                    writeln!(self.err, "          (or --apply {id})")?;
+                }
+            }
+            None => writeln!(self.err, "specdeck: the launch failed (exit {code})")?,
+        }
+        self.err.flush()
+    }
+}

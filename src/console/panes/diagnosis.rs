@@ -1,0 +1,402 @@
+//! Diagnosis: the finding's message; the target and draft config excerpts side by side with
+//! the evidence keys' lines highlighted (marked `▶` too, so it reads without colour); the
+//! remedies numbered with the key that applies each and what it changes.
+
+use ratatui::buffer::Buffer;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget};
+use unicode_width::UnicodeWidthStr;
+
+use super::Pane;
+use crate::console::action::Action;
+use crate::console::app::{SourceFile, State};
+use crate::console::excerpt::window;
+use crate::console::text::{truncate, wrap_runs};
+use crate::event::{PhaseId, PhaseState};
+use crate::finding::{Evidence, Finding, Severity, Side, SpecChange};
+
+const GAP: &str = "│";
+
+pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
+    let s = pane.state;
+    let theme = pane.theme;
+    let title = match (s.shown_finding(), s.findings.len()) {
+        (Some(f), 1) => format!(" Diagnosis · {} ", f.id),
+        (Some(f), n) => format!(" Diagnosis · {} ({}/{n}, ] next) ", f.id, s.selected_finding + 1),
+        (None, _) => " Diagnosis ".to_string(),
+    };
+    let inner = pane.frame(Line::styled(title, theme.title()), buf);
+    let Some(finding) = s.shown_finding() else {
+        Paragraph::new(Line::styled(idle_text(s), theme.dim())).render(inner, buf);
+        return;
+    };
+    let width = inner.width as usize;
+    let height = inner.height as usize;
+    let columns = quoted_files(s, finding);
+    let message = word_wrap(&finding.message, width);
+    let other = other_evidence(pane, finding, &columns, width);
+    let remedies = remedies(pane, finding, width);
+    let descriptions: usize = remedies.iter().map(|(_, d)| d.len()).sum();
+    let marked_rows = if columns.is_empty() { 0 } else { 1 + marked_count(s, finding) };
+
+    // Share the height in order of importance: what is wrong and the fixes first, then the
+    // evidence lines, then context.
+    let mut budget = Budget { left: height };
+    budget.take(1 + remedies.iter().map(|(lines, _)| lines.len()).sum::<usize>()); // header, remedies
+    let mut excerpt_rows = budget.take(marked_rows.min(2));
+    let mut message_rows = budget.take(1);
+    excerpt_rows += budget.take(marked_rows.saturating_sub(excerpt_rows));
+    message_rows += budget.take(message.len().min(2).saturating_sub(message_rows));
+    let remedy_title = budget.take(1);
+    let other_rows = budget.take(other.len());
+    message_rows += budget.take(message.len().min(4).saturating_sub(message_rows));
+    if !columns.is_empty() {
+        // Three lines of context around each evidence line.
+        excerpt_rows += budget.take((marked_rows + 6).saturating_sub(excerpt_rows));
+    }
+    let gaps = budget.take(2);
+    let with_descriptions = descriptions <= budget.left && budget.take(descriptions) == descriptions;
+    if !columns.is_empty() {
+        excerpt_rows += budget.take(15usize.saturating_sub(excerpt_rows));
+    }
+    message_rows += budget.take(message.len().saturating_sub(message_rows));
+
+    let mut lines = header(pane, finding);
+    lines.extend(clip(message, message_rows, width).into_iter().map(Line::raw));
+    if gaps > 0 {
+        lines.push(Line::raw(""));
+    }
+    if excerpt_rows > 0 {
+        lines.extend(excerpts(pane, finding, &columns, width, excerpt_rows));
+    }
+    lines.extend(other.into_iter().take(other_rows));
+    if gaps > 1 {
+        lines.push(Line::raw(""));
+    }
+    if remedy_title > 0 {
+        let title = if finding.remedies.is_empty() {
+            "No remedy is known for this finding."
+        } else {
+            "Remedies (press the key to apply and relaunch):"
+        };
+        lines.push(Line::styled(title, theme.title()));
+    }
+    for (head, description) in remedies {
+        lines.extend(head);
+        if with_descriptions {
+            lines.extend(description);
+        }
+    }
+    // Scrolling stops once the last line is at the bottom.
+    let skip = s.diagnosis_scroll.min(lines.len().saturating_sub(height));
+    let lines: Vec<Line> = lines.into_iter().skip(skip).collect();
+    Paragraph::new(lines).render(inner, buf);
+}
+
+/// Rows left to hand out.
+struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    /// Take up to `n` rows; returns how many were given.
+    fn take(&mut self, n: usize) -> usize {
+        let given = n.min(self.left);
+        self.left -= given;
+        given
+    }
+}
+
+/// The first `rows` rows of wrapped text, marking a cut with `…`.
+fn clip(mut rows_of_text: Vec<String>, rows: usize, width: usize) -> Vec<String> {
+    if rows_of_text.len() > rows {
+        rows_of_text.truncate(rows);
+        if let Some(last) = rows_of_text.pop() {
+            rows_of_text.push(truncate(&format!("{last} …"), width));
+        }
+    }
+    rows_of_text
+}
+
+/// How many evidence lines the taller excerpt column highlights.
+fn marked_count(s: &State, f: &Finding) -> usize {
+    quoted_files(s, f)
+        .iter()
+        .map(|(_, file)| match s.files.get(file) {
+            Some(SourceFile::Loaded { marks, .. }) => {
+                f.evidence.iter().filter(|e| e.file == *file && marks.get(&e.key).copied().flatten().is_some()).count()
+            }
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(0)
+        .max(1)
+}
+
+fn idle_text(s: &State) -> String {
+    let preflight = s.phases.get(&PhaseId::Preflight).and_then(|r| r.state);
+    match (s.attempt, preflight) {
+        (0, _) => "Waiting for the first launch…".into(),
+        (_, Some(PhaseState::Done)) => "Preflight passed: no mismatch between the drafter and the target.".into(),
+        (_, Some(PhaseState::Started)) | (_, None) => "Preflight running…".into(),
+        (_, Some(_)) => "No finding was reported for this launch.".into(),
+    }
+}
+
+fn header<'a>(pane: &Pane<'_>, f: &Finding) -> Vec<Line<'a>> {
+    let theme = pane.theme;
+    let (word, style) = match f.severity {
+        Severity::Error => ("ERROR", theme.error()),
+        Severity::Warning => ("WARNING", theme.warning()),
+        Severity::Info => ("INFO", theme.dim()),
+    };
+    vec![Line::from(vec![
+        Span::styled(word, style),
+        Span::raw(" "),
+        Span::styled(f.id.clone(), theme.title()),
+        Span::styled(format!(" · fails at {}", f.phase), theme.dim()),
+    ])]
+}
+
+/// Word wrap for prose (messages, descriptions); long words are cut.
+fn word_wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(8);
+    let mut rows = Vec::new();
+    let mut row = String::new();
+    for word in text.split_whitespace() {
+        let needed = if row.is_empty() { word.width() } else { row.width() + 1 + word.width() };
+        if needed > width && !row.is_empty() {
+            rows.push(std::mem::take(&mut row));
+        }
+        if !row.is_empty() {
+            row.push(' ');
+        }
+        row.push_str(word);
+        if row.width() > width {
+            for piece in wrap_runs([(row.as_str(), ())], width) {
+                rows.push(piece.into_iter().map(|(s, _)| s).collect());
+            }
+            row = rows.pop().unwrap_or_default();
+        }
+    }
+    if !row.is_empty() {
+        rows.push(row);
+    }
+    rows
+}
+
+/// The files quoted side by side: the first target file, then the first draft file (or the
+/// log for a replayed failure), at most two.
+fn quoted_files(s: &State, f: &Finding) -> Vec<(Side, String)> {
+    let mut files: Vec<(Side, String)> = Vec::new();
+    for side in [Side::Target, Side::Draft, Side::Log] {
+        let quoted = f.evidence.iter().find(|e| e.side == side && s.files.contains_key(&e.file));
+        if let Some(e) = quoted {
+            if files.iter().all(|(_, file)| *file != e.file) {
+                files.push((side, e.file.clone()));
+            }
+        }
+    }
+    files.truncate(2);
+    files
+}
+
+/// `…/target/config.json`: the last two components, which tell the files apart.
+fn short_path(path: &str, width: usize) -> String {
+    let parts: Vec<&str> = path.rsplit('/').take(2).collect();
+    let short = if parts.len() == 2 && path.matches('/').count() > 1 {
+        format!("…/{}/{}", parts[1], parts[0])
+    } else {
+        path.to_string()
+    };
+    truncate(&short, width)
+}
+
+/// One column of an excerpt: rows of (gutter, text, marked), with `None` for a gap.
+fn column_rows(s: &State, f: &Finding, file: &str, height: usize) -> Vec<Option<(String, String, bool)>> {
+    let (lines, marks) = match s.files.get(file) {
+        Some(SourceFile::Loaded { lines, marks }) => (lines, marks),
+        Some(SourceFile::Failed(e)) => return vec![Some((String::new(), format!("cannot read: {e}"), false))],
+        _ => return vec![Some((String::new(), "reading…".to_string(), false))],
+    };
+    let marked: Vec<usize> =
+        f.evidence.iter().filter(|e| e.file == file).filter_map(|e| marks.get(&e.key).copied().flatten()).collect();
+    let rows = window(lines.len(), &marked, height);
+    let indent = rows
+        .iter()
+        .flatten()
+        .map(|&n| &lines[n - 1])
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let number_width = rows.iter().flatten().max().map(|n| n.to_string().len()).unwrap_or(1);
+    rows.into_iter()
+        .map(|row| {
+            row.map(|n| {
+                let line = &lines[n - 1];
+                let text = line.get(indent.min(line.len() - line.trim_start().len())..).unwrap_or(line);
+                let mark = marked.contains(&n);
+                (format!("{n:>number_width$}{}", if mark { "▶" } else { " " }), text.to_string(), mark)
+            })
+        })
+        .collect()
+}
+
+fn excerpts<'a>(pane: &Pane<'_>, f: &Finding, files: &[(Side, String)], width: usize, height: usize) -> Vec<Line<'a>> {
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let theme = pane.theme;
+    let col_width = match files.len() {
+        1 => width,
+        _ => width.saturating_sub(GAP.width()) / 2,
+    };
+    // `height` counts the row naming the files.
+    let body = height.saturating_sub(1);
+    let columns: Vec<Vec<Option<(String, String, bool)>>> = files
+        .iter()
+        .map(|(_, file)| {
+            let mut rows = fit_column(column_rows(pane.state, f, file, body), col_width);
+            rows.truncate(body);
+            rows
+        })
+        .collect();
+    let mut lines = Vec::new();
+    let headers: Vec<Vec<Span>> = files
+        .iter()
+        .map(|(side, file)| {
+            let label = format!("{} ", side.name());
+            let path = short_path(file, col_width.saturating_sub(label.len()));
+            vec![Span::styled(label, theme.title()), Span::styled(path, theme.dim())]
+        })
+        .collect();
+    lines.push(join_columns(headers, col_width, theme.dim()));
+    let rows = columns.iter().map(Vec::len).max().unwrap_or(0);
+    for i in 0..rows {
+        let cells: Vec<Vec<Span>> = columns
+            .iter()
+            .map(|col| match col.get(i) {
+                Some(Some((gutter, text, mark))) => {
+                    let style = if *mark { theme.evidence() } else { Style::new() };
+                    vec![
+                        Span::styled(gutter.clone(), if *mark { theme.evidence() } else { theme.dim() }),
+                        Span::styled(text.clone(), style),
+                    ]
+                }
+                Some(None) => vec![Span::styled("…", theme.dim())],
+                None => Vec::new(),
+            })
+            .collect();
+        lines.push(join_columns(cells, col_width, theme.dim()));
+    }
+    lines
+}
+
+/// Fit rows to the column: evidence lines wrap onto continuation rows (their values must
+/// stay visible); other lines are cut.
+fn fit_column(rows: Vec<Option<(String, String, bool)>>, width: usize) -> Vec<Option<(String, String, bool)>> {
+    let mut out = Vec::new();
+    for row in rows {
+        let Some((gutter, text, mark)) = row else {
+            out.push(None);
+            continue;
+        };
+        let room = width.saturating_sub(gutter.width()).max(1);
+        if !mark || text.width() <= room {
+            out.push(Some((gutter, truncate(&text, room), mark)));
+            continue;
+        }
+        let blank = " ".repeat(gutter.width());
+        // Break at spaces first, so a key and its value stay whole where they fit.
+        for (i, piece) in word_wrap(&text, room).into_iter().enumerate() {
+            out.push(Some((if i == 0 { gutter.clone() } else { blank.clone() }, piece, true)));
+        }
+    }
+    out
+}
+
+/// Lay cells side by side, each padded to `width`, separated by a rule.
+fn join_columns<'a>(cells: Vec<Vec<Span<'a>>>, width: usize, rule: Style) -> Line<'a> {
+    let last = cells.len().saturating_sub(1);
+    let mut spans = Vec::new();
+    for (i, cell) in cells.into_iter().enumerate() {
+        let used: usize = cell.iter().map(|s| s.content.width()).sum();
+        spans.extend(cell);
+        if i < last {
+            spans.push(Span::raw(" ".repeat(width.saturating_sub(used))));
+            spans.push(Span::styled(GAP, rule));
+        }
+    }
+    Line::from(spans)
+}
+
+/// Evidence not quoted in an excerpt: launch flags, environment, tensors, absent keys.
+fn other_evidence<'a>(pane: &Pane<'_>, f: &Finding, columns: &[(Side, String)], width: usize) -> Vec<Line<'a>> {
+    let s = pane.state;
+    let quoted = |e: &Evidence| {
+        columns.iter().any(|(_, file)| *file == e.file)
+            && matches!(s.files.get(&e.file), Some(SourceFile::Loaded { marks, .. }) if marks.get(&e.key).copied().flatten().is_some())
+    };
+    let mut lines = Vec::new();
+    for e in f.evidence.iter().filter(|e| !quoted(e)) {
+        let place = match e.side {
+            Side::Launch => e.key.clone(),
+            _ => format!("{} {}", short_path(&e.file, 40), e.key),
+        };
+        let absent = if e.value.is_null() { " (absent)" } else { "" };
+        let text = truncate(&format!("{place} = {}{absent}", e.value), width.saturating_sub(8));
+        lines.push(Line::from(vec![
+            Span::styled(format!("{:<7} ", e.side.name()), pane.theme.title()),
+            Span::styled(text, pane.theme.evidence()),
+        ]));
+    }
+    lines
+}
+
+/// Per remedy: its key, id and changes (wrapped), and its description (wrapped).
+fn remedies<'a>(pane: &Pane<'_>, f: &Finding, width: usize) -> Vec<(Vec<Line<'a>>, Vec<Line<'a>>)> {
+    let theme = pane.theme;
+    f.remedies
+        .iter()
+        .take(9)
+        .enumerate()
+        .map(|(i, r)| {
+            let key = pane.state.keymap.hint(&Action::ApplyRemedy(i as u8 + 1)).unwrap_or_else(|| "-".into());
+            let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
+            let lead = format!(" {key:>2}  {}  ", r.id);
+            let room = width.saturating_sub(lead.width()).max(8);
+            // What a remedy changes is the point of the line: wrap it, never cut it.
+            let mut rows = word_wrap(&changes.join("; "), room).into_iter();
+            let mut lines = vec![Line::from(vec![
+                Span::styled(format!(" {key:>2}  "), theme.key()),
+                Span::styled(format!("{}  ", r.id), theme.title()),
+                Span::raw(rows.next().unwrap_or_default()),
+            ])];
+            lines.extend(rows.map(|row| Line::raw(format!("{}{row}", " ".repeat(lead.width())))));
+            let description = word_wrap(&r.description, width.saturating_sub(6))
+                .into_iter()
+                .map(|row| Line::styled(format!("      {row}"), theme.dim()))
+                .collect();
+            (lines, description)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prose_wraps_at_words_and_cuts_long_words() {
+        assert_eq!(word_wrap("the quick brown fox", 10), ["the quick", "brown fox"]);
+        assert_eq!(word_wrap("abcdefghijkl xy", 8), ["abcdefgh", "ijkl xy"]);
+    }
+
+    #[test]
+    fn paths_keep_their_last_two_components() {
+        assert_eq!(short_path("/root/.cache/specdeck/demo-1/target/config.json", 40), "…/target/config.json");
+        assert_eq!(short_path("config.json", 40), "config.json");
+    }
+}

@@ -1,0 +1,45 @@
+//! GPUs: memory used/total as a bar, utilisation, temperature and power for each GPU, from
+//! the NVML sampler; or the one line saying there is none and the CPU engine is in use.
+
+use ratatui::buffer::Buffer;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget, Wrap};
+
+use super::{bar, fmt_bytes, Pane};
+use crate::console::text::truncate;
+use crate::event::GpuSample;
+
+pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
+    let s = pane.state;
+    let title = match s.gpus.len() {
+        0 => " GPUs ".to_string(),
+        n => format!(" GPUs · {n} "),
+    };
+    let inner = pane.frame(Line::styled(title, pane.theme.title()), buf);
+    if s.gpus.is_empty() {
+        let text = s.gpu_note.clone().unwrap_or_else(|| "waiting for the first GPU sample…".to_string());
+        Paragraph::new(Line::styled(text, pane.theme.dim())).wrap(Wrap { trim: true }).render(inner, buf);
+        return;
+    }
+    let width = inner.width as usize;
+    let rows: Vec<Line> = s.gpus.iter().map(|g| gpu_row(pane, g, width)).collect();
+    Paragraph::new(rows).render(inner, buf);
+}
+
+fn gpu_row<'a>(pane: &Pane<'_>, g: &GpuSample, width: usize) -> Line<'a> {
+    let lead = format!("{:>2} {:<12} ", g.index, truncate(&g.name, 12));
+    let mem = format!(" {}/{}", fmt_bytes(g.memory_used_bytes), fmt_bytes(g.memory_total_bytes));
+    let tail = format!(" {:>3}% {:>3}°C {:>4.0} W", g.utilization_pct, g.temperature_c, g.power_w);
+    let used = lead.chars().count() + mem.chars().count() + tail.chars().count();
+    let bar_width = width.saturating_sub(used).clamp(3, 40);
+    let fraction = if g.memory_total_bytes == 0 { 0.0 } else { g.memory_used_bytes as f64 / g.memory_total_bytes as f64 };
+    let (filled, empty) = bar(bar_width, fraction);
+    let hot = g.temperature_c >= 85 || fraction >= 0.95;
+    Line::from(vec![
+        Span::raw(lead),
+        Span::styled(filled, if hot { pane.theme.warning() } else { pane.theme.gauge() }),
+        Span::styled(empty, pane.theme.dim()),
+        Span::raw(mem),
+        Span::raw(tail),
+    ])
+}

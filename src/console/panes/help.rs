@@ -1,0 +1,28 @@
+//! Help: every binding of the keymap in force, drawn over the panes.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph, Widget};
+
+use crate::console::app::State;
+use crate::console::theme::Theme;
+
+pub(super) fn draw(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let rows = state.keymap.help_rows();
+    let key_width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0).min(24);
+    let lines: Vec<Line> = rows
+        .into_iter()
+        .map(|(keys, what)| Line::from(vec![Span::styled(format!(" {keys:<key_width$}  "), theme.key()), Span::raw(what)]))
+        .collect();
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let width = area.width.saturating_sub(4).min(90);
+    let [popup] = Layout::horizontal([Constraint::Length(width)]).flex(Flex::Center).areas(area);
+    let [popup] = Layout::vertical([Constraint::Length(height)]).flex(Flex::Center).areas(popup);
+    Clear.render(popup, buf);
+    let block = Block::bordered()
+        .border_style(theme.border(true))
+        .title(Line::styled(" Keys (? or Esc closes) ", theme.title()))
+        .title_bottom(Line::styled(" In the prompt and the search, letters type; Enter sends; Tab leaves ", theme.dim()));
+    Paragraph::new(lines).block(block).render(popup, buf);
+}

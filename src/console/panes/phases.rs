@@ -1,0 +1,171 @@
+//! Phases: the start-up timeline with state and elapsed time per phase, load gauges (bytes,
+//! rate, ETA; one per GPU when sharded), a gauge per graph-capture batch size, and the
+//! ready time of a relaunch next to the cold start.
+
+use ratatui::buffer::Buffer;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget};
+
+use super::{bar, fmt_bytes, fmt_secs, Pane};
+use crate::console::app::{Counter, PhaseRecord, State};
+use crate::console::text::truncate;
+use crate::event::{PhaseId, PhaseState, ProgressUnit};
+
+const NAME_WIDTH: usize = 21;
+
+pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
+    let s = pane.state;
+    let title = match s.attempt {
+        0 => " Phases ".to_string(),
+        1 => " Phases · launch ".to_string(),
+        n => format!(" Phases · relaunch #{} ", n - 1),
+    };
+    let inner = pane.frame(Line::styled(title, pane.theme.title()), buf);
+    let width = inner.width as usize;
+    let mut rows: Vec<Line> = Vec::new();
+    let mut current = 0;
+    for phase in PhaseId::ALL {
+        let record = s.phases.get(&phase);
+        if record.is_some_and(|r| r.state.is_some()) {
+            current = rows.len();
+        }
+        rows.push(phase_row(pane, phase, record, width));
+        for gauge in gauges(pane, phase, width) {
+            rows.push(gauge);
+        }
+    }
+    rows.extend(ready_rows(pane));
+    // Keep the phase in progress (or the one that failed) in view when rows do not fit.
+    let height = inner.height as usize;
+    let start = if rows.len() <= height { 0 } else { current.saturating_sub(height / 2).min(rows.len() - height) };
+    let shown: Vec<Line> = rows.into_iter().skip(start).take(height).collect();
+    Paragraph::new(shown).render(inner, buf);
+}
+
+fn phase_row<'a>(pane: &Pane<'_>, phase: PhaseId, record: Option<&PhaseRecord>, width: usize) -> Line<'a> {
+    let theme = pane.theme;
+    let state = record.and_then(|r| r.state);
+    let (symbol, word) = match state {
+        None => ("·", ""),
+        Some(PhaseState::Started) => ("▸", "running"),
+        Some(PhaseState::Done) => ("✓", "done"),
+        Some(PhaseState::Failed) => ("✗", "failed"),
+        Some(PhaseState::Skipped) => ("–", "skipped"),
+    };
+    let style = theme.phase(state);
+    let elapsed = match (state, record.and_then(|r| r.elapsed(pane.state.now))) {
+        (Some(PhaseState::Skipped), _) | (_, None) => String::new(),
+        (_, Some(e)) => fmt_secs(e),
+    };
+    // Skipped phases have no time; their reason takes the time's place.
+    let elapsed_width = if elapsed.is_empty() { 0 } else { 9 };
+    let mut spans = vec![
+        Span::styled(format!("{symbol} "), style),
+        Span::styled(format!("{:<NAME_WIDTH$}", phase.name()), style),
+        Span::styled(format!("{word:<8}"), style),
+        Span::raw(format!("{elapsed:>elapsed_width$}")),
+    ];
+    if let Some(detail) = record.and_then(|r| r.detail.as_deref()) {
+        let room = width.saturating_sub(2 + NAME_WIDTH + 8 + elapsed_width + 2);
+        if room > 3 {
+            spans.push(Span::styled(format!("  {}", truncate(detail, room)), theme.dim()));
+        }
+    }
+    Line::from(spans)
+}
+
+/// Progress rows under a phase: one per GPU for byte loads, one per batch size for graph
+/// capture, one per label otherwise.
+fn gauges<'a>(pane: &Pane<'_>, phase: PhaseId, width: usize) -> Vec<Line<'a>> {
+    let counters: Vec<&Counter> = pane.state.counters.iter().filter(|c| c.phase == phase).collect();
+    let Some(first) = counters.first() else { return Vec::new() };
+    let running = pane.state.phases.get(&phase).is_some_and(|r| r.state == Some(PhaseState::Started));
+    match first.unit {
+        ProgressUnit::Bytes => {
+            let mut gpus: Vec<Option<u32>> = counters.iter().map(|c| c.gpu).collect();
+            gpus.sort();
+            gpus.dedup();
+            gpus.into_iter()
+                .map(|gpu| {
+                    let of_gpu: Vec<&Counter> = counters.iter().copied().filter(|c| c.gpu == gpu).collect();
+                    byte_gauge(pane, gpu, &of_gpu, running, width)
+                })
+                .collect()
+        }
+        ProgressUnit::BatchSize | ProgressUnit::Items => counters
+            .iter()
+            .map(|c| {
+                let label = match c.unit {
+                    ProgressUnit::BatchSize => format!("bs {:>4}", c.label),
+                    _ => truncate(&c.label, 8),
+                };
+                let figures = format!(" {}/{}", c.done, c.total);
+                gauge_line(pane, label, fraction(c.done, c.total), figures, width)
+            })
+            .collect(),
+    }
+}
+
+fn fraction(done: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        done as f64 / total as f64
+    }
+}
+
+fn byte_gauge<'a>(pane: &Pane<'_>, gpu: Option<u32>, counters: &[&Counter], running: bool, width: usize) -> Line<'a> {
+    let done: u64 = counters.iter().map(|c| c.done).sum();
+    let total: u64 = counters.iter().map(|c| c.total).sum();
+    let moved: u64 = counters.iter().map(|c| c.done - c.first_done.min(c.done)).sum();
+    let t0 = counters.iter().map(|c| c.first_t).fold(f64::INFINITY, f64::min);
+    let t1 = counters.iter().map(|c| c.last_t).fold(f64::NEG_INFINITY, f64::max);
+    let rate = if t1 > t0 { Some(moved as f64 / (t1 - t0)) } else { None };
+    let mut figures = format!(" {}/{}", fmt_bytes(done), fmt_bytes(total));
+    if let Some(r) = rate {
+        figures.push_str(&format!(" {}/s", fmt_bytes(r as u64)));
+        if running && done < total && r > 0.0 {
+            figures.push_str(&format!(" ETA {}", fmt_secs((total - done) as f64 / r)));
+        }
+    }
+    let label = match gpu {
+        Some(g) => format!("gpu{g}"),
+        None => "load".to_string(),
+    };
+    gauge_line(pane, label, fraction(done, total), figures, width)
+}
+
+fn gauge_line<'a>(pane: &Pane<'_>, label: String, fraction: f64, figures: String, width: usize) -> Line<'a> {
+    let lead = format!("    {label:<8}");
+    let bar_width = width.saturating_sub(lead.chars().count() + figures.chars().count()).clamp(4, 30);
+    let (filled, empty) = bar(bar_width, fraction);
+    Line::from(vec![
+        Span::raw(lead),
+        Span::styled(filled, pane.theme.gauge()),
+        Span::styled(empty, pane.theme.dim()),
+        Span::raw(truncate(&figures, width.saturating_sub(12 + bar_width))),
+    ])
+}
+
+/// The ready line, and after a relaunch its time next to the cold start's.
+fn ready_rows<'a>(pane: &Pane<'_>) -> Vec<Line<'a>> {
+    let s: &State = pane.state;
+    let theme = pane.theme;
+    let mut rows = Vec::new();
+    if let Some(cold) = s.cold_start {
+        rows.push(Line::from(vec![Span::styled("cold start ", theme.dim()), Span::styled(fmt_secs(cold.elapsed_s), theme.good())]));
+    }
+    if let Some(re) = s.relaunch {
+        let kept = if re.reused_target { ", target kept" } else { "" };
+        let ratio = match s.cold_start {
+            Some(cold) => format!(" ×{:.2} of cold{kept}", re.elapsed_s / cold.elapsed_s.max(1e-9)),
+            None => kept.trim_start_matches(", ").to_string(),
+        };
+        rows.push(Line::from(vec![
+            Span::styled("relaunch   ", theme.dim()),
+            Span::styled(fmt_secs(re.elapsed_s), theme.good()),
+            Span::raw(ratio),
+        ]));
+    }
+    rows
+}

@@ -1,0 +1,100 @@
+//! The status bar: where the launch stands (or the last notice) and key hints taken from
+//! the keymap.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget};
+
+use super::{fmt_secs, Pane};
+use crate::console::action::Action;
+use crate::console::app::State;
+use crate::event::{PhaseId, PhaseState};
+
+pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
+    let s = pane.state;
+    let theme = pane.theme;
+    let summary_text = match &s.notice {
+        Some(n) => n.clone(),
+        None => summary(s),
+    };
+    // The summary keeps up to 48 columns; hints fill the rest, most useful first.
+    let room = (pane.area.width as usize).saturating_sub(summary_text.chars().count().min(48) + 2);
+    let hints = fitting_hints(hints(s), room);
+    let hint_width: usize = hints.iter().map(|(k, w)| hint_len(k, w)).sum();
+    let [left, right] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint_width as u16)]).areas(pane.area);
+    let summary = match &s.notice {
+        Some(_) => Span::styled(format!(" {summary_text}"), theme.warning()),
+        None => Span::raw(format!(" {summary_text}")),
+    };
+    Paragraph::new(Line::from(summary)).render(left, buf);
+    let mut spans = Vec::new();
+    for (key, what) in hints {
+        spans.push(Span::styled(key, theme.key()));
+        spans.push(Span::raw(format!(" {what}  ")));
+    }
+    Paragraph::new(Line::from(spans)).render(right, buf);
+}
+
+fn summary(s: &State) -> String {
+    if s.attempt == 0 {
+        return "waiting for the engine".to_string();
+    }
+    let attempt = format!("attempt {}", s.attempt);
+    if let Some(r) = s.ready {
+        return format!("{attempt} · ready in {}", fmt_secs(r.elapsed_s));
+    }
+    let failed = s.phases.iter().find(|(_, r)| r.state == Some(PhaseState::Failed));
+    if let Some((phase, _)) = failed {
+        let fix = if s.findings.iter().any(|f| !f.remedies.is_empty()) { " · press 1 to fix" } else { "" };
+        return format!("{attempt} · failed at {phase}{fix}");
+    }
+    let running = PhaseId::ALL.into_iter().rev().find(|p| s.phases.get(p).is_some_and(|r| r.state == Some(PhaseState::Started)));
+    match running {
+        Some(p) => format!("{attempt} · {p}…"),
+        None => attempt,
+    }
+}
+
+fn hint_len(key: &str, what: &str) -> usize {
+    key.chars().count() + what.chars().count() + 3
+}
+
+/// The hints that fit in `room` columns, chosen by priority, shown in their usual order.
+fn fitting_hints(all: Vec<(String, &'static str)>, room: usize) -> Vec<(String, &'static str)> {
+    const PRIORITY: [&str; 7] = ["fix", "quit", "help", "relaunch", "focus", "layout", "search"];
+    let mut keep = vec![false; all.len()];
+    let mut used = 0;
+    for what in PRIORITY {
+        if let Some(i) = all.iter().position(|(_, w)| *w == what) {
+            let len = hint_len(&all[i].0, all[i].1);
+            if used + len <= room {
+                used += len;
+                keep[i] = true;
+            }
+        }
+    }
+    all.into_iter().zip(keep).filter(|(_, k)| *k).map(|(h, _)| h).collect()
+}
+
+/// (key, what) pairs for the bar, from the keymap; unbound actions are left out.
+fn hints(s: &State) -> Vec<(String, &'static str)> {
+    let km = &s.keymap;
+    let mut out = Vec::new();
+    if let (Some(first), Some(last)) = (km.hint(&Action::ApplyRemedy(1)), km.hint(&Action::ApplyRemedy(9))) {
+        out.push((format!("{first}-{last}"), "fix"));
+    }
+    for (action, what) in [
+        (Action::Relaunch, "relaunch"),
+        (Action::FocusNext, "focus"),
+        (Action::CycleLayout, "layout"),
+        (Action::Search, "search"),
+        (Action::ToggleHelp, "help"),
+        (Action::Quit, "quit"),
+    ] {
+        if let Some(key) = km.hint(&action) {
+            out.push((key, what));
+        }
+    }
+    out
+}

@@ -1,0 +1,87 @@
+//! A session end to end: pick the console (a TTY) or the headless printer, start the
+//! engine, the telemetry sampler and the recorder, run the loop, tear everything down.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::app::{Options, State};
+use super::engine::EngineControl;
+use super::headless::Printer;
+use super::keymap::Keymap;
+use super::layout::Layout;
+use super::run::{run, Outcome, Session};
+use super::terminal::{spawn_signal_watch, spawn_terminal_input, TerminalFrontend, TerminalGuard};
+use super::theme::Theme;
+use crate::event::EventSink;
+use crate::recorder::Recorder;
+use crate::spec::LaunchSpec;
+use crate::telemetry;
+
+#[derive(Clone, Debug, Default)]
+pub struct SessionConfig {
+    pub spec: LaunchSpec,
+    /// Remedy ids to apply when a launch reports them.
+    pub apply: Vec<String>,
+    /// Sent once the engine is first ready.
+    pub prompt: Option<String>,
+    pub max_new_tokens: usize,
+    /// A built-in layout name or a layout file.
+    pub layout: Option<String>,
+    pub keymap: Option<PathBuf>,
+    pub event_log: Option<PathBuf>,
+    /// Print instead of drawing, even on a TTY.
+    pub headless: bool,
+}
+
+/// Whether this process can run the console: a terminal on both stdin and stdout.
+pub fn has_tty() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// Run a session. `start` gets the event sink and returns the engine to drive, or `None`
+/// when the events come from elsewhere (a replay producer it started on the sink).
+pub fn run_session(
+    config: SessionConfig,
+    start: impl FnOnce(EventSink) -> anyhow::Result<Option<Box<dyn EngineControl>>>,
+) -> anyhow::Result<i32> {
+    let interactive = !config.headless && has_tty();
+    // Configuration errors are reported before the terminal changes mode.
+    let keymap = Keymap::load(config.keymap.as_deref())?;
+    let layout = Layout::resolve(config.layout.as_deref().unwrap_or("default"))?;
+    let recorder = config.event_log.as_deref().map(Recorder::create).transpose().context("--event-log")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let outcome = runtime.block_on(async move {
+        let (sink, events) = EventSink::channel();
+        let engine = start(sink.clone())?;
+        let _sampler = telemetry::spawn(sink.clone(), Duration::from_secs(1));
+        let (tx, inputs) = unbounded_channel();
+        spawn_signal_watch(tx.clone())?;
+        let options = Options {
+            engine_attached: engine.is_some(),
+            exit_when_done: !interactive,
+            apply: config.apply,
+            prompt: config.prompt,
+            max_new_tokens: config.max_new_tokens,
+        };
+        let state = State::new(config.spec, options, keymap, Layout::cycle_starting_with(layout));
+        let session = Session { state, engine, sink, recorder };
+        let outcome: Outcome = if interactive {
+            let mut guard = TerminalGuard::enter().context("cannot set up the terminal")?;
+            spawn_terminal_input(tx);
+            let mut frontend = TerminalFrontend::new(&mut guard.terminal, Theme::from_env());
+            run(session, events, inputs, &mut frontend).await
+        } else {
+            let mut printer = Printer::new(std::io::stdout().lock(), std::io::stderr());
+            run(session, events, inputs, &mut printer).await
+        };
+        anyhow::Ok(outcome)
+    })?;
+    if let Some(e) = outcome.recorder_error {
+        eprintln!("specdeck: the event log stopped early: {e}");
+    }
+    Ok(outcome.code)
+}

@@ -1,0 +1,442 @@
+//! The console, driven by the event sequences contract 1 describes: rendered screens of
+//! every pane and layout (insta, TestBackend), style markers for what plain text loses, and
+//! whole sessions run through the app loop's action channel with no terminal.
+
+mod common;
+
+use std::io;
+
+use common::{demo_story, sharded_capture_story, spec, ChannelEngine, Command, Stage, Story};
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::Modifier;
+use ratatui::Terminal;
+use specdeck::console::action::Action;
+use specdeck::console::app::{Effect, Input, Options, State};
+use specdeck::console::headless::Printer;
+use specdeck::console::keymap::Keymap;
+use specdeck::console::layout::Layout;
+use specdeck::console::panes;
+use specdeck::console::run::{read_source, run, Frontend, Outcome, Session, UserInput};
+use specdeck::console::terminal::TerminalFrontend;
+use specdeck::console::theme::Theme;
+use specdeck::event::{Event, EventSink, LogLevel, TimedEvent};
+use specdeck::recorder::Recorder;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+const PROMPT: &str = "HAMLET.\nTo be, or not to be, that is the question:\n";
+
+fn options() -> Options {
+    Options { engine_attached: true, max_new_tokens: 64, prompt: Some("To be".into()), ..Options::default() }
+}
+
+fn state_with(layouts: Vec<Layout>) -> State {
+    State::new(spec(), options(), Keymap::default(), layouts)
+}
+
+/// Apply events as the loop does, reading the files the diagnosis asks for.
+fn feed(state: &mut State, events: &[TimedEvent]) {
+    for ev in events {
+        let mut queue = vec![Input::Event(ev.clone())];
+        while let Some(input) = queue.pop() {
+            for effect in state.apply(input) {
+                if let Effect::ReadFile(path) = effect {
+                    let text = read_source(&path);
+                    queue.push(Input::FileLoaded { path, text });
+                }
+            }
+        }
+    }
+}
+
+fn story_state(layout: &str, story: &Story) -> State {
+    let mut s = state_with(Layout::cycle_starting_with(Layout::resolve(layout).unwrap()));
+    feed(&mut s, &story.events);
+    s
+}
+
+fn draw(state: &State, theme: Theme, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| panes::draw(state, &theme, f)).unwrap();
+    terminal
+}
+
+/// The screen with styles made visible: «reversed» (evidence lines, search hits, the
+/// cursor) and ‹underlined› (accepted draft tokens).
+fn styled(buf: &Buffer) -> String {
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let mut line = String::new();
+        let mut open: Option<(char, char)> = None;
+        for x in 0..buf.area.width {
+            let cell = &buf[(x, y)];
+            let mark = if cell.modifier.contains(Modifier::REVERSED) {
+                Some(('«', '»'))
+            } else if cell.modifier.contains(Modifier::UNDERLINED) {
+                Some(('‹', '›'))
+            } else {
+                None
+            };
+            if mark != open {
+                if let Some((_, close)) = open {
+                    line.push(close);
+                }
+                if let Some((start, _)) = mark {
+                    line.push(start);
+                }
+                open = mark;
+            }
+            line.push_str(cell.symbol());
+        }
+        if let Some((_, close)) = open {
+            line.push(close);
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn only(pane: &str) -> Vec<Layout> {
+    vec![Layout::parse(pane, "test", &format!("[[row]]\n[[row.child]]\npane = \"{pane}\"\n")).unwrap()]
+}
+
+fn pane_state(pane: &str, story: &Story) -> State {
+    let mut s = state_with(only(pane));
+    feed(&mut s, &story.events);
+    s
+}
+
+const SIZES: [(u16, u16); 2] = [(80, 24), (200, 60)];
+
+#[test]
+fn every_layout_at_both_sizes_in_the_diagnosis_and_after_the_relaunch() {
+    for (stage, name) in [(Stage::Diagnosis, "diagnosis"), (Stage::Relaunched, "relaunched")] {
+        let story = demo_story(stage);
+        for layout in ["default", "compact", "wide"] {
+            let state = story_state(layout, &story);
+            for (w, h) in SIZES {
+                let term = draw(&state, Theme::colored(), w, h);
+                insta::assert_snapshot!(format!("layout_{layout}_{w}x{h}_{name}"), term.backend());
+            }
+        }
+    }
+}
+
+#[test]
+fn each_pane_at_both_sizes() {
+    let diagnosis = demo_story(Stage::Diagnosis);
+    let relaunched = demo_story(Stage::Relaunched);
+    let capture = sharded_capture_story();
+    let cases: [(&str, &str, &Story); 7] = [
+        ("phases", "relaunched", &relaunched),
+        ("phases", "sharded_capture", &capture),
+        ("gpus", "no_gpu", &diagnosis),
+        ("gpus", "eight_gpus", &capture),
+        ("log", "relaunched", &relaunched),
+        ("diagnosis", "diagnosis", &diagnosis),
+        ("generate", "relaunched", &relaunched),
+    ];
+    for (pane, name, story) in cases {
+        let state = pane_state(pane, story);
+        for (w, h) in SIZES {
+            let term = draw(&state, Theme::colored(), w, h);
+            insta::assert_snapshot!(format!("pane_{pane}_{w}x{h}_{name}"), term.backend());
+        }
+    }
+    let status = story_state("default", &diagnosis);
+    let term = draw(&status, Theme::colored(), 80, 24);
+    let bottom: String = (0..80).map(|x| term.backend().buffer()[(x, 23)].symbol().to_string()).collect();
+    assert_eq!(bottom.trim_end(), " attempt 1 · failed at preflight · press 1 to fix      1-9 fix  ? help  q quit");
+}
+
+#[test]
+fn the_diagnosis_highlights_the_evidence_lines_of_both_configs() {
+    let state = pane_state("diagnosis", &demo_story(Stage::Diagnosis));
+    for (w, h) in SIZES {
+        let term = draw(&state, Theme::colored(), w, h);
+        insta::assert_snapshot!(format!("styled_diagnosis_{w}x{h}"), styled(term.backend().buffer()));
+    }
+    // Without colour the highlight survives as reversed video and the ▶ marker.
+    let term = draw(&state, Theme::monochrome(), 200, 60);
+    let text = styled(term.backend().buffer());
+    assert!(text.contains("«14▶\"max_position_embeddings\": 262144,»"), "{text}");
+    assert!(text.contains("«24▶\"max_position_embeddings\": 131072,»"), "{text}");
+    let buf = term.backend().buffer();
+    assert!(buf.content.iter().all(|c| c.fg == ratatui::style::Color::Reset && c.bg == ratatui::style::Color::Reset));
+}
+
+#[test]
+fn accepted_draft_tokens_look_different_from_the_targets_own() {
+    let state = pane_state("generate", &demo_story(Stage::Relaunched));
+    let term = draw(&state, Theme::colored(), 80, 24);
+    insta::assert_snapshot!("styled_generate_80x24", styled(term.backend().buffer()));
+}
+
+#[test]
+fn help_lists_the_keymap_in_force() {
+    let mut state = story_state("default", &demo_story(Stage::Diagnosis));
+    state.keymap = Keymap::default().patched("keymap.toml", "[bindings]\nrelaunch = \"ctrl-r\"\n").unwrap();
+    state.apply(Input::Action(Action::ToggleHelp));
+    for (w, h) in SIZES {
+        let term = draw(&state, Theme::colored(), w, h);
+        insta::assert_snapshot!(format!("help_{w}x{h}"), term.backend());
+    }
+}
+
+#[test]
+fn log_search_filter_and_scroll_show_in_the_pane() {
+    let mut story = demo_story(Stage::Relaunched);
+    for i in 0..40 {
+        story.log(if i % 8 == 0 { LogLevel::Warning } else { LogLevel::Info }, "engine", &format!("decode step {i}"));
+    }
+    let mut state = pane_state("log", &story);
+    let keys = Keymap::default();
+    let press = |state: &mut State, c: char| {
+        let key = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::NONE);
+        let action = keys.map_key(state.input_mode(), &key).unwrap();
+        state.apply(Input::Action(action));
+    };
+    press(&mut state, '/');
+    for c in "step 1".chars() {
+        press(&mut state, c);
+    }
+    let searching = draw(&state, Theme::colored(), 80, 24);
+    insta::assert_snapshot!("log_search_prompt_80x24", styled(searching.backend().buffer()));
+    state.apply(Input::Action(Action::Submit));
+    press(&mut state, 'n');
+    press(&mut state, 'v');
+    press(&mut state, 'v');
+    let filtered = draw(&state, Theme::colored(), 80, 24);
+    insta::assert_snapshot!("log_warning_filter_80x24", filtered.backend());
+}
+
+#[test]
+fn a_resize_redraws_the_same_state_at_the_new_size() {
+    let state = story_state("default", &demo_story(Stage::Diagnosis));
+    let mut terminal = Terminal::new(TestBackend::new(200, 60)).unwrap();
+    terminal.draw(|f| panes::draw(&state, &Theme::colored(), f)).unwrap();
+    terminal.backend_mut().resize(80, 24);
+    terminal.draw(|f| panes::draw(&state, &Theme::colored(), f)).unwrap();
+    let small = draw(&state, Theme::colored(), 80, 24);
+    assert_eq!(terminal.backend().buffer(), small.backend().buffer());
+    terminal.backend_mut().resize(30, 8);
+    terminal.draw(|f| panes::draw(&state, &Theme::colored(), f)).unwrap();
+    let line: String = (0..30).map(|x| terminal.backend().buffer()[(x, 0)].symbol().to_string()).collect();
+    assert_eq!(line, "terminal too small: 30x8 (need");
+}
+
+// ----- whole sessions through the loop ---------------------------------------------------
+
+/// Draws on a TestBackend like the real console, and tells the test which events the
+/// loop has taken, so keys are sent only once the screen they answer is there.
+struct WatchedScreen<'a> {
+    inner: TerminalFrontend<'a, TestBackend>,
+    seen: UnboundedSender<TimedEvent>,
+}
+
+impl Frontend for WatchedScreen<'_> {
+    fn on_event(&mut self, ev: &TimedEvent, _: &State) -> io::Result<()> {
+        let _ = self.seen.send(ev.clone());
+        Ok(())
+    }
+    fn draw(&mut self, state: &State) -> io::Result<()> {
+        self.inner.draw(state)
+    }
+    fn draws(&self) -> bool {
+        true
+    }
+}
+
+/// The engine's side of a session: receives commands, answers with events.
+struct EngineSide {
+    sink: EventSink,
+    commands: UnboundedReceiver<Command>,
+    seen: UnboundedReceiver<TimedEvent>,
+}
+
+impl EngineSide {
+    async fn expect(&mut self) -> Command {
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.commands.recv()).await.expect("a command").expect("open")
+    }
+
+    /// Emit events (with their story times) and wait until the loop has taken the last.
+    async fn play(&mut self, events: &[TimedEvent]) {
+        for ev in events {
+            self.sink.emit_at(ev.t, ev.event.clone());
+        }
+        let last = events.last().expect("events").clone();
+        loop {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(10), self.seen.recv()).await.unwrap().unwrap();
+            if ev == last {
+                return;
+            }
+        }
+    }
+}
+
+fn slice(story: &Story, from: usize) -> Vec<TimedEvent> {
+    story.events[from..].to_vec()
+}
+
+fn session(state: State, sink: &EventSink, recorder: Option<Recorder>) -> (Session, UnboundedReceiver<Command>) {
+    let (tx, commands) = unbounded_channel();
+    (Session { state, engine: Some(Box::new(ChannelEngine(tx))), sink: sink.clone(), recorder }, commands)
+}
+
+fn key(c: char) -> UserInput {
+    UserInput::Key(crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::NONE))
+}
+
+#[tokio::test]
+async fn a_console_session_runs_through_its_action_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("events.jsonl");
+    let (sink, events) = EventSink::channel();
+    let mut state = state_with(Layout::cycle_starting_with(Layout::builtin("default").unwrap()));
+    state.options.prompt = Some(PROMPT.into());
+    state.prompt = tui_input::Input::new(PROMPT.into());
+    let (session, commands) = session(state, &sink, Some(Recorder::create(&log_path).unwrap()));
+    let (seen_tx, seen) = unbounded_channel();
+    let (inputs_tx, inputs) = unbounded_channel();
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    let mut screen = WatchedScreen { inner: TerminalFrontend::new(&mut terminal, Theme::colored()), seen: seen_tx };
+    let mut engine = EngineSide { sink: sink.clone(), commands, seen };
+    let full = demo_story(Stage::Relaunched);
+    let diagnosis_len = demo_story(Stage::Diagnosis).events.len();
+
+    let driver = async {
+        assert_eq!(engine.expect().await, Command::Launch(spec()));
+        engine.play(&full.events[..diagnosis_len]).await;
+        inputs_tx.send(key('1')).unwrap();
+        let Command::Launch(clamped) = engine.expect().await else { panic!("a relaunch") };
+        assert_eq!(clamped.context_length, Some(131072));
+        assert_eq!(clamped.applied, ["clamp-context-length"]);
+        // Events from the clamped launch on: the recorded RemedyApplied came from the console.
+        let relaunch_at = full.events.iter().position(|e| matches!(e.event, Event::Launch { attempt: 2, .. })).unwrap();
+        let ready_at = full.events.iter().position(|e| matches!(e.event, Event::Ready { .. })).unwrap();
+        engine.play(&full.events[relaunch_at..=ready_at]).await;
+        let Command::Generate(params) = engine.expect().await else { panic!("the prompt is sent at ready") };
+        assert_eq!(params.prompt, PROMPT);
+        inputs_tx.send(key('r')).unwrap();
+        assert_eq!(engine.expect().await, Command::Launch(clamped.clone()));
+        engine.play(&slice(&full, ready_at + 1)).await;
+        inputs_tx.send(key('q')).unwrap();
+        assert_eq!(engine.expect().await, Command::Shutdown);
+        engine.play(&[TimedEvent { t: 9.0, event: Event::Exit { code: 0, reason: "shutdown".into() } }]).await;
+    };
+    let (outcome, ()) = tokio::join!(run(session, events, inputs, &mut screen), driver);
+    let Outcome { code, state, recorder_error } = outcome;
+    assert_eq!(code, 0);
+    assert!(recorder_error.is_none());
+    assert_eq!(state.attempt, 3);
+    assert_eq!(state.relaunch.map(|r| r.reused_target), Some(true));
+    terminal.draw(|f| panes::draw(&state, &Theme::colored(), f)).unwrap();
+    let screen_text = terminal.backend().to_string();
+    assert!(screen_text.contains("│cold start 1.87 s "), "{screen_text}");
+    assert!(screen_text.contains("│relaunch   261 ms ×0.14 of cold, target kept"), "{screen_text}");
+    assert!(screen_text.contains("412.5 tok/s · accept 3.00 · 18 tokens · done"), "{screen_text}");
+    // Every event, the console's own RemedyApplied included, is in the event log.
+    let recorded: Vec<TimedEvent> =
+        std::fs::read_to_string(&log_path).unwrap().lines().map(|l| TimedEvent::from_json_line(l).unwrap()).collect();
+    assert_eq!(recorded.len(), full.events.len() + 1);
+    assert!(recorded.iter().any(|e| matches!(&e.event, Event::RemedyApplied { id, .. } if id == "clamp-context-length")));
+}
+
+async fn headless(apply: &[&str], script: impl AsyncFnOnce(&mut EngineSide)) -> (i32, String, String) {
+    let (sink, events) = EventSink::channel();
+    let mut options = options();
+    options.exit_when_done = true;
+    options.prompt = Some(PROMPT.into());
+    options.apply = apply.iter().map(|s| s.to_string()).collect();
+    let state = State::new(spec(), options, Keymap::default(), vec![Layout::builtin("default").unwrap()]);
+    let (session, commands) = session(state, &sink, None);
+    let (_inputs_tx, inputs) = unbounded_channel();
+    let (seen_tx, seen) = unbounded_channel();
+    struct Watched(Printer<Vec<u8>, Vec<u8>>, UnboundedSender<TimedEvent>);
+    impl Frontend for Watched {
+        fn on_event(&mut self, ev: &TimedEvent, state: &State) -> io::Result<()> {
+            let _ = self.1.send(ev.clone());
+            self.0.on_event(ev, state)
+        }
+        fn finish(&mut self, state: &State, code: i32) -> io::Result<()> {
+            self.0.finish(state, code)
+        }
+    }
+    let mut printer = Watched(Printer::new(Vec::new(), Vec::new()), seen_tx);
+    let mut engine = EngineSide { sink, commands, seen };
+    let (outcome, ()) = tokio::join!(run(session, events, inputs, &mut printer), script(&mut engine));
+    let (out, err) = printer.0.into_parts();
+    (outcome.code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+}
+
+#[tokio::test]
+async fn headless_prints_the_diagnosis_and_exits_1_with_a_hint() {
+    let (code, out, err) = headless(&[], async |engine: &mut EngineSide| {
+        assert_eq!(engine.expect().await, Command::Launch(spec()));
+        engine.play(&demo_story(Stage::Diagnosis).events).await;
+        assert_eq!(engine.expect().await, Command::Shutdown);
+        engine.play(&[TimedEvent { t: 1.0, event: Event::Exit { code: 0, reason: "shutdown".into() } }]).await;
+    })
+    .await;
+    assert_eq!(code, 1);
+    insta::assert_snapshot!("headless_diagnosis_stdout", out);
+    assert_eq!(
+        err,
+        "specdeck: the launch failed; to apply a remedy and continue, pass --apply clamp-context-length\n          (or --apply allow-longer-context)\n"
+    );
+}
+
+#[tokio::test]
+async fn headless_with_apply_continues_to_ready_and_prints_the_text() {
+    let full = demo_story(Stage::Relaunched);
+    let diagnosis_len = demo_story(Stage::Diagnosis).events.len();
+    let (code, out, err) = headless(&["clamp-context-length"], async |engine: &mut EngineSide| {
+        assert_eq!(engine.expect().await, Command::Launch(spec()));
+        engine.play(&full.events[..diagnosis_len]).await;
+        let Command::Launch(clamped) = engine.expect().await else { panic!("relaunch") };
+        assert_eq!(clamped.context_length, Some(131072));
+        let relaunch_at = full.events.iter().position(|e| matches!(e.event, Event::Launch { attempt: 2, .. })).unwrap();
+        let ready_at = full.events.iter().position(|e| matches!(e.event, Event::Ready { .. })).unwrap();
+        engine.play(&full.events[relaunch_at..=ready_at]).await;
+        assert!(matches!(engine.expect().await, Command::Generate(_)));
+        let tokens: Vec<TimedEvent> =
+            full.events.iter().filter(|e| matches!(e.event, Event::Token { .. } | Event::Stats(_))).cloned().collect();
+        engine.play(&tokens).await;
+        assert_eq!(engine.expect().await, Command::Shutdown);
+        engine.play(&[TimedEvent { t: 9.0, event: Event::Exit { code: 0, reason: "shutdown".into() } }]).await;
+    })
+    .await;
+    assert_eq!((code, err.as_str()), (0, ""));
+    insta::assert_snapshot!("headless_apply_stdout", out);
+}
+
+// ----- the binary's configuration errors ----------------------------------------------
+
+fn specdeck(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_specdeck")).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn bad_layout_keymap_and_event_log_paths_are_errors_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("mine.toml");
+    std::fs::write(&layout, "[[row]]\n[[row.child]]\npane = \"gpu\"\n").unwrap();
+    let keymap = dir.path().join("keys.toml");
+    std::fs::write(&keymap, "[bindings]\nquitt = \"q\"\n").unwrap();
+    let flags = ["launch", "--headless", "--model-path", common::TARGET, "--speculative-draft-model-path", common::DRAFT];
+    let with = |extra: [&str; 2]| specdeck(&[&flags[..], &extra[..]].concat());
+    let (code, err) = with(["--layout", layout.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err,
+        format!("specdeck: {}:3: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, status)\n", layout.display())
+    );
+    let (code, err) = with(["--keymap", keymap.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert_eq!(err, format!("specdeck: {}:2: unknown action \"quitt\" (see `?` in the console for the list)\n", keymap.display()));
+    let (code, err) = with(["--event-log", "/nonexistent-dir/events.jsonl"]);
+    assert_eq!(code, Some(2));
+    assert!(err.starts_with("specdeck: --event-log: /nonexistent-dir/events.jsonl: "), "{err}");
+}
