@@ -7,7 +7,7 @@ fn main() {
     let result: anyhow::Result<i32> = match cli.command {
         Some(Command::Check(_)) => Err(anyhow::anyhow!("check: lands with the preflight issue")),
         Some(Command::Launch(_)) => Err(anyhow::anyhow!("launch: lands with the console issue")),
-        Some(Command::Replay(_)) => Err(anyhow::anyhow!("replay: lands with the replay issue")),
+        Some(Command::Replay(args)) => specdeck::replay::command(&args),
         Some(Command::Generate(_)) | Some(Command::Bench(_)) => {
             Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
         }
