@@ -358,6 +358,31 @@ fn warning_level_logs_are_timed_from_tqdm_bars_alone() {
 }
 
 #[test]
+fn a_chained_vllm_traceback_is_one_failure_with_its_recognised_cause() {
+    let h = "(EngineCore_DP0 pid=200) ERROR 03-02 10:00:34 [core.py:718]";
+    let log = [
+        "EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        "  File \"/usr/lib/python3/dist-packages/vllm/v1/worker/gpu_model_runner.py\", line 3000, in profile_run",
+        "torch.AcceleratorError: CUDA error: out of resources",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        "  File \"/usr/lib/python3/dist-packages/vllm/v1/worker/gpu_worker.py\", line 250, in determine_available_memory",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+    ]
+    .iter()
+    .map(|m| if m.is_empty() { format!("{h}\n") } else { format!("{h} {m}\n") })
+    .collect::<String>();
+    let (_, r) = replay_bytes("chain.log", log.as_bytes());
+    let f = only_finding(&r);
+    assert_eq!((f.id.as_str(), f.phase), ("memory-budget", PhaseId::KvAlloc));
+    assert_eq!(f.evidence[0].key, "line 10");
+    assert_eq!(r.outcome, Outcome::Failed);
+}
+
+#[test]
 fn a_second_server_start_in_the_same_file_is_a_new_launch() {
     let first = read("testdata/logs/sglang-new/kv-not-enough-memory.log");
     let second = read("testdata/logs/sglang-new/success.log");

@@ -225,9 +225,7 @@ fn short_path(path: &str) -> &str {
 
 /// Captures of `pattern` on `text` (for re-reading a line a rule matched earlier).
 pub fn recapture<'t>(rules: &super::rules::RuleSet, text: &'t str, id: &str) -> Option<Captures<'t>> {
-    rules
-        .first_match(text, |r| matches!(r.action, Fail(f) if f.id == id))
-        .map(|(_, caps)| caps)
+    rules.first_match(text, |r| matches!(r.action, Fail(f) if f.id == id))?.captures()
 }
 
 #[cfg(test)]

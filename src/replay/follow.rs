@@ -17,7 +17,7 @@ use super::{Delivery, Replayer, StopWhen, CHUNK};
 /// How long to sleep when nothing is pending and no file event comes.
 const POLL: Duration = Duration::from_millis(200);
 /// The wait while a traceback or crash line waits for the log to go quiet.
-const POLL_PENDING: Duration = Duration::from_millis(20);
+const POLL_PENDING: Duration = Duration::from_millis(10);
 
 /// A file's identity, to notice that the path now names another file.
 #[cfg(unix)]

@@ -68,7 +68,8 @@ pub fn for_each_segment(raw: &[u8], f: &mut dyn FnMut(&str)) {
 
 fn clean(bytes: &[u8]) -> Cow<'_, str> {
     if memchr(0x1b, bytes).is_none() {
-        return String::from_utf8_lossy(bytes);
+        // `from_utf8` has a fast path for ASCII that `from_utf8_lossy` lacks.
+        return std::str::from_utf8(bytes).map_or_else(|_| String::from_utf8_lossy(bytes), Cow::Borrowed);
     }
     let stripped = strip_ansi_escapes::strip(bytes);
     Cow::Owned(String::from_utf8(stripped).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))

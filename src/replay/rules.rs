@@ -148,6 +148,10 @@ pub struct RuleSet {
     prefilter: AhoCorasick,
     /// For each distinct anchor, the rules that use it, in table order.
     by_anchor: Vec<Vec<usize>>,
+    /// Routine rules (request traffic, decode stats) by the text their lines start with: most
+    /// lines of a long log are these, and a line that starts so is routine, so the
+    /// automaton's scan of the whole line is skipped for them.
+    routine: Vec<(&'static str, usize)>,
 }
 
 impl RuleSet {
@@ -180,32 +184,50 @@ impl RuleSet {
             .kind(Some(AhoCorasickKind::DFA))
             .build(&anchors)
             .expect("rule anchors build an automaton");
-        RuleSet { rules, regexes, prefilter, by_anchor }
+        let routine = rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r.action, Action::Traffic | Action::DecodeStats) && r.pattern.is_empty())
+            .filter(|(_, r)| !r.anchor.starts_with(' '))
+            .map(|(i, r)| (r.anchor, i))
+            .collect();
+        RuleSet { rules, regexes, prefilter, by_anchor, routine }
     }
 
-    /// The first rule (in table order) that matches `message` and `accept`s, with its
-    /// captures.
-    pub fn first_match<'m>(
-        &self,
-        message: &'m str,
-        accept: impl Fn(&Rule) -> bool,
-    ) -> Option<(&'static Rule, Captures<'m>)> {
+    /// The first rule (in table order) that matches `message` and `accept`s. Its captures
+    /// are taken only if the caller asks (most matched lines are routine and need none).
+    pub fn first_match<'m>(&self, message: &'m str, accept: impl Fn(&Rule) -> bool) -> Option<Matched<'_, 'm>> {
+        let matched = |i: usize| Matched { rule: self.rules[i], regex: &self.regexes[i], message };
+        if let Some(&(_, i)) = self.routine.iter().find(|(prefix, i)| message.starts_with(prefix) && accept(self.rules[*i])) {
+            return Some(matched(i));
+        }
         let mut candidates: Vec<usize> = Vec::new();
         for m in self.prefilter.find_overlapping_iter(message) {
             candidates.extend_from_slice(&self.by_anchor[m.pattern().as_usize()]);
         }
-        if candidates.is_empty() {
-            return None;
+        if candidates.len() > 1 {
+            candidates.sort_unstable();
+            candidates.dedup();
         }
-        candidates.sort_unstable();
-        candidates.dedup();
-        candidates.into_iter().find_map(|i| {
+        candidates.into_iter().find(|&i| {
             let rule = self.rules[i];
-            if !accept(rule) {
-                return None;
-            }
-            self.regexes[i].captures(message).map(|c| (rule, c))
+            accept(rule) && (rule.pattern.is_empty() || self.regexes[i].is_match(message))
         })
+        .map(matched)
+    }
+}
+
+/// A rule that matched a message.
+pub struct Matched<'s, 'm> {
+    pub rule: &'static Rule,
+    regex: &'s Regex,
+    message: &'m str,
+}
+
+impl<'m> Matched<'_, 'm> {
+    /// The rule's named captures on the message (empty for an anchor-only rule).
+    pub fn captures(&self) -> Option<Captures<'m>> {
+        self.regex.captures(self.message)
     }
 }
 
@@ -233,12 +255,12 @@ mod tests {
     #[test]
     fn prefilter_picks_the_first_rule_in_table_order() {
         let set = RuleSet::get();
-        let (rule, caps) = set
+        let m = set
             .first_match("Load weight end. elapsed=152.31 s, type=KimiK25ForConditionalGeneration, dtype=torch.bfloat16, avail mem=52.58 GB, mem usage=41.59 GB.", |_| true)
             .unwrap();
-        assert!(matches!(rule.action, Action::WeightLoad(Edge::End)));
-        assert_eq!(rule.dialects, M);
-        assert_eq!(&caps["cls"], "KimiK25ForConditionalGeneration");
+        assert!(matches!(m.rule.action, Action::WeightLoad(Edge::End)));
+        assert_eq!(m.rule.dialects, M);
+        assert_eq!(&m.captures().unwrap()["cls"], "KimiK25ForConditionalGeneration");
         assert!(set.first_match("nothing to see here", |_| true).is_none());
     }
 }

@@ -2,8 +2,10 @@
 //! matched against the rule tables, and turned into the events a live launch would emit.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use memchr::memmem::Finder;
 use regex::Captures;
 
 use crate::event::PhaseId::{self, *};
@@ -23,7 +25,7 @@ use super::traceback::{classify, Continuation, TbLine, Traceback};
 use super::{sglang, vllm};
 
 /// Idle time after which a traceback is taken as complete (follow mode).
-const TRACEBACK_SETTLE: Duration = Duration::from_millis(40);
+const TRACEBACK_SETTLE: Duration = Duration::from_millis(30);
 /// Idle time after which a crash line with no explanation becomes `unrecognized-failure`:
 /// a crash line can come before the traceback that explains it.
 const CRASH_SETTLE: Duration = Duration::from_millis(500);
@@ -105,8 +107,8 @@ fn is_draft_class(cls: &str) -> bool {
 }
 
 /// The number after `label` in `text` (`accept len: 2.31,`).
-fn number_after(text: &str, label: &str) -> Option<f64> {
-    let rest = &text[text.find(label)? + label.len()..];
+fn number_after(text: &str, label: &Finder) -> Option<f64> {
+    let rest = &text[label.find(text.as_bytes())? + label.needle().len()..];
     let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
@@ -170,12 +172,23 @@ impl TextReplayer {
         let engine = self.format.engine();
         let accept = |r: &Rule| r.engine == Engine::Any || r.engine == engine;
         match RuleSet::get().first_match(header.message, accept) {
-            Some((rule, caps)) => {
-                self.votes.add(rule.dialects);
-                if !matches!(rule.action, Action::Traffic | Action::DecodeStats | Action::ShardBar | Action::CaptureBar) {
+            Some(matched) => {
+                let action = matched.rule.action;
+                self.votes.add(matched.rule.dialects);
+                if !matches!(action, Action::Traffic | Action::DecodeStats | Action::ShardBar | Action::CaptureBar) {
                     self.log(text, &header, tb.is_some(), &mut out);
                 }
-                self.act(rule.action, &caps, text, &header, tb, &mut out);
+                match action {
+                    // Routine lines: no captures needed.
+                    Action::Phase(..) | Action::Mark | Action::Traffic | Action::DecodeStats | Action::ServerReady => {
+                        self.act_plain(action, header.message, &mut out)
+                    }
+                    _ => {
+                        if let Some(caps) = matched.captures() {
+                            self.act(action, &caps, text, &header, tb, &mut out);
+                        }
+                    }
+                }
             }
             None => self.log(text, &header, tb.is_some(), &mut out),
         }
@@ -211,12 +224,12 @@ impl TextReplayer {
         };
         let target = if !headed {
             tbs.iter().rposition(|t| continues(t, Continuation::Bare))
-        } else if kind != TbLine::Other {
+        } else if !matches!(kind, TbLine::Other) {
             tbs.iter().rposition(|t| continues(t, Continuation::Headed) && t.key.as_deref() == key)
         } else {
             None
         };
-        let after_chain = target.is_some_and(|i| classify(&tbs[i].last.1) == TbLine::Chain);
+        let after_chain = target.is_some_and(|i| tbs[i].after_chain);
         if kind == TbLine::Start && !after_chain {
             let ended = |t: &Traceback| t.key.as_deref() == key || (headed && t.continuation == Continuation::Bare);
             self.end_tracebacks(ended, out);
@@ -246,6 +259,9 @@ impl TextReplayer {
     }
 
     fn end_tracebacks(&mut self, which: impl Fn(&Traceback) -> bool, out: &mut Out) {
+        if self.run.tracebacks.is_empty() {
+            return;
+        }
         let (ended, kept): (Vec<Traceback>, Vec<Traceback>) = std::mem::take(&mut self.run.tracebacks).into_iter().partition(|t| which(t));
         self.run.tracebacks = kept;
         for tb in ended {
@@ -259,13 +275,10 @@ impl TextReplayer {
         if tb.diagnosed {
             return;
         }
-        if let Some((failure, line, text)) = &tb.hint {
-            let message = Header::parse(strip_prefixes(text).rest, None).message.to_string();
+        if let Some((failure, line, text, message)) = &tb.hint {
             let set = RuleSet::get();
-            let Some((_, caps)) = set.first_match(&message, |r| matches!(r.action, Action::Hint(f) if std::ptr::eq(f, *failure)))
-            else {
-                return;
-            };
+            let hinted = set.first_match(message, |r| matches!(r.action, Action::Hint(f) if std::ptr::eq(f, *failure)));
+            let Some(caps) = hinted.and_then(|m| m.captures()) else { return };
             let phase = self.place(failure.phase, Some(&tb));
             let mut evidence = Vec::new();
             if let Some((l, t)) = &tb.exception {
@@ -320,10 +333,24 @@ impl TextReplayer {
         }
     }
 
-    fn act(&mut self, action: Action, caps: &Captures, text: &str, header: &Header, tb: Option<usize>, out: &mut Out) {
+    /// The actions of routine lines, which need no captures.
+    fn act_plain(&mut self, action: Action, message: &str, out: &mut Out) {
         match action {
             Action::Phase(p, Edge::Begin) => self.run.timeline.begin(p, out),
             Action::Phase(p, Edge::End) => self.run.timeline.end(p, out),
+            Action::DecodeStats => self.decode_stats(message, out),
+            Action::Traffic => {
+                if !self.run.ready {
+                    self.run.timeline.begin(Warmup, out);
+                }
+            }
+            Action::ServerReady => self.ready(out),
+            _ => {}
+        }
+    }
+
+    fn act(&mut self, action: Action, caps: &Captures, text: &str, header: &Header, tb: Option<usize>, out: &mut Out) {
+        match action {
             Action::WeightLoad(edge) => self.weight_load(edge, caps, text, header, out),
             Action::LoadDone => {
                 let phase = if self.run.timeline.is_open(DrafterLoad) { DrafterLoad } else { TargetLoad };
@@ -331,27 +358,25 @@ impl TextReplayer {
             }
             Action::ShardBar => self.bar(BarKind::Shards, caps, header, out),
             Action::CaptureBar => self.bar(BarKind::Capture, caps, header, out),
-            Action::CaptureBatchList | Action::Mark => {}
             Action::ArgsDump => self.args_dump(header.message, out),
             Action::Version => {
                 self.votes.stated = caps.name("version").map(|v| v.as_str().to_string());
                 self.run.timeline.begin(Preflight, out);
             }
-            Action::DecodeStats => self.decode_stats(header.message, out),
-            Action::Traffic => {
-                if !self.run.ready {
-                    self.run.timeline.begin(Warmup, out);
-                }
-            }
-            Action::ServerReady => self.ready(out),
             Action::Crash(note) => self.crash(note, text, tb, out),
             Action::Fail(failure) => self.fail(failure, caps, text, header, tb, out),
             Action::Hint(failure) => {
                 if let Some(i) = tb {
-                    self.run.tracebacks[i].hint = Some((failure, out.line, text.to_string()));
+                    self.run.tracebacks[i].hint = Some((failure, out.line, text.to_string(), header.message.to_string()));
                 }
             }
             Action::DeviceFault => self.device_fault(caps, text, tb, out),
+            Action::CaptureBatchList
+            | Action::Phase(..)
+            | Action::Mark
+            | Action::Traffic
+            | Action::DecodeStats
+            | Action::ServerReady => self.act_plain(action, header.message, out),
         }
     }
 
@@ -442,14 +467,17 @@ impl TextReplayer {
     }
 
     fn decode_stats(&mut self, message: &str, out: &mut Out) {
+        // SGLang's `Decode batch.` line, then vLLM's metrics lines.
+        static LABELS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
+            ["gen throughput (token/s): ", "Avg generation throughput: ", "accept len: ", "Mean acceptance length: "]
+                .map(Finder::new)
+        });
+        let [sglang_tps, vllm_tps, sglang_accept, vllm_accept] = &*LABELS;
         let stats = &mut self.run.stats;
-        let tps = number_after(message, "gen throughput (token/s): ")
-            .or_else(|| number_after(message, "Avg generation throughput: "));
-        if let Some(tps) = tps {
+        if let Some(tps) = number_after(message, sglang_tps).or_else(|| number_after(message, vllm_tps)) {
             stats.tokens_per_s = tps;
         }
-        let Some(accept) = number_after(message, "accept len: ").or_else(|| number_after(message, "Mean acceptance length: "))
-        else {
+        let Some(accept) = number_after(message, sglang_accept).or_else(|| number_after(message, vllm_accept)) else {
             return;
         };
         stats.sum += accept;

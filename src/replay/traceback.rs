@@ -6,6 +6,10 @@
 //! on every line, so lines of two processes can interleave; there the process tells them
 //! apart.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
 use crate::event::PhaseId;
 
 use super::rules::{Failure, FramePhase};
@@ -23,11 +27,16 @@ pub enum TbLine<'a> {
     Chain,
     /// `ValueError: …`, `torch.OutOfMemoryError: …`, a bare `AssertionError`.
     Exception,
+    Blank,
     Other,
 }
 
 pub fn classify(message: &str) -> TbLine<'_> {
-    if message.contains("Traceback (most recent call last):") {
+    if message.trim().is_empty() {
+        return TbLine::Blank;
+    }
+    static START: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("Traceback (most recent call last):"));
+    if START.find(message.as_bytes()).is_some() {
         return TbLine::Start;
     }
     let trimmed = message.trim_start();
@@ -89,8 +98,12 @@ pub struct Traceback {
     pub frames: Vec<Frame>,
     pub exception: Option<(u64, String)>,
     pub last: (u64, String),
-    /// A source line that explains a terse exception (a bare assert).
-    pub hint: Option<(&'static Failure, u64, String)>,
+    /// A source line that explains a terse exception (a bare assert): the failure, the
+    /// line number, the line and its message.
+    pub hint: Option<(&'static Failure, u64, String, String)>,
+    /// The last line was a chain line (`During handling of …`): the next `Traceback` line
+    /// continues this traceback.
+    pub after_chain: bool,
     /// What a crash marker inside it said.
     pub note: Option<&'static str>,
     /// An error finding came from one of its lines.
@@ -107,6 +120,7 @@ impl Traceback {
             exception: None,
             last: (line, text.to_string()),
             hint: None,
+            after_chain: false,
             note: None,
             diagnosed: false,
             continuation: Continuation::Unknown,
@@ -123,6 +137,11 @@ impl Traceback {
             }
             TbLine::Exception => self.exception = Some((line, text.to_string())),
             _ => {}
+        }
+        match kind {
+            TbLine::Chain => self.after_chain = true,
+            TbLine::Blank => {}
+            _ => self.after_chain = false,
         }
         self.last = (line, text.to_string());
     }
