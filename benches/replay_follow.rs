@@ -51,7 +51,10 @@ fn diagnosis_latency(dir: &Path, head: &str, crash: &str) -> Duration {
     let source = Source::Path(path.clone());
     let follower = std::thread::spawn(move || {
         let opts = ReplayOptions { follow: true, ..Default::default() };
-        run(&source, &opts, &mut |_, e| drop(tx.send((Instant::now(), e.event))), &mut |_| flag.load(Ordering::SeqCst))
+        let mut send = |_, e: specdeck::event::TimedEvent| {
+            let _ = tx.send((Instant::now(), e.event));
+        };
+        run(&source, &opts, &mut send, &mut |_| flag.load(Ordering::SeqCst))
     });
     // Caught up with the start-up: it has sent its phases.
     rx.recv_timeout(Duration::from_secs(10)).expect("follow caught up");
@@ -76,7 +79,9 @@ fn watcher_latency(dir: &Path, head: &str, crash: &str) -> Duration {
     let path = dir.join("watched.log");
     fs::write(&path, head).unwrap();
     let (tx, rx) = mpsc::channel();
-    let mut watcher = notify::recommended_watcher(move |_| drop(tx.send(Instant::now()))).unwrap();
+    let mut watcher = notify::recommended_watcher(move |_| {
+        let _ = tx.send(Instant::now());
+    }).unwrap();
     watcher.watch(dir, RecursiveMode::NonRecursive).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     while rx.try_recv().is_ok() {}

@@ -1492,6 +1492,58 @@ def vllm_cases():
     return cases
 
 
+def messages():
+    """Messages without a whole scenario, one per line: engine, the finding id a log of just
+    this line gives ("-" for none), and the message as the engine formats it."""
+    before_mem, after_mem, elapsed = 20.51, 19.02, 12.11
+    sg = [
+        ("-", "Mixed chunked prefill is disabled because of using eagle speculative decoding."),
+        ("-", "DeepSeek MTP does not require setting speculative_draft_model_path."),
+        ("-", "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"),
+        ("-", "Overlap scheduler is disabled when spec v2 is off or using unsupported speculative algorithm. You can set env SGLANG_ENABLE_SPEC_V2=True to enable the experimental overlap scheduler. "),
+        ("-", "Mixed chunked prefill is disabled: %s speculative decoding does not support it." % "EAGLE3"),
+        ("-", "Load weight end. Committed real weights after CUDA graph capture in %.2f s " % 3.21),
+        ("-", f"{'KV Cache'} {'VA upper bound'}. dtype: torch.bfloat16, #tokens: {411880}, K size: {25.14:.2f} GB, V size: {25.14:.2f} GB"),
+        ("-", "Post-capture KV sizing: KV cache allocated. dtype: %s, #tokens: %d, KV size: %.2f GB, avail mem=%.2f GB" % ("torch.bfloat16", 411880, 50.28, 12.10)),
+        ("-", f"Capture {'cpu graph'} begin. This can take up to several minutes. avail mem={before_mem:.2f} GB"),
+        ("-", f"Capture piecewise CUDA graph begin. avail mem={before_mem:.2f} GB"),
+        ("-", f"Capture piecewise CUDA graph end. Time elapsed: {elapsed:.2f} s. mem usage={before_mem - after_mem:.2f} GB. avail mem={after_mem:.2f} GB."),
+        ("-", "Speculative token map specified, but EAGLE3 models already have this. Ignoring the specified token map."),
+        ("-", f"Overriding draft attention backend to {'fa3'}."),
+        ("-", "%s draft worker only supports attention_backend in %s for now, but got %r. Falling back to '%s'." % ("EAGLE3", ("flashinfer", "fa3", "triton"), "trtllm_mla", "flashinfer")),
+        ("unrecognized-failure", "Initialization failed. Please see the error messages above."),
+        ("unrecognized-failure", f"Scheduler or DataParallelController {4242} terminated with {-9}"),
+        ("unrecognized-failure", "DataParallelController hit an exception: Traceback (most recent call last):"),
+        ("speculative-args", "AssertionError: Chain speculative sampling supports only topk=1"),
+        ("speculative-args", "ValueError: --speculative-use-rejection-sampling is incompatible with --speculative-accept-threshold-single / --speculative-accept-threshold-acc"),
+        ("speculative-args", "AssertionError: PP is not compatible with MTP models."),
+        ("draft-attention-backend", "ValueError: trtllm_mla backend can only be used with MLA models."),
+        ("tp-divisibility", f"ValueError: tp_size {8} must be divisible by ep_size {3}"),
+        ("tp-divisibility", f"ValueError: moe_intermediate_size {2048} must be divisible by moe_tp_size ({3}) which is tp_size ({6}) divided by moe_ep_size ({2})."),
+        ("-", "    assert self.total_num_kv_heads % tp_size == 0"),
+        ("-", "    assert tp_size % self.total_num_kv_heads == 0"),
+        ("hidden-size-mismatch", "SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX disabled: draft hidden size %d != target hidden size %d (the stash holds verify hiddens)." % (2048, 7168)),
+        ("unsupported-architecture", f"ValueError: Model architectures {['LlamaForCausalLM']} failed to be inspected. Please check the logs for more details."),
+    ]
+    speculative_max_model_len, target_max_model_len, n_predict, vocab_size = 200000, 131072, 2, 128256
+    vl = [
+        ("-", "The EAGLE head's vocab embedding will be loaded separately from the target model."),
+        ("-", "Target embedding dim (%d) differs from draft embedding dim (%d). Keeping separate embedding weights." % (4096, 2048)),
+        ("-", "Overriding draft model max model len from %d to %d" % (2048, 131072)),
+        ("context-length-exceeds-target", f"ValueError: {speculative_max_model_len=} cannot be larger than {target_max_model_len=}"),
+        ("speculative-args", "NotImplementedError: EAGLE does not support TP > 1 yet"),
+        ("speculative-args", "ValueError: 'tensor_parallel_size' is not a valid argument in the speculative_config. Please pass 'draft_tensor_parallel_size' instead."),
+        ("speculative-args", "ValueError: A speculative model was provided, but `num_speculative_tokens` was not provided"),
+        ("speculative-args", f"ValueError: Expected num_speculative_tokens to be greater than zero ({0})."),
+        ("speculative-args", f"ValueError: num_speculative_tokens:{5} must be divisible by {n_predict=}"),
+        ("speculative-args", "ValueError: num_speculative_tokens was provided but without speculative model."),
+        ("speculative-args", "NotImplementedError: Unsupported speculative method: '%s'" % "medusa2"),
+        ("vocab-mismatch", f"AssertionError: Expected logits to have shape (*, {vocab_size}), but got torch.Size([4, 32000])"),
+        ("memory-budget", "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."),
+    ]
+    return [("sglang",) + m for m in sg] + [("vllm",) + m for m in vl]
+
+
 def main():
     if os.path.isdir(ROOT):
         shutil.rmtree(ROOT)
@@ -1535,6 +1587,8 @@ def main():
                 b = Vllm(d, tp, seed, method=args["method"])
                 build(b)
                 write(d, name, tp, b.lines, findings, final)
+    with open(os.path.join(ROOT, "messages.txt"), "w", encoding="utf-8") as f:
+        f.writelines(f"{engine}\t{expect}\t{message}\n" for engine, expect, message in messages())
     with open(os.path.join(ROOT, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, ensure_ascii=False)
         f.write("\n")

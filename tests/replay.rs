@@ -292,6 +292,28 @@ fn every_catalogue_log_gives_its_findings_in_every_variant() {
     assert!(errors.is_empty(), "{} of {checked} replays wrong:\n{}", errors.len(), errors.join("\n"));
 }
 
+/// testdata/logs/messages.txt: catalogue messages without a whole scenario, each replayed as
+/// a one-line log of its engine.
+#[test]
+fn every_catalogue_message_alone_gives_its_finding() {
+    let text = String::from_utf8(read("testdata/logs/messages.txt")).unwrap();
+    let mut errors = Vec::new();
+    for line in text.lines() {
+        let [engine, expect, message] = line.splitn(3, '\t').collect::<Vec<_>>()[..] else { panic!("bad line {line:?}") };
+        let log = match engine {
+            "sglang" => format!("[2026-03-02 10:00:00 TP0] {message}\n"),
+            _ => format!("(EngineCore_DP0 pid=200) ERROR 03-02 10:00:00 [core.py:718] {message}\n"),
+        };
+        let (_, r) = replay_bytes("one.log", log.as_bytes());
+        let got: Vec<&str> = r.findings.iter().map(|f| f.id.as_str()).collect();
+        let want: Vec<&str> = if expect == "-" { vec![] } else { vec![expect] };
+        if got != want || r.format.name() != engine {
+            errors.push(format!("{message:?}: findings {got:?} in a {:?} log, want {want:?}", r.format));
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
 #[test]
 fn the_catalogue_covers_every_wording_with_both_rank_layouts() {
     let cases = cases();
@@ -710,12 +732,15 @@ fn follow_survives_truncation_and_rotation() {
     let f = Follower::start(&path);
     f.wait_for("the first diagnosis", |e| matches!(e, Event::Finding(f) if f.id == "memory-budget"));
 
-    // Truncation in place (copytruncate, `> log`), then a new run written.
+    // Truncation in place (copytruncate, `> log`), then a new run written. Its first part is
+    // shorter than the old file, so the truncation shows even if no event woke the follower.
     fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    append(&path, &ok[..ok.len() / 2]);
+    let first = 1000;
+    assert!(first < failing.len());
+    append(&path, &ok[..first]);
     f.wait_for("the restarted target load", |e| is_phase(e, PhaseId::TargetLoad, PhaseState::Started));
-    append(&path, &ok[ok.len() / 2..]);
+    append(&path, &ok[first..]);
     f.wait_for("ready after truncation", |e| matches!(e, Event::Ready { .. }));
 
     // Rotation: the log is renamed away and a new file takes its path.

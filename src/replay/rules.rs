@@ -252,6 +252,46 @@ mod tests {
         }
     }
 
+    /// Every rule meets its text somewhere in the test logs (the catalogue logs, the real
+    /// excerpts, and testdata/logs/messages.txt for messages without a whole scenario), so no
+    /// rule is dead or has a pattern that misses the engine's wording.
+    #[test]
+    fn every_rule_matches_some_log_line() {
+        use crate::replay::header::Header;
+        use crate::replay::lines::{for_each_segment, strip_prefixes};
+        let set = RuleSet::get();
+        let mut hit = vec![false; set.rules.len()];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+        let mut files = Vec::new();
+        for dir in ["logs/sglang-classic", "logs/sglang-mid", "logs/sglang-new", "logs/vllm-0.10", "logs/vllm-0.33", "real-logs"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                files.push(entry.unwrap().path());
+            }
+        }
+        let messages = std::fs::read_to_string(root.join("logs/messages.txt")).unwrap();
+        let message_lines = messages.lines().filter_map(|l| l.splitn(3, '\t').nth(2)).collect::<Vec<_>>().join("\n");
+        let mut texts: Vec<Vec<u8>> = vec![message_lines.into_bytes()];
+        for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "log")) {
+            texts.push(std::fs::read(path).unwrap());
+        }
+        for text in &texts {
+            for raw in text.split(|&b| b == b'\n') {
+                for_each_segment(raw, &mut |segment| {
+                    let un = strip_prefixes(segment);
+                    let message = Header::parse(un.rest, un.process).message;
+                    // Every rule that matches, not just the first: each must be reachable.
+                    for (i, r) in set.rules.iter().enumerate() {
+                        if !hit[i] && message.contains(r.anchor) && set.regexes[i].is_match(message) {
+                            hit[i] = true;
+                        }
+                    }
+                });
+            }
+        }
+        let missed: Vec<&str> = set.rules.iter().zip(&hit).filter(|(_, h)| !**h).map(|(r, _)| r.anchor).collect();
+        assert!(missed.is_empty(), "rules no test line matches: {missed:#?}");
+    }
+
     #[test]
     fn prefilter_picks_the_first_rule_in_table_order() {
         let set = RuleSet::get();

@@ -456,7 +456,6 @@ pub static RULES: &[Rule] = &[
     rule(S, "Capture piecewise CUDA graph end.", "", Phase(TargetGraphCapture, End), M),
     rule(S, "Capture cuda graph bs [", r"^Capture cuda graph bs \[(?P<list>[^\]]*)\]", CaptureBatchList, C | M),
     rule(S, "Capture cuda graph end. Time elapsed: ", "", Phase(TargetGraphCapture, End), C | M),
-    rule(S, "Capture cpu graph end. Time elapsed: ", "", Phase(TargetGraphCapture, End), C | M),
     // Draft.
     rule(S, "Speculative token map specified, but EAGLE3 models already have this.", "", Phase(DrafterInit, Begin), C | N),
     rule(S, "Overriding draft attention backend to ", "", Phase(DrafterInit, Begin), M),

@@ -339,11 +339,7 @@ impl TextReplayer {
             Action::Phase(p, Edge::Begin) => self.run.timeline.begin(p, out),
             Action::Phase(p, Edge::End) => self.run.timeline.end(p, out),
             Action::DecodeStats => self.decode_stats(message, out),
-            Action::Traffic => {
-                if !self.run.ready {
-                    self.run.timeline.begin(Warmup, out);
-                }
-            }
+            Action::Traffic if !self.run.ready => self.run.timeline.begin(Warmup, out),
             Action::ServerReady => self.ready(out),
             _ => {}
         }

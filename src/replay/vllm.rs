@@ -197,7 +197,6 @@ pub static RULES: &[Rule] = &[
     rule(V, "Using auxiliary layers from speculative config: ", "", Phase(DrafterInit, Begin), V033),
     rule(V, "Overriding draft model max model len from ", "", Phase(DrafterInit, Begin), V033),
     // Compile, KV cache, graphs.
-    rule(V, "Dynamo bytecode transform time: ", "", Phase(KernelCompile, Begin), 0),
     rule(V, "torch.compile takes ", "", Phase(KernelCompile, End), 0),
     rule(V, "Available KV cache memory: ", "", Phase(KvAlloc, Begin), V010 | V033),
     rule(V, "GPU KV cache size: ", "", Phase(KvAlloc, End), V010),
