@@ -624,6 +624,32 @@ fn stdin_and_headless_output() {
 }
 
 #[test]
+fn follow_json_answers_once_the_launch_is_decided() {
+    // With --follow --json the command waits for ready or a failure, then prints the report.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specdeck"))
+        .args(["replay", "--follow", "--json", "testdata/logs/vllm-0.33/kv-cache-too-small.log"])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("replay --follow --json did not end after the failure");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["final"].as_str(), v["findings"][0]["id"].as_str()), (Some("failed"), Some("memory-budget")));
+}
+
+#[test]
 fn unreadable_input_names_the_file() {
     let (code, _, err) = specdeck(&["replay", "no/such.log"], None);
     assert_eq!(code, 2);
