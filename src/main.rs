@@ -12,7 +12,7 @@ fn main() {
     let result: anyhow::Result<i32> = match cli.command {
         Some(Command::Check(args)) => specdeck::preflight::command::run(&args),
         Some(Command::Launch(args)) => launch(args, cli.headless),
-        Some(Command::Replay(_)) => Err(anyhow::anyhow!("replay: lands with the replay issue")),
+        Some(Command::Replay(args)) => specdeck::replay::command(&args),
         Some(Command::Generate(_)) | Some(Command::Bench(_)) => {
             Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
         }
