@@ -93,7 +93,7 @@ def train_target(args, train, heldout, log, autocast):
             best.update(loss=loss, step=step, state={k: v.detach().clone() for k, v in model.state_dict().items()})
 
     steps = optimise(params, step_fn, lr=args.lr, weight_decay=0.1, log=log, name="target", steps=args.target_steps,
-                     budget_s=args.target_budget, warmup=200, eval_every=args.eval_every, eval_fn=eval_fn)
+                     budget_s=args.target_budget, max_steps=args.target_max_steps, warmup=200, eval_every=args.eval_every, eval_fn=eval_fn)
     if best["state"] is not None:
         model.load_state_dict(best["state"])
         log(f"target: keeping step {best['step']} (held-out loss {best['loss']:.4f})")
@@ -131,7 +131,7 @@ def draft_pool(args, target, train, log):
     for start in range(0, args.pool_generated, args.gen_batch):
         chunk = prefixes[start:start + args.gen_batch]
         outs = generate(target, chunk.tolist(), args.draft_seq - args.prefix)
-        parts.append(torch.cat([chunk, torch.tensor(outs, device=chunk.device)], dim=1))
+        parts.append(torch.cat([chunk, torch.tensor(outs, dtype=torch.long, device=chunk.device)], dim=1))
     pool = torch.cat(parts)
     log(f"drafter pool: {real.shape[0]} real windows + {pool.shape[0] - real.shape[0]} generated, "
         f"{pool.numel()} tokens")
@@ -168,7 +168,8 @@ def train_drafter(args, target, pool, eval_set, log, autocast):
         log(f"drafter step {step}: simulated accept length (S=3, K=1) {total / max(rounds, 1):.3f} over {rounds:.0f} rounds")
 
     steps = optimise(params, step_fn, lr=args.draft_lr, weight_decay=0.0, log=log, name="drafter",
-                     steps=args.draft_steps, budget_s=args.draft_budget, warmup=100, eval_every=args.eval_every,
+                     steps=args.draft_steps, budget_s=args.draft_budget, max_steps=args.draft_max_steps, warmup=100,
+                     eval_every=args.eval_every,
                      eval_fn=eval_fn)
     drafter.eval()
     with autocast():
@@ -195,12 +196,13 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
-    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--target-steps", type=int, default=None, help="fixed step count (default: fit the budget)")
     ap.add_argument("--target-budget", type=float, default=200.0, help="seconds")
+    ap.add_argument("--target-max-steps", type=int, default=5000, help="~50 epochs: more only overfits")
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--pool-real", type=int, default=8192)
-    ap.add_argument("--pool-generated", type=int, default=8192)
+    ap.add_argument("--pool-generated", type=int, default=16384)
     ap.add_argument("--prefix", type=int, default=32)
     ap.add_argument("--draft-seq", type=int, default=256)
     ap.add_argument("--gen-batch", type=int, default=2048)
@@ -209,6 +211,7 @@ def main():
     ap.add_argument("--ttt-steps", type=int, default=4)
     ap.add_argument("--draft-steps", type=int, default=None)
     ap.add_argument("--draft-budget", type=float, default=150.0)
+    ap.add_argument("--draft-max-steps", type=int, default=6000)
     ap.add_argument("--eval-tokens", type=int, default=128)
     args = ap.parse_args()
     if args.placeholder:

@@ -24,8 +24,9 @@ LAYER_NAMES = {
 
 def unpermute_rows(w, heads):
     """Inverse of convert_hf_to_gguf's `permute` for a [heads*hd, in] Q or K matrix."""
+    # The converter sends HF row i of a head to 2i and row hd/2+i to 2i+1; undo that.
     rows, cols = w.shape
-    return w.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+    return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
 def hf_tensor_name(gguf_name):

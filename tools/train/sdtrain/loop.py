@@ -1,8 +1,8 @@
 """Seeding, logging and a wall-clock-budgeted optimisation loop.
 
-A run either takes a fixed `steps`, or measures its step time over the first steps and
-fits as many as its time budget allows; the chosen count is logged, and passing it back
-as `steps` repeats the run.
+A run either takes a fixed `steps`, or measures its step time as it goes and fits as many
+steps as its time budget allows (re-planned every `probe` steps, since another job may
+share the GPU); the count is logged, and passing it back as `steps` repeats the run.
 """
 import json
 import math
@@ -57,7 +57,7 @@ def optimise(params, step_fn, *, lr, weight_decay, log, name, steps=None, budget
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), fused=torch.cuda.is_available())
     total = steps if steps is not None else max_steps
-    start = time.time()
+    start = mark = time.time()
     step = 0
     while step < total:
         for group in opt.param_groups:
@@ -68,12 +68,17 @@ def optimise(params, step_fn, *, lr, weight_decay, log, name, steps=None, budget
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
         step += 1
-        if steps is None and step == probe:
+        if steps is None and step % probe == 0:
+            # Re-plan from the recent step time: another job may share the GPU.
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            per_step = (time.time() - start) / probe
-            total = max(probe + 1, min(max_steps, int(budget_s / per_step)))
-            log(f"{name}: {per_step * 1000:.1f} ms/step over {probe} steps -> {total} steps in {budget_s:.0f}s")
+            now = time.time()
+            per_step = (now - mark) / probe
+            mark = now
+            planned = total
+            total = max(step + 1, min(max_steps, step + int((budget_s - (now - start)) / per_step)))
+            if step == probe or abs(total - planned) > 0.05 * planned:
+                log(f"{name}: {per_step * 1000:.1f} ms/step -> {total} steps in {budget_s:.0f}s")
         if step % 25 == 0 or step == total:
             # Reading values back syncs with the GPU, so only at logging steps.
             values = {k: round(float(v), 4) for k, v in extras.items()}
@@ -83,6 +88,8 @@ def optimise(params, step_fn, *, lr, weight_decay, log, name, steps=None, budget
                 log(f"{name} step {step}/{total} loss {loss.item():.4f} " +
                     " ".join(f"{k} {v}" for k, v in values.items()))
         if eval_fn is not None and eval_every and (step % eval_every == 0 or step == total):
+            eval_start = time.time()
             eval_fn(step)
+            mark += time.time() - eval_start  # evaluation time is not step time
     log(f"{name}: {step} steps in {time.time() - start:.1f}s")
     return step
