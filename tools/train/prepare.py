@@ -8,7 +8,9 @@ tokenizes the plays to uint16 arrays and writes held-out prompts from plays neve
 trained on (train_demo.py puts the tokenizer into the target folder).
 
 smollm2: builds tokenizer.json from the GGUF's embedded BPE vocab, renders ShareGPT
-prompts through the GGUF's chat template, tokenizes them, and splits off held-out prompts.
+prompts through the GGUF's chat template, tokenizes them, and splits off 64 held-out
+opening prompts; the training prompts are the other opening prompts followed by later
+human turns (asked on their own) from conversations that hold no held-out prompt.
 Everything is deterministic (fixed seed, sorted inputs).
 """
 import argparse
@@ -117,21 +119,35 @@ def prepare_smollm2(args):
     gguf_path = os.path.join(args.data, "SmolLM2-135M-Instruct.Q4_1.gguf")
     tok, template = smollm2_tokenizer(gguf_path)
     render = jinja2.Environment().from_string(template)
-    seen, prompts = set(), []
     with open(os.path.join(args.data, "sharegpt_prompts.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            text = json.loads(line)["prompt"].strip()
+        records = [json.loads(line) for line in f]
+    seen, opening, later = set(), [], []
+    # Opening prompts first, so that their selection does not depend on the later turns.
+    for wanted, bucket in ((True, opening), (False, later)):
+        for record in records:
+            text = record["prompt"].strip()
             digest = hashlib.sha256(text.encode()).hexdigest()
-            if digest in seen or len(text) > 4 * args.max_prompt_tokens:
+            if (record["turn"] == 0) != wanted or digest in seen or len(text) > 4 * args.max_prompt_tokens:
                 continue
             seen.add(digest)
-            prompts.append(text)
-    rendered = [render.render(messages=[{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]
-    encoded = [e.ids for e in tok.encode_batch(rendered)]
-    keep = [(p, ids) for p, ids in zip(prompts, encoded) if len(ids) <= args.max_prompt_tokens]
+            bucket.append((record["id"], text))
+
+    def encode(items):
+        rendered = [render.render(messages=[{"role": "user", "content": p}], add_generation_prompt=True)
+                    for _, p in items]
+        encoded = [e.ids for e in tok.encode_batch(rendered)]
+        return [(cid, p, ids) for (cid, p), ids in zip(items, encoded) if len(ids) <= args.max_prompt_tokens]
+
     rng = random.Random(SEED)
+    keep = encode(opening)
     rng.shuffle(keep)
     heldout, train = keep[:args.heldout], keep[args.heldout:]
+    # Later human turns, asked on their own, add prompts; none from a held-out conversation.
+    heldout_ids = {cid for cid, _, _ in heldout}
+    extra = [item for item in encode(later) if item[0] not in heldout_ids]
+    rng.shuffle(extra)
+    train = [(p, ids) for _, p, ids in train + extra[:args.max_later_turns]]
+    heldout = [(p, ids) for _, p, ids in heldout]
     os.makedirs(args.out, exist_ok=True)
     flat = np.concatenate([np.asarray(ids, dtype=np.uint16) for _, ids in train])
     offsets = np.cumsum([0] + [len(ids) for _, ids in train]).astype(np.int64)
@@ -142,8 +158,8 @@ def prepare_smollm2(args):
     tok.save(os.path.join(args.out, "tokenizer.json"))
     os.makedirs(args.asset_dir, exist_ok=True)
     write_jsonl(os.path.join(args.asset_dir, "heldout_prompts.jsonl"), [{"prompt": p} for p, _ in heldout])
-    print(f"smollm2: {len(prompts)} distinct prompts, {len(keep)} within {args.max_prompt_tokens} tokens; "
-          f"train {len(train)} ({len(flat)} tokens), held-out {len(heldout)}")
+    print(f"smollm2: {len(opening)} distinct opening prompts, {len(keep)} within {args.max_prompt_tokens} tokens; "
+          f"{len(extra)} later turns; train {len(train)} ({len(flat)} tokens), held-out {len(heldout)}")
 
 
 def main():
@@ -155,6 +171,7 @@ def main():
     ap.add_argument("--asset-dir", default="assets/drafters/smollm2-135m-eagle3")
     ap.add_argument("--max-prompt-tokens", type=int, default=256)
     ap.add_argument("--heldout", type=int, default=64)
+    ap.add_argument("--max-later-turns", type=int, default=40000)
     args = ap.parse_args()
     (prepare_demo if args.what == "demo" else prepare_smollm2)(args)
 

@@ -26,10 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sdtrain.eagle3 import (Eagle3Drafter, TargetTeacher, draft_vocab, drafter_config,
-                            simulated_accept_length, ttt_loss)
+from sdtrain.eagle3 import drafter_config, simulated_accept_length, start_drafter, ttt_loss
 from sdtrain.llama import Llama, LlamaConfig, generate, save_hf_folder
-from sdtrain.loop import Log, optimise, seed_everything
+from sdtrain.loop import optimise, start_run
 
 BOS, EOS = 0, 1
 TARGET = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=6,
@@ -140,16 +139,9 @@ def draft_pool(args, target, train, log):
 
 def train_drafter(args, target, pool, eval_set, log, autocast):
     counts = torch.bincount(pool.flatten().cpu(), minlength=TARGET.vocab_size)
-    d2t, t2d = draft_vocab(counts, DRAFT_VOCAB)
-    log(f"draft vocab: {DRAFT_VOCAB} of {TARGET.vocab_size} ids cover "
-        f"{counts[t2d].sum().item() / counts.sum().item():.4f} of the pool's tokens")
-    drafter = Eagle3Drafter(demo_drafter_config(), target.embed_tokens.weight)
-    drafter.set_vocab(d2t, t2d)
-    drafter.init_weights(args.seed + 2, target_norm=target.norm.weight.float(), target_head=target.head_weight().float())
-    drafter.to(args.device).train()
-    teacher = TargetTeacher(target, AUX_LAYER_IDS, drafter.t2d)
+    drafter, teacher, coverage = start_drafter(demo_drafter_config(), target, counts, AUX_LAYER_IDS,
+                                               args.seed + 2, args.device, log)
     params = list(drafter.parameters())
-    log(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f}M parameters")
     gen = torch.Generator().manual_seed(args.seed + 3)
     pool_mask = torch.ones_like(pool, dtype=torch.float32)
 
@@ -175,7 +167,7 @@ def train_drafter(args, target, pool, eval_set, log, autocast):
     with autocast():
         total, rounds = simulated_accept_length(drafter, teacher, *eval_set, steps=3)
     return drafter, {"steps": steps, "simulated_accept_length": total / max(rounds, 1),
-                     "draft_vocab_coverage": counts[t2d].sum().item() / counts.sum().item()}
+                     "draft_vocab_coverage": coverage}
 
 
 def write_samples(path, target, tokenizer, texts, prompts, generator):
@@ -219,11 +211,7 @@ def main():
         args.pool_real, args.pool_generated, args.eval_tokens = 256, 0, 8
 
     from tokenizers import Tokenizer
-    seed_everything(args.seed)
-    os.makedirs(args.out, exist_ok=True)
-    log = Log(os.path.join(args.out, "metrics.jsonl"))
-    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
-    autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16)
+    log, autocast = start_run(args)
     tokenizer = Tokenizer.from_file(os.path.join(args.bundle, "tokenizer.json"))
     train = torch.from_numpy(np.load(os.path.join(args.bundle, "train.npy")).astype(np.int64)).to(args.device)
     heldout = torch.from_numpy(np.load(os.path.join(args.bundle, "heldout.npy")).astype(np.int64)).to(args.device)

@@ -25,11 +25,10 @@ import time
 import numpy as np
 import torch
 
-from sdtrain.eagle3 import (Eagle3Drafter, TargetTeacher, draft_vocab, drafter_config,
-                            simulated_accept_length, ttt_loss)
+from sdtrain.eagle3 import drafter_config, simulated_accept_length, start_drafter, ttt_loss
 from sdtrain.gguf_loader import load_gguf_llama
 from sdtrain.llama import generate
-from sdtrain.loop import Log, optimise, seed_everything
+from sdtrain.loop import optimise, start_run
 
 AUX_LAYER_IDS = (1, 14, 26)
 STOP_IDS = (0, 2)  # <|endoftext|>, <|im_end|>
@@ -49,17 +48,25 @@ def split(flat, offsets):
     return [flat[offsets[i]:offsets[i + 1]].astype(np.int64).tolist() for i in range(len(offsets) - 1)]
 
 
-def answer(target, prompts, args, log, budget_s, label):
+def answer(target, prompts, args, log, budget_s, label, max_new):
     """Greedy responses, batch by batch, until the time budget is spent."""
     start, responses = time.time(), []
     for i in range(0, len(prompts), args.gen_batch):
         if time.time() - start > budget_s:
             break
-        responses.extend(generate(target, prompts[i:i + args.gen_batch], args.max_new, stop_ids=STOP_IDS))
+        responses.extend(generate(target, prompts[i:i + args.gen_batch], max_new, stop_ids=STOP_IDS))
         tokens = sum(map(len, responses))
         log(f"{label}: {len(responses)}/{len(prompts)} responses, {tokens} tokens, "
             f"{tokens / (time.time() - start):.0f} tok/s")
     return responses
+
+
+def load_sequences(path):
+    """(prompts, responses) from a data.npz written by an earlier run."""
+    data = np.load(path)
+    seqs = split(data["ids"], data["offsets"])
+    return ([seq[:n] for seq, n in zip(seqs, data["prompt_lengths"])],
+            [seq[n:] for seq, n in zip(seqs, data["prompt_lengths"])])
 
 
 def pack(prompts, responses, device):
@@ -94,27 +101,25 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--gen-batch", type=int, default=512)
+    ap.add_argument("--gen-batch", type=int, default=2048)
     ap.add_argument("--max-new", type=int, default=320)
     ap.add_argument("--gen-budget", type=float, default=150.0, help="seconds of answering training prompts")
     ap.add_argument("--max-prompts", type=int, default=None)
     ap.add_argument("--heldout-new", type=int, default=192)
     ap.add_argument("--max-heldout", type=int, default=None)
+    ap.add_argument("--reuse-data", default=None,
+                    help="data.npz of an earlier run: its sequences are kept and their prompts not re-asked")
     ap.add_argument("--draft-vocab", type=int, default=16384)
     ap.add_argument("--tokens-per-batch", type=int, default=32768)
-    ap.add_argument("--draft-lr", type=float, default=6e-4)
-    ap.add_argument("--ttt-steps", type=int, default=4)
+    ap.add_argument("--draft-lr", type=float, default=8e-4)
+    ap.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled (S=3 needs 3)")
     ap.add_argument("--draft-steps", type=int, default=None)
     ap.add_argument("--draft-budget", type=float, default=240.0)
     ap.add_argument("--eval-every", type=int, default=400)
     args = ap.parse_args()
 
     from tokenizers import Tokenizer
-    seed_everything(args.seed)
-    os.makedirs(args.out, exist_ok=True)
-    log = Log(os.path.join(args.out, "metrics.jsonl"))
-    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
-    autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16)
+    log, autocast = start_run(args)
     tokenizer = Tokenizer.from_file(os.path.join(args.bundle, "tokenizer.json"))
     target, _ = load_gguf_llama(args.gguf, args.device)
     log(f"target: {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M parameters, {target.cfg}")
@@ -126,35 +131,34 @@ def main():
     if args.max_prompts is not None:
         train_prompts = train_prompts[:args.max_prompts]
 
-    heldout_responses = answer(target, heldout_prompts, args, log, float("inf"), "held-out")
-    heldout_responses = [r[:args.heldout_new] for r in heldout_responses]
+    heldout_responses = answer(target, heldout_prompts, args, log, float("inf"), "held-out", args.heldout_new)
     with open(os.path.join(args.out, "samples.txt"), "w") as f:
         for p, r in list(zip(heldout_prompts, heldout_responses))[:8]:
             f.write(f"=== prompt\n{tokenizer.decode(p, skip_special_tokens=False)}\n=== greedy response\n"
                     f"{tokenizer.decode(r, skip_special_tokens=False)}\n\n")
+    reused_prompts, reused_responses = load_sequences(args.reuse_data) if args.reuse_data else ([], [])
+    if set(map(tuple, reused_prompts)) & set(map(tuple, heldout_prompts)):
+        raise SystemExit(f"{args.reuse_data}: holds a held-out prompt")
+    asked = set(map(tuple, reused_prompts))
+    train_prompts = [p for p in train_prompts if tuple(p) not in asked]
+    log(f"reused {len(reused_prompts)} sequences; {len(train_prompts)} prompts left to answer")
     gen_start = time.time()
-    responses = answer(target, train_prompts, args, log, args.gen_budget, "train")
+    responses = answer(target, train_prompts, args, log, args.gen_budget, "train", args.max_new)
     gen_s = time.time() - gen_start
-    train_prompts = train_prompts[:len(responses)]
+    train_prompts = reused_prompts + train_prompts[:len(responses)]
+    responses = reused_responses + responses
     lengths = [len(p) + len(r) for p, r in zip(train_prompts, responses)]
     response_tokens = sum(map(len, responses))
-    log(f"training data: {len(responses)} sequences, {sum(lengths)} tokens ({response_tokens} response tokens) "
-        f"generated in {gen_s:.0f}s")
+    log(f"training data: {len(responses)} sequences, {sum(lengths)} tokens ({response_tokens} response tokens); "
+        f"{len(responses) - len(reused_prompts)} generated in {gen_s:.0f}s")
     np.savez_compressed(os.path.join(args.out, "data.npz"),
                         ids=np.concatenate([np.asarray(p + r, dtype=np.uint16) for p, r in zip(train_prompts, responses)]),
                         offsets=np.cumsum([0] + lengths), prompt_lengths=np.asarray([len(p) for p in train_prompts]))
 
     counts = torch.bincount(torch.tensor([t for r in responses for t in r]), minlength=target.cfg.vocab_size)
-    d2t, t2d = draft_vocab(counts, args.draft_vocab)
-    coverage = counts[t2d].sum().item() / counts.sum().item()
-    log(f"draft vocab: {args.draft_vocab} of {target.cfg.vocab_size} ids cover {coverage:.4f} of response tokens")
-    drafter = Eagle3Drafter(smollm2_drafter_config(target.cfg, args.draft_vocab), target.embed_tokens.weight)
-    drafter.set_vocab(d2t, t2d)
-    drafter.init_weights(args.seed + 2, target_norm=target.norm.weight.float(), target_head=target.head_weight().float())
-    drafter.to(args.device).train()
-    teacher = TargetTeacher(target, AUX_LAYER_IDS, drafter.t2d)
+    drafter, teacher, coverage = start_drafter(smollm2_drafter_config(target.cfg, args.draft_vocab), target, counts,
+                                               AUX_LAYER_IDS, args.seed + 2, args.device, log)
     params = list(drafter.parameters())
-    log(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f}M parameters")
 
     ids, mask = pack(train_prompts, responses, "cpu")
     batches = length_batches(lengths, args.tokens_per_batch)
@@ -198,7 +202,8 @@ def main():
     value, rounds = accept_length()
     log(f"drafter saved; simulated accept length {value:.3f}")
     with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump({"args": vars(args), "sequences": len(responses), "tokens": sum(lengths),
+        json.dump({"args": vars(args), "sequences": len(responses), "reused_sequences": len(reused_prompts),
+                   "tokens": sum(lengths),
                    "response_tokens": response_tokens, "generation_s": round(gen_s, 1),
                    "draft_vocab_coverage": coverage, "steps": steps, "epochs": round(steps / len(batches), 2),
                    "train_s": round(train_s, 1), "simulated_accept_length": value, "heldout_rounds": rounds,

@@ -3,8 +3,8 @@
 # its own session so it runs on while call 2 trains the SmolLM2 drafter on the same GPU.
 set -euo pipefail
 W=/root/work
+bash gpu/piece1.sh
 mkdir -p "$W/code"
-cp piece_aa "$W/smollm2.gguf.part"
 cp -r sdtrain train_demo.py verify_checkpoint.py demo "$W/code/"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 python3 -c "import torch, tokenizers, safetensors; print('torch', torch.__version__, torch.cuda.get_device_name())"

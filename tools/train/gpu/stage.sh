@@ -4,12 +4,12 @@
 # GGUF goes in two pieces: call 1 carries piece aa, call 2 piece ab. Both can be staged
 # ahead, so that call 2 follows call 1 while the machine is still warm.
 #
-#   tools/train/gpu/stage.sh /work/main 1|2
+#   tools/train/gpu/stage.sh /work/main 1|2 [CALL_NAME]     (default CALL_NAME: call1 / call2)
 set -euo pipefail
-REPO="$1"; PIECE="$2"
+REPO="$1"; PIECE="$2"; CALL="${3:-call$PIECE}"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 DATA="$HERE/data"
-DEST="$REPO/.gpu/train/call$PIECE"
+DEST="$REPO/.gpu/train/$CALL"
 mkdir -p "$DEST" "$DATA/pieces"
 rm -rf "$DEST/sdtrain" "$DEST/gpu" "$DEST"/piece_* "$DEST"/*.whl
 cp -r "$HERE/sdtrain" "$HERE/gpu" "$DEST/"

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .llama import Attention, RMSNorm, SwiGLU, apply_rope, rope_cos_sin
+from .llama import Attention, RMSNorm, SwiGLU, rope_cos_sin
 
 # SGLang places a draft step's token one position past EAGLE's reference (eagle3_spec 2.3).
 SGLANG_DRAFT_POSITION_OFFSET = 1
@@ -198,6 +198,23 @@ class TargetTeacher:
         # outside it cannot be drafted and are masked out of the loss.
         draft_logits = (normed @ head[self.draft_ids].T).float()
         return aux, torch.log_softmax(draft_logits, dim=-1), self.t2d[full_argmax]
+
+
+def start_drafter(cfg, target, token_counts, aux_layer_ids, seed, device, log):
+    """A drafter on the target's most frequent tokens, initialised from the target, and its teacher.
+
+    lm_head rows and the final norm start from the target's head and norm; returns
+    (drafter, teacher, share of the counted tokens the draft vocab covers).
+    """
+    d2t, t2d = draft_vocab(token_counts, cfg["draft_vocab_size"])
+    coverage = token_counts[t2d].sum().item() / token_counts.sum().item()
+    log(f"draft vocab: {cfg['draft_vocab_size']} of {cfg['vocab_size']} ids cover {coverage:.4f} of the counted tokens")
+    drafter = Eagle3Drafter(cfg, target.embed_tokens.weight)
+    drafter.set_vocab(d2t, t2d)
+    drafter.init_weights(seed, target_norm=target.norm.weight.float(), target_head=target.head_weight().float())
+    drafter.to(device).train()
+    log(f"drafter: {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M parameters")
+    return drafter, TargetTeacher(target, aux_layer_ids, drafter.t2d), coverage
 
 
 def ttt_loss(drafter, teacher, ids, loss_mask, steps, decay=0.8):

@@ -6,6 +6,7 @@ share the GPU); the count is logged, and passing it back as `steps` repeats the 
 """
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -39,6 +40,14 @@ class Log:
         fields["t"] = round(time.time() - self.start, 2)
         self.records.write(json.dumps(fields) + "\n")
         self.records.flush()
+
+
+def start_run(args):
+    """Seed, create `args.out`, and return (log, a bf16 autocast context factory for args.device)."""
+    seed_everything(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
+    return Log(os.path.join(args.out, "metrics.jsonl")), lambda: torch.autocast(device_type, dtype=torch.bfloat16)
 
 
 def lr_factor(step, warmup, total, floor=0.1):
