@@ -1,1 +1,3 @@
 //! (module under construction: see the issue that builds it)
+
+pub mod cuda;
