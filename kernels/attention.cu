@@ -1,60 +1,60 @@
-// Flash-style attention over the paged KV cache, one kernel for prefill (causal), decode
-// (one query) and tree verification (a custom mask), in the style of flash-decoding:
-// never materialises the score matrix; keeps a running max and sum (online softmax).
+// Flash-style attention over a layer's KV cache (f32 [slots, kv_heads * head_dim]), one
+// kernel for prefill (causal), decode (one query) and tree verification (an explicit
+// mask). It never materialises the scores: each warp keeps a running max and sum (online
+// softmax) and the warps' states are merged at the end, as in flash-decoding.
 //
-// Query i of n_q is the new token at key position prefix + i. It sees every prefix key,
-// and new key prefix + j when
-//   tree_mask == NULL : j <= i                          (causal)
-//   tree_mask != NULL : bit j of tree_mask[i] is set    (tree: itself and its ancestors)
-// prefix is read from device memory so a captured graph replays at any length.
+// Slots [0, prefix) are committed and visible to every query. Slots
+// [prefix, prefix + region) hold the current region; the `queries` queries are its last
+// rows. Query i sees region slot j when
+//   mask == NULL : j <= region - queries + i                    (causal)
+//   mask != NULL : mask[i * region + j] != 0                    ([queries, region] of 0/1)
+// prefix and region are read from `window` ([prefix, region] on the device) when it is
+// not NULL, so a captured graph replays at any length; else from the arguments.
 //
-// Grid: (n_q, q_heads). Block: `warps` warps; warp w takes keys w, w + warps, ...; each
-// lane holds head_dim / 32 elements of q and of the output. The warps' partial softmax
-// states are merged through shared memory at the end (dynamic: warps * (head_dim + 2)
-// floats).
+// Grid: (queries, heads). Block: `warps` warps; warp w takes slots w, w + warps, ...;
+// lane l holds elements [l * head_dim / 32, (l + 1) * head_dim / 32) of q and of the
+// output. Dynamic shared memory: warps * (head_dim + 2) floats.
 
 #define MAX_PER_LANE 8  // head_dim up to 256
 
-__device__ __forceinline__ void load_lane(const bf16* p, int per_lane, float (&v)[MAX_PER_LANE]) {
-    if ((per_lane & 1) == 0) {
-        const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(p);
+__device__ __forceinline__ void load_lane(const float* p, int per_lane, float (&v)[MAX_PER_LANE]) {
+    if ((per_lane & 3) == 0) {
 #pragma unroll
-        for (int e = 0; e < MAX_PER_LANE / 2; ++e) {
-            if (2 * e < per_lane) {
-                float2 f = __bfloat1622float2(p2[e]);
-                v[2 * e] = f.x;
-                v[2 * e + 1] = f.y;
+        for (int e = 0; e < MAX_PER_LANE / 4; ++e) {
+            if (4 * e < per_lane) {
+                const float4 f = reinterpret_cast<const float4*>(p)[e];
+                v[4 * e] = f.x;
+                v[4 * e + 1] = f.y;
+                v[4 * e + 2] = f.z;
+                v[4 * e + 3] = f.w;
             }
         }
     } else {
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < per_lane) v[e] = __bfloat162float(p[e]);
+            if (e < per_lane) v[e] = p[e];
     }
 }
 
-extern "C" __global__ void attention_bf16(const bf16* q, long long q_stride, long long q_offset,
-                                          const bf16* k_cache, const bf16* v_cache,
-                                          long long layer_offset, const int* block_table,
-                                          int block_size, const int* prefix_len, int n_q,
-                                          const unsigned long long* tree_mask, bf16* out,
-                                          long long out_stride, int q_heads, int kv_heads,
-                                          int head_dim, float scale) {
+extern "C" __global__ void attention_f32(const float* q, const float* k, const float* v, float* out, int heads,
+                                         int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
+                                         int queries, const int* window, const int* mask) {
     extern __shared__ float smem[];
     const int qi = blockIdx.x, h = blockIdx.y;
-    const int kvh = h / (q_heads / kv_heads);
+    const int kvh = h / (heads / kv_heads);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int per_lane = head_dim / 32;
-    const int prefix = *prefix_len;
-    const int n_keys = prefix + (tree_mask ? n_q : qi + 1);
-    const unsigned long long mask = tree_mask ? tree_mask[qi] : 0ull;
+    const int prefix = window ? window[0] : prefix_arg;
+    const int region = window ? window[1] : region_arg;
+    const int last_visible = mask ? region - 1 : region - queries + qi;
+    const int n_slots = prefix + last_visible + 1;
+    const int* mask_row = mask ? mask + (long long)qi * region : nullptr;
     const long long kv_width = (long long)kv_heads * head_dim;
-    const bf16* kbase = k_cache + layer_offset + (long long)kvh * head_dim + lane * per_lane;
-    const bf16* vbase = v_cache + layer_offset + (long long)kvh * head_dim + lane * per_lane;
+    const float* kbase = k + (long long)kvh * head_dim + lane * per_lane;
+    const float* vbase = v + (long long)kvh * head_dim + lane * per_lane;
 
     float qv[MAX_PER_LANE], acc[MAX_PER_LANE], kv[MAX_PER_LANE];
-    load_lane(q + (long long)qi * q_stride + q_offset + (long long)h * head_dim + lane * per_lane,
-              per_lane, qv);
+    load_lane(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * per_lane, per_lane, qv);
 #pragma unroll
     for (int e = 0; e < MAX_PER_LANE; ++e) {
         qv[e] = e < per_lane ? qv[e] * scale : 0.f;
@@ -62,23 +62,23 @@ extern "C" __global__ void attention_bf16(const bf16* q, long long q_stride, lon
         kv[e] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    for (int p = warp; p < n_keys; p += warps) {
-        if (tree_mask && p >= prefix && !((mask >> (p - prefix)) & 1ull)) continue;
-        const long long row = slot_of(block_table, block_size, p) * kv_width;
+    for (int s = warp; s < n_slots; s += warps) {
+        if (mask_row && s >= prefix && mask_row[s - prefix] == 0) continue;
+        const long long row = (long long)s * kv_width;
         load_lane(kbase + row, per_lane, kv);
-        float s = 0.f;
+        float dot = 0.f;
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < per_lane) s += qv[e] * kv[e];
-        s = warp_sum(s);
-        const float m_new = fmaxf(m, s);
+            if (e < per_lane) dot += qv[e] * kv[e];
+        dot = warp_sum(dot);
+        const float m_new = fmaxf(m, dot);
         const float corr = __expf(m - m_new);
-        const float w = __expf(s - m_new);
-        l = l * corr + w;
+        const float p = __expf(dot - m_new);
+        l = l * corr + p;
         load_lane(vbase + row, per_lane, kv);
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < per_lane) acc[e] = acc[e] * corr + w * kv[e];
+            if (e < per_lane) acc[e] = acc[e] * corr + p * kv[e];
         m = m_new;
     }
 
@@ -99,11 +99,11 @@ extern "C" __global__ void attention_bf16(const bf16* q, long long q_stride, lon
     float denom = 0.f;
     for (int w = 0; w < warps; ++w)
         if (s_m[w] != -INFINITY) denom += s_l[w] * __expf(s_m[w] - m_all);
-    bf16* o = out + (long long)qi * out_stride + (long long)h * head_dim;
+    float* o = out + (long long)qi * heads * head_dim + (long long)h * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float num = 0.f;
         for (int w = 0; w < warps; ++w)
             if (s_m[w] != -INFINITY) num += s_acc[w * head_dim + d] * __expf(s_m[w] - m_all);
-        o[d] = __float2bfloat16_rn(denom > 0.f ? num / denom : 0.f);
+        o[d] = denom > 0.f ? num / denom : 0.f;
     }
 }

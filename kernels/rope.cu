@@ -1,30 +1,21 @@
-// Rotary position embedding, in place on the q and k heads of a fused qkv buffer
-// ([tokens, token_stride] with q heads at q_offset and k heads at k_offset).
-// inv_freq holds rotary_dim/2 frequencies already adjusted for llama3 or YaRN scaling by
-// the host; mscale is YaRN's attention factor (1 otherwise), applied to cos and sin.
-// NeoX style rotates (i, i + rotary_dim/2); interleaved (GPT-J) style rotates (2i, 2i+1).
-// Grid: (tokens, q_heads + k_heads); positions are read from device memory so a captured
-// graph can be replayed at new positions.
-extern "C" __global__ void rope_bf16(bf16* qkv, long long token_stride, long long q_offset,
-                                     long long k_offset, int q_heads, int head_dim, int rotary_dim,
-                                     const int* positions, const float* inv_freq, float mscale,
-                                     int interleaved) {
-    const int t = blockIdx.x, h = blockIdx.y;
-    bf16* head = qkv + (long long)t * token_stride +
-                 (h < q_heads ? q_offset + (long long)h * head_dim
-                              : k_offset + (long long)(h - q_heads) * head_dim);
-    const float pos = (float)positions[t];
-    const int half = rotary_dim / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float s, c;
-        sincosf(pos * inv_freq[i], &s, &c);
-        c *= mscale;
-        s *= mscale;
-        const int i0 = interleaved ? 2 * i : i;
-        const int i1 = interleaved ? 2 * i + 1 : i + half;
-        const float x0 = __bfloat162float(head[i0]);
-        const float x1 = __bfloat162float(head[i1]);
-        head[i0] = __float2bfloat16_rn(x0 * c - x1 * s);
-        head[i1] = __float2bfloat16_rn(x1 * c + x0 * s);
+// Rotary position embedding, in place on every head of the first rows of x
+// ([rows, heads * head_dim], f32). cos/sin are the host-computed tables
+// [max_positions, head_dim / 2], already scaled (llama3 / YaRN, attention factor), so the
+// GPU rotates exactly as the CPU reference does. NeoX style rotates (j, j + half);
+// interleaved (GPT-J) rotates (2j, 2j + 1). Positions are read from device memory, so a
+// captured graph replays at new positions. Grid: (rows, heads).
+extern "C" __global__ void rope_f32(float* x, int cols, int head_dim, const float* cos_table,
+                                    const float* sin_table, const int* positions, int interleaved) {
+    const int half = head_dim / 2;
+    float* head = x + (long long)blockIdx.x * cols + (long long)blockIdx.y * head_dim;
+    const long long pos = positions[blockIdx.x];
+    const float* c = cos_table + pos * half;
+    const float* s = sin_table + pos * half;
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const int a = interleaved ? 2 * j : j;
+        const int b = interleaved ? 2 * j + 1 : j + half;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * c[j] - x1 * s[j];
+        head[b] = x1 * c[j] + x0 * s[j];
     }
 }

@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn cache_key_changes_with_text_arch_and_nvrtc_version() {
-        let text = source_of("rope_bf16").unwrap().program_text();
+        let text = source_of("rope_f32").unwrap().program_text();
         let k = PtxCache::key(&text, &target("sm_90"));
         assert_eq!(k.len(), 64);
         assert_eq!(k, PtxCache::key(&text, &target("sm_90")));

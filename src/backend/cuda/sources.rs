@@ -27,17 +27,25 @@ macro_rules! kernel_source {
 }
 
 pub const SOURCES: &[KernelSource] = &[
-    kernel_source!("embedding.cu", ["embedding_bf16", "embedding_f32"]),
-    kernel_source!("rmsnorm.cu", ["rmsnorm_f32_bf16", "rmsnorm_bf16_bf16", "add_rmsnorm"]),
-    kernel_source!("rope.cu", ["rope_bf16"]),
-    kernel_source!("kv_cache.cu", ["kv_write", "kv_move"]),
-    kernel_source!("attention.cu", ["attention_bf16"]),
+    kernel_source!("embedding.cu", ["embedding_f32"]),
+    kernel_source!("rmsnorm.cu", ["rmsnorm_f32", "add_rmsnorm_f32"]),
+    kernel_source!("rope.cu", ["rope_f32"]),
+    kernel_source!("attention.cu", ["attention_f32"]),
     kernel_source!(
-        "activation.cu",
-        ["silu_mul_bf16", "add_bias_bf16", "gather_rows_bf16", "gather_rows_f32", "f32_to_bf16", "bf16_to_f32"]
+        "elementwise.cu",
+        [
+            "silu_mul_f32",
+            "add_f32",
+            "add_bias_f32",
+            "f32_to_bf16",
+            "copy_rows_f32",
+            "copy_cols_f32",
+            "gather_rows_f32",
+            "move_rows_f32"
+        ]
     ),
-    kernel_source!("sampling.cu", ["argmax_f32", "sample_f32", "topk_f32", "verify_greedy", "verify_sample"]),
-    kernel_source!("gemv.cu", ["gemv_bf16", "gemv_f32out"]),
+    kernel_source!("sampling.cu", ["argmax_f32", "softmax_f32", "topk_f32", "sample_probs_f32"]),
+    kernel_source!("gemv.cu", ["gemv_f32"]),
 ];
 
 impl KernelSource {
@@ -85,7 +93,7 @@ mod tests {
 
     #[test]
     fn program_text_maps_lines_back_to_the_file() {
-        let src = source_of("rope_bf16").unwrap();
+        let src = source_of("rope_f32").unwrap();
         assert_eq!(src.module_name(), "rope");
         let text = src.program_text();
         let marker = "#line 1 \"kernels/rope.cu\"\n";
