@@ -3,7 +3,16 @@
 //!
 //! - `probe`: which libraries and GPUs are there; `--device auto|cuda|cpu`.
 //! - `sources` + `compile`: `kernels/*.cu` compiled by NVRTC at start, PTX cached on disk.
+//! - `gpu`: one GPU (context, stream, kernels, memory ledger); `gemm`: matmuls.
+//! - `backend`: the backend seam on one GPU; `shard` + `tp`: tensor parallelism.
 
 pub mod compile;
 pub mod probe;
 pub mod sources;
+pub mod backend;
+pub mod gemm;
+pub mod gpu;
+pub mod shard;
+pub mod tp;
+
+pub use backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
