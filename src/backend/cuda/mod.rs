@@ -16,3 +16,4 @@ pub mod shard;
 pub mod tp;
 
 pub use backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
+pub mod conformance;
