@@ -53,14 +53,13 @@ extern "C" __global__ void gather_rows_f32(const float* src, float* dst, int col
 }
 
 // t[dst_start + i] = t[src_rows[i]] for i < count, in order: committing an accepted tree
-// path. Sources are ascending and never before their destination, so moving row by row
-// in order never overwrites a row before it is read. One block; a barrier between rows.
-// dst_start comes from *dst_start_ptr when that is not NULL.
-extern "C" __global__ void move_rows_f32(float* t, int cols, const int* src_rows, int count, int dst_start_arg,
-                                         const int* dst_start_ptr) {
-    const long long dst_start = dst_start_ptr ? *dst_start_ptr : dst_start_arg;
+// path. params = [dst_start, src_rows...]. Sources are ascending and never before their
+// destination, so moving row by row in order never overwrites a row before it is read.
+// One block; a barrier between rows.
+extern "C" __global__ void move_rows_f32(float* t, int cols, const int* params, int count) {
+    const long long dst_start = params[0];
     for (int i = 0; i < count; ++i) {
-        const long long s = src_rows[i], d = dst_start + i;
+        const long long s = params[1 + i], d = dst_start + i;
         if (s != d)
             for (int c = threadIdx.x; c < cols; c += blockDim.x) t[d * cols + c] = t[s * cols + c];
         __syncthreads();

@@ -219,4 +219,19 @@ pub trait Backend: Send + Sync + 'static {
     /// Sample from row `row` of a probability tensor with the `excluded` ids removed and the rest
     /// renormalised, by inverse CDF at `coin` in `[0, 1)`. When nothing is left, sample the row as is.
     fn sample(&self, probs: &Self::Tensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError>;
+
+    // ---- CUDA graphs (no-ops elsewhere) --------------------------------------------------
+
+    /// Bracket a step that repeats with the same shapes (a decode, verify or draft step of
+    /// a given row count) so a GPU backend can record it once and replay it as a graph.
+    /// `key` names the step and its shapes. Between `graph_begin` and `graph_end` the model
+    /// only enqueues ops: no read-back, no `sample`, no `sync`.
+    fn graph_begin(&self, _key: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// End the step begun by `graph_begin`: record it, capture it, or launch its graph.
+    fn graph_end(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }

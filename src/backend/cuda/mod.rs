@@ -17,3 +17,5 @@ pub mod tp;
 
 pub use backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
 pub mod conformance;
+pub mod launch;
+pub mod graph;
