@@ -39,6 +39,16 @@ pub enum Command {
     /// Convert model files.
     #[command(subcommand)]
     Convert(ConvertCommand),
+    /// Check and time the CUDA backend on this machine's GPUs (scripts/gpu/run.sh).
+    #[command(hide = true)]
+    CudaCheck(CudaCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CudaCheckArgs {
+    /// Folder for cuda-check.json.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// The launch flags shared by `check`, `launch`, `generate` and `bench` (SGLang names).

@@ -12,6 +12,7 @@ fn main() {
             Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
         }
         Some(Command::Convert(_)) => Err(anyhow::anyhow!("convert: lands with the engine issue")),
+        Some(Command::CudaCheck(args)) => specdeck::backend::cuda::selftest::run(args.out.as_deref()),
         None => Err(anyhow::anyhow!("the demo lands with the console issue")),
     };
     match result {

@@ -75,6 +75,11 @@ impl Matmuls {
                 }
             }
         };
+        self.run_path(gpu, a, path);
+    }
+
+    /// Run one path regardless of the choice (the self-test times both).
+    pub fn run_path(&self, gpu: &Gpu, a: MatmulArgs, path: MatmulPath) {
         match path {
             MatmulPath::Gemv => gemv(gpu, a),
             MatmulPath::Cublas => self.cublas(gpu, a),

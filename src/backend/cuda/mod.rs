@@ -19,3 +19,5 @@ pub use backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
 pub mod conformance;
 pub mod launch;
 pub mod graph;
+pub mod step;
+pub mod selftest;

@@ -1,0 +1,247 @@
+//! `specdeck cuda-check`: the CUDA backend's checks and timings on the GPU machine, each
+//! section independent (a failure is recorded and the next section runs). Results go to
+//! `<out>/cuda-check.json`; a short table is printed last.
+//!
+//! Sections: probe; kernel-compile (cold and cached); conformance (every seam op against
+//! the CPU reference); graphs (a decode step replayed from a CUDA graph equals the eager
+//! step, and its time per step); bandwidth (device-to-device copy); gemm (skinny kernel
+//! and cuBLAS on Llama-3.1-8B shapes, as a fraction of the copy bandwidth); teardown (NVML
+//! memory back at its baseline once the backend is dropped).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::backend::CudaBackend;
+use super::compile::{compile_phase, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
+use super::conformance::compare_backends;
+use super::gemm::{MatmulArgs, MatmulPath};
+use super::gpu::Gpu;
+use super::probe::{probe, CudaInventory};
+use super::shard::RankInfo;
+use super::sources::SOURCES;
+use super::step::{Dims, ToyStep};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::BackendError;
+use crate::event::EventSink;
+
+/// One line of the closing table.
+struct Row {
+    name: String,
+    value: String,
+    verdict: &'static str,
+}
+
+struct Report {
+    sections: serde_json::Map<String, Value>,
+    rows: Vec<Row>,
+}
+
+impl Report {
+    fn row(&mut self, name: impl Into<String>, value: impl Into<String>, ok: Option<bool>) {
+        let verdict = match ok {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "-",
+        };
+        self.rows.push(Row { name: name.into(), value: value.into(), verdict });
+    }
+
+    fn section(&mut self, name: &str, f: impl FnOnce(&mut Report) -> anyhow::Result<Value>) {
+        let started = Instant::now();
+        let value = match f(self) {
+            Ok(v) => v,
+            Err(e) => {
+                self.row(name, format!("error: {e:#}"), Some(false));
+                json!({ "error": format!("{e:#}") })
+            }
+        };
+        eprintln!("cuda-check: {name} done in {:.1} s", started.elapsed().as_secs_f64());
+        self.sections.insert(name.to_string(), json!({ "seconds": started.elapsed().as_secs_f64(), "result": value }));
+    }
+}
+
+/// Median milliseconds of `reps` runs of `f` on the GPU's stream, after one warm-up run.
+pub fn time_ms(gpu: &Gpu, reps: usize, mut f: impl FnMut()) -> Result<f64, BackendError> {
+    let dev = |e: cudarc::driver::DriverError| BackendError::Device(e.to_string());
+    f();
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = gpu.ctx.new_event(None).map_err(dev)?;
+        let end = gpu.ctx.new_event(None).map_err(dev)?;
+        start.record(&gpu.stream).map_err(dev)?;
+        f();
+        end.record(&gpu.stream).map_err(dev)?;
+        end.synchronize().map_err(dev)?;
+        samples.push(start.elapsed_ms(&end).map_err(dev)? as f64);
+    }
+    gpu.take_error()?;
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// NVML's used-memory figure per GPU (empty when NVML is absent).
+pub fn nvml_used() -> Vec<u64> {
+    let Ok(nvml) = nvml_wrapper::Nvml::init() else { return Vec::new() };
+    let n = nvml.device_count().unwrap_or(0);
+    (0..n).filter_map(|i| nvml.device_by_index(i).ok()?.memory_info().ok().map(|m| m.used)).collect()
+}
+
+pub fn run(out: Option<&Path>) -> anyhow::Result<i32> {
+    let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new() };
+    let baseline = nvml_used();
+    let inventory = match probe() {
+        Ok(inv) => inv,
+        Err(e) => {
+            eprintln!("specdeck cuda-check: CUDA is not usable here: {e}");
+            return Ok(2);
+        }
+    };
+    r.section("probe", |r| {
+        let g = &inventory.gpus[0];
+        r.row("gpu", format!("{} x{} ({})", g.name, inventory.gpus.len(), g.arch()), None);
+        Ok(json!({ "gpus": inventory.gpus.iter().map(|g| json!({"name": g.name, "arch": g.arch(), "memory": g.total_memory_bytes})).collect::<Vec<_>>(), "nvml_used_baseline": baseline }))
+    });
+    let mut modules: Vec<CompiledModule> = Vec::new();
+    r.section("kernel-compile", |r| {
+        modules = compile_twice(r, &inventory)?;
+        Ok(json!({ "modules": modules.len() }))
+    });
+    if modules.is_empty() {
+        return finish(r, out);
+    }
+    {
+        let backend = CudaBackend::open(0, &modules, RankInfo::single(), None)?;
+        r.section("conformance", |r| conformance(r, &backend));
+        r.section("graphs", |r| graphs(r, &backend));
+        r.section("bandwidth", |r| bandwidth(r, backend.gpu()));
+        r.section("gemm", |r| gemm(r, &backend));
+    }
+    r.section("teardown", |r| {
+        let after = nvml_used();
+        let ok = !after.is_empty() && after.iter().zip(&baseline).all(|(a, b)| a.abs_diff(*b) <= 64 << 20);
+        r.row("NVML used after drop vs baseline (MiB)", format!("{:?} vs {:?}", mib(&after), mib(&baseline)), Some(ok));
+        Ok(json!({ "baseline": baseline, "after": after }))
+    });
+    finish(r, out)
+}
+
+fn mib(v: &[u64]) -> Vec<u64> {
+    v.iter().map(|b| b >> 20).collect()
+}
+
+fn finish(r: Report, out: Option<&Path>) -> anyhow::Result<i32> {
+    let failed = r.rows.iter().filter(|row| row.verdict == "FAIL").count();
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir)?;
+        let path: PathBuf = dir.join("cuda-check.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(r.sections))?)?;
+        eprintln!("cuda-check: wrote {}", path.display());
+    }
+    let w = r.rows.iter().map(|row| row.name.len()).max().unwrap_or(10);
+    for row in &r.rows {
+        println!("{:<w$}  {:<4}  {}", row.name, row.verdict, row.value);
+    }
+    println!("cuda-check: {} checks, {failed} failed", r.rows.iter().filter(|row| row.verdict != "-").count());
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+fn compile_twice(r: &mut Report, inventory: &CudaInventory) -> anyhow::Result<Vec<CompiledModule>> {
+    let target = CompileTarget {
+        arch: inventory.gpus[0].arch(),
+        include_paths: default_include_paths(),
+        nvrtc_version: nvrtc_version().map_err(anyhow::Error::msg)?,
+    };
+    // A fresh cache folder, so the first compile is really cold.
+    let dir = std::env::temp_dir().join(format!("specdeck-cuda-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = PtxCache::new(&dir);
+    let (sink, _rx) = EventSink::channel();
+    let t0 = Instant::now();
+    compile_phase(SOURCES, &target, Some(&cache), &sink).map_err(|f| anyhow::anyhow!(f.message))?;
+    let cold = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let modules = compile_phase(SOURCES, &target, Some(&cache), &sink).map_err(|f| anyhow::anyhow!(f.message))?;
+    let warm = t1.elapsed().as_secs_f64();
+    let all_cached = modules.iter().all(|m| m.from_cache);
+    let _ = std::fs::remove_dir_all(&dir);
+    r.row("kernel-compile cold / cached (s)", format!("{cold:.3} / {warm:.3}"), Some(all_cached));
+    Ok(modules)
+}
+
+fn conformance(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
+    let checks = compare_backends(&CpuBackend, backend, 11)?;
+    let failed: Vec<String> = checks.iter().filter(|c| !c.ok).map(|c| format!("{} ({:.2e})", c.op, c.rel_err)).collect();
+    let worst = checks.iter().map(|c| c.rel_err).fold(0.0, f64::max);
+    r.row(
+        format!("ops vs CPU reference ({} checks)", checks.len()),
+        if failed.is_empty() { format!("worst rel. error {worst:.2e}") } else { failed.join(", ") },
+        Some(failed.is_empty()),
+    );
+    Ok(serde_json::to_value(&checks)?)
+}
+
+fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
+    let dims = || Dims { hidden: 2048, heads: 16, kv_heads: 4, head_dim: 128, vocab: 32000, slots: 256 };
+    let steps = 64;
+    let mut eager = ToyStep::new(backend, dims())?;
+    let t = Instant::now();
+    let (tokens_eager, a_eager) = eager.decode(backend, 7, steps, false)?;
+    let eager_ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let mut graphed = ToyStep::new(backend, dims())?;
+    let t = Instant::now();
+    let (tokens_graph, a_graph) = graphed.decode(backend, 7, steps, true)?;
+    let graph_ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let same = tokens_eager == tokens_graph && a_eager == a_graph;
+    r.row("graph replay == eager (64 toy decode steps)", format!("{}", if same { "identical" } else { "DIFFERENT" }), Some(same));
+    r.row("toy decode step eager / graph (ms)", format!("{eager_ms:.3} / {graph_ms:.3}"), None);
+    let cpu = ToyStep::new(&CpuBackend, dims())?.decode(&CpuBackend, 7, steps, false)?;
+    let agree = cpu.0.iter().zip(&tokens_eager).take_while(|(a, b)| a == b).count();
+    r.row("toy greedy tokens agreeing with CPU", format!("{agree} of {}", steps + 1), None);
+    Ok(json!({ "tokens_eager": tokens_eager, "tokens_graph": tokens_graph, "tokens_cpu": cpu.0, "eager_ms": eager_ms, "graph_ms": graph_ms, "captured": backend.graphs.captured() }))
+}
+
+/// Device-to-device copy bandwidth, counting bytes read plus bytes written.
+fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<Value> {
+    let bytes = 2usize << 30;
+    let src = gpu.alloc::<u8>(bytes, "bandwidth source")?;
+    let dst = gpu.alloc::<u8>(bytes, "bandwidth destination")?;
+    let ms = time_ms(gpu, 10, || {
+        // SAFETY: both buffers hold `bytes` bytes.
+        let res = unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr(), src.ptr(), bytes, gpu.stream.cu_stream()) };
+        if let Err(e) = res {
+            gpu.record(|| format!("copy: {e}"));
+        }
+    })?;
+    let gbps = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
+    r.row("device copy bandwidth (GB/s, read+write)", format!("{gbps:.0}"), None);
+    Ok(json!({ "bytes": bytes, "ms": ms, "gb_per_s": gbps }))
+}
+
+/// The Llama-3.1-8B matmul shapes at decode (1 row) and verify (5 rows): time per path,
+/// and the weight-read rate of the faster one against the copy bandwidth.
+fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
+    let gpu = backend.gpu();
+    let shapes = [(4096usize, 4096usize), (1024, 4096), (14336, 4096), (4096, 14336)];
+    let max_w = shapes.iter().map(|(n, k)| n * k).max().unwrap_or(0);
+    let w = gpu.alloc::<half::bf16>(max_w, "gemm weights")?;
+    let noise: Vec<half::bf16> = (0..max_w).map(|i| half::bf16::from_f32(((i * 2654435761) % 1000) as f32 * 1e-3 - 0.5)).collect();
+    gpu.upload(&noise, w.ptr());
+    let x = gpu.alloc::<f32>(8 * 14336, "gemm input")?;
+    let y = gpu.alloc::<f32>(8 * 14336, "gemm output")?;
+    let mut rows = Vec::new();
+    for rows_n in [1usize, 5] {
+        for &(n_out, k_in) in &shapes {
+            let a = MatmulArgs { x: x.ptr(), w: w.ptr(), bias: None, out: y.ptr(), rows: rows_n, n_out, k_in };
+            let gemv = time_ms(gpu, 20, || backend.matmuls.run_path(gpu, a, MatmulPath::Gemv))?;
+            let cublas = time_ms(gpu, 20, || backend.matmuls.run_path(gpu, a, MatmulPath::Cublas))?;
+            let best = gemv.min(cublas);
+            let gbps = (n_out * k_in * 2) as f64 / (best * 1e-3) / 1e9;
+            rows.push(json!({ "rows": rows_n, "n": n_out, "k": k_in, "gemv_ms": gemv, "cublas_ms": cublas, "weight_gb_per_s": gbps }));
+            r.row(format!("matmul {rows_n}x{k_in} -> {n_out}: gemv / cublas (us)"), format!("{:.1} / {:.1}  ({gbps:.0} GB/s)", gemv * 1e3, cublas * 1e3), None);
+        }
+    }
+    Ok(Value::Array(rows))
+}
+
