@@ -13,3 +13,4 @@ pub mod preflight;
 pub mod replay;
 pub mod spec;
 pub mod telemetry;
+pub mod testkit;

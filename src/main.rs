@@ -8,9 +8,8 @@ fn main() {
         Some(Command::Check(_)) => Err(anyhow::anyhow!("check: lands with the preflight issue")),
         Some(Command::Launch(_)) => Err(anyhow::anyhow!("launch: lands with the console issue")),
         Some(Command::Replay(_)) => Err(anyhow::anyhow!("replay: lands with the replay issue")),
-        Some(Command::Generate(_)) | Some(Command::Bench(_)) => {
-            Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
-        }
+        Some(Command::Generate(args)) => specdeck::engine::commands::generate(&args),
+        Some(Command::Bench(args)) => specdeck::engine::commands::bench(&args),
         Some(Command::Convert(_)) => Err(anyhow::anyhow!("convert: lands with the engine issue")),
         Some(Command::CudaCheck(args)) => specdeck::backend::cuda::selftest::run(args.out.as_deref()),
         None => Err(anyhow::anyhow!("the demo lands with the console issue")),

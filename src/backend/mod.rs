@@ -109,6 +109,14 @@ pub enum Mask<'a, B: Backend + ?Sized> {
     Explicit(&'a B::Ids),
 }
 
+// Manual impls: a derive would demand `B: Copy`, but only the reference is copied.
+impl<B: Backend + ?Sized> Clone for Mask<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend + ?Sized> Copy for Mask<'_, B> {}
+
 /// Precomputed RoPE rotation for positions `0 .. max_positions`: `cos` and `sin` are
 /// `[max_positions, head_dim / 2]`, already multiplied by the scaling's attention factor.
 pub struct RopeTable<B: Backend + ?Sized> {

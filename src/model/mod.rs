@@ -2,3 +2,4 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod tokenizer;
