@@ -11,7 +11,8 @@
 // prefix and region are read from `window` ([prefix, region] on the device) when it is
 // not NULL, so a captured graph replays at any length; else from the arguments.
 //
-// Grid: (queries, heads). Block: `warps` warps; warp w takes slots w, w + warps, ...;
+// Grid: (queries, heads). Block: `warps` warps; warp w takes the visible keys whose rank
+// in the query's visible sequence is w, w + warps, ...;
 // lane l holds elements [l * head_dim / 32, (l + 1) * head_dim / 32) of q and of the
 // output. Dynamic shared memory: warps * (head_dim + 2) floats.
 
@@ -47,7 +48,6 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     const int prefix = window ? window[0] : prefix_arg;
     const int region = window ? window[1] : region_arg;
     const int last_visible = mask ? region - 1 : region - queries + qi;
-    const int n_slots = prefix + last_visible + 1;
     const int* mask_row = mask ? mask + (long long)qi * region : nullptr;
     const long long kv_width = (long long)kv_heads * head_dim;
     const float* kbase = k + (long long)kvh * head_dim + lane * per_lane;
@@ -62,9 +62,9 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
         kv[e] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    for (int s = warp; s < n_slots; s += warps) {
-        if (mask_row && s >= prefix && mask_row[s - prefix] == 0) continue;
-        const long long row = (long long)s * kv_width;
+    // One key into this warp's running softmax.
+    auto visit = [&](int slot) {
+        const long long row = (long long)slot * kv_width;
         load_lane(kbase + row, per_lane, kv);
         float dot = 0.f;
 #pragma unroll
@@ -80,6 +80,16 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
         for (int e = 0; e < MAX_PER_LANE; ++e)
             if (e < per_lane) acc[e] = acc[e] * corr + p * kv[e];
         m = m_new;
+    };
+    // Keys go to warps by their position in the query's visible sequence, not by slot: a
+    // verify-tree query then sums exactly as the same token decoded alone after its
+    // ancestors were committed, so speculative greedy output equals target-only output.
+    for (int s = warp; s < prefix; s += warps) visit(s);
+    for (int j = 0, rank = 0; j < region; ++j) {
+        const bool visible = mask_row ? mask_row[j] != 0 : j <= last_visible;
+        if (!visible) continue;
+        if ((prefix + rank) % warps == warp) visit(prefix + j);
+        ++rank;
     }
 
     float* s_m = smem;

@@ -1,11 +1,13 @@
 //! `out = x · Wᵀ (+ bias)` with f32 activations and bf16 weights in the `[out, in]` layout.
 //!
-//! Two ways to do it: the skinny `gemv_f32` kernel (up to 8 rows: decode and verify steps,
-//! where the cost is reading W once) and cuBLAS `cublasGemmEx` (bf16 inputs, f32
-//! accumulation and output) after converting x to bf16. For each shape with few rows, the
-//! first call outside graph capture times both on the device and remembers the faster.
+//! Two ways to do it: the skinny `gemv_f32` kernel for up to 8 rows (decode and verify
+//! steps, where the cost is reading W once) and cuBLAS `cublasGemmEx` (bf16 inputs, f32
+//! accumulation and output, after converting x to bf16) for more. The choice depends only
+//! on the row count, and the skinny kernel computes each row the same way whatever the
+//! count, so a verify step's rows equal the decode steps they stand for, bit for bit
+//! (speculative greedy output then equals target-only output). `cuda-check` times both
+//! paths on the 8B shapes.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
@@ -45,69 +47,22 @@ impl MatmulArgs {
 pub struct Matmuls {
     /// The bf16 copy of x that cuBLAS reads; grown on demand.
     scratch: Mutex<Option<DeviceBuf<bf16>>>,
-    chosen: Mutex<HashMap<(usize, usize, usize), MatmulPath>>,
 }
 
 impl Matmuls {
-    /// The path a shape will take (for the benchmark's report).
-    pub fn chosen(&self) -> Vec<((usize, usize, usize), MatmulPath)> {
-        let mut v: Vec<_> = self.chosen.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, p)| (*k, *p)).collect();
-        v.sort_by_key(|(k, _)| *k);
-        v
-    }
-
-    pub fn run(&self, gpu: &Gpu, a: MatmulArgs, capturing: bool) {
+    pub fn run(&self, gpu: &Gpu, a: MatmulArgs) {
         if a.rows == 0 {
             return;
         }
-        let path = if !a.gemv_ok() {
-            MatmulPath::Cublas
-        } else {
-            let key = (a.rows, a.n_out, a.k_in);
-            let known = self.chosen.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
-            match known {
-                Some(p) => p,
-                None if capturing => MatmulPath::Gemv,
-                None => {
-                    let p = self.time_both(gpu, a);
-                    self.chosen.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p);
-                    p
-                }
-            }
-        };
+        let path = if a.gemv_ok() { MatmulPath::Gemv } else { MatmulPath::Cublas };
         self.run_path(gpu, a, path);
     }
 
-    /// Run one path regardless of the choice (the self-test times both).
+    /// Run one path regardless of the rule (the self-test times both).
     pub fn run_path(&self, gpu: &Gpu, a: MatmulArgs, path: MatmulPath) {
         match path {
             MatmulPath::Gemv => gemv(gpu, a),
             MatmulPath::Cublas => self.cublas(gpu, a),
-        }
-    }
-
-    /// Median of 5 timed runs of each path (after one warm-up run each).
-    fn time_both(&self, gpu: &Gpu, a: MatmulArgs) -> MatmulPath {
-        let time = |f: &dyn Fn()| -> Option<f32> {
-            f();
-            let mut samples = Vec::with_capacity(5);
-            for _ in 0..5 {
-                let start = gpu.ctx.new_event(None).ok()?;
-                let end = gpu.ctx.new_event(None).ok()?;
-                start.record(&gpu.stream).ok()?;
-                f();
-                end.record(&gpu.stream).ok()?;
-                end.synchronize().ok()?;
-                samples.push(start.elapsed_ms(&end).ok()?);
-            }
-            samples.sort_by(f32::total_cmp);
-            Some(samples[2])
-        };
-        let g = time(&|| gemv(gpu, a));
-        let c = time(&|| self.cublas(gpu, a));
-        match (g, c) {
-            (Some(g), Some(c)) if c < g => MatmulPath::Cublas,
-            _ => MatmulPath::Gemv,
         }
     }
 

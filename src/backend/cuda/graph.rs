@@ -113,10 +113,6 @@ impl Graphs {
         })
     }
 
-    pub fn is_capturing(&self) -> bool {
-        matches!(*self.mode.lock().unwrap_or_else(|p| p.into_inner()), Mode::Capturing { .. })
-    }
-
     /// True between `begin` and `end` of a recorded or captured step (reads are not allowed).
     pub fn in_step(&self) -> bool {
         !matches!(*self.mode.lock().unwrap_or_else(|p| p.into_inner()), Mode::Eager)
