@@ -49,6 +49,12 @@ pub struct CudaCheckArgs {
     /// Folder for cuda-check.json.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// A large checkpoint folder for decode, start-up and step-cost figures.
+    #[arg(long, value_name = "DIR")]
+    pub large_model: Option<PathBuf>,
+    /// Tokens to decode in the timed runs.
+    #[arg(long, default_value_t = 128)]
+    pub new_tokens: usize,
 }
 
 /// The launch flags shared by `check`, `launch`, `generate` and `bench` (SGLang names).

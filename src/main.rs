@@ -11,7 +11,7 @@ fn main() {
         Some(Command::Generate(args)) => specdeck::engine::commands::generate(&args),
         Some(Command::Bench(args)) => specdeck::engine::commands::bench(&args),
         Some(Command::Convert(_)) => Err(anyhow::anyhow!("convert: lands with the engine issue")),
-        Some(Command::CudaCheck(args)) => specdeck::backend::cuda::selftest::run(args.out.as_deref()),
+        Some(Command::CudaCheck(args)) => specdeck::backend::cuda::selftest::command(&args),
         None => Err(anyhow::anyhow!("the demo lands with the console issue")),
     };
     match result {

@@ -198,6 +198,7 @@ impl Backend for CudaBackend {
         match self.graphs.gate(sig, src) {
             Gate::Eager => self.gpu.upload(src, dst.buf.ptr()),
             Gate::Device(staged) => {
+                self.gpu.bind();
                 // SAFETY: both ranges hold src.len() ints (the arena slot was sized for them).
                 let r = unsafe {
                     cudarc::driver::result::memcpy_dtod_async(dst.buf.ptr(), staged, std::mem::size_of_val(src), self.gpu.stream.cu_stream())

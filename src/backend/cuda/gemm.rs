@@ -77,6 +77,7 @@ impl Matmuls {
             }
         }
         let xb = scratch.as_ref().expect("allocated above").ptr();
+        gpu.bind();
         gpu.launch("f32_to_bf16", stride_grid(len), 256, 0, &[Arg::Ptr(a.x), Arg::Ptr(xb), Arg::I64(len as i64)]);
         let (alpha, beta) = (1.0f32, 0.0f32);
         // Row-major out[rows, N] = x[rows, K] · W[N, K]ᵀ is, in cuBLAS's column-major terms,

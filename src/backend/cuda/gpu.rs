@@ -181,12 +181,21 @@ impl Gpu {
         }
     }
 
+    /// Make this GPU's context current on the calling thread (raw driver calls need it; a
+    /// backend may be driven from a thread other than the one that opened it).
+    pub fn bind(&self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            self.record(|| format!("binding the context: {e}"));
+        }
+    }
+
     /// Copy host data to device address `dst` (stream-ordered; pageable sources are
     /// staged by the driver before this returns, so `src` may go away at once).
     pub fn upload<T>(&self, src: &[T], dst: u64) {
         if src.is_empty() {
             return;
         }
+        self.bind();
         // SAFETY: callers pass the address of a live buffer with room for `src`.
         if let Err(e) = unsafe { cudarc::driver::result::memcpy_htod_async(dst, src, self.stream.cu_stream()) } {
             self.record(|| format!("upload of {} bytes: {e}", std::mem::size_of_val(src)));
@@ -197,6 +206,7 @@ impl Gpu {
     pub fn download<T: Default + Clone>(&self, src: &DeviceBuf<T>, offset: usize, len: usize) -> Result<Vec<T>, BackendError> {
         assert!(offset + len <= src.len(), "download of [{offset}, {}) from {} elements", offset + len, src.len());
         let mut out = vec![T::default(); len];
+        self.bind();
         if len > 0 {
             // SAFETY: the range was checked against the buffer above; `out` outlives the
             // copy because the stream is synchronised before returning.

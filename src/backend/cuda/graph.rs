@@ -138,6 +138,7 @@ impl Graphs {
                     .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                     .map_err(|e| BackendError::Device(format!("GPU {}: capture of {key} did not start: {e}", gpu.ordinal)))?;
                 let host = self.host.lock().unwrap_or_else(|p| p.into_inner());
+                gpu.bind();
                 if r.used > 0 {
                     let staged = host.as_slice().map_err(|e| BackendError::Device(e.to_string()))?;
                     // SAFETY: both arenas hold ARENA_LEN ints and r.used <= ARENA_LEN.

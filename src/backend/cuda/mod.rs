@@ -21,3 +21,5 @@ pub mod launch;
 pub mod graph;
 pub mod step;
 pub mod selftest;
+pub mod modelcheck;
+pub mod tpcheck;

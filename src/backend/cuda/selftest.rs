@@ -5,10 +5,15 @@
 //! Sections: probe; kernel-compile (cold and cached); conformance (every seam op against
 //! the CPU reference); graphs (a decode step replayed from a CUDA graph equals the eager
 //! step, and its time per step); bandwidth (device-to-device copy); gemm (skinny kernel
-//! and cuBLAS on Llama-3.1-8B shapes, as a fraction of the copy bandwidth); teardown (NVML
-//! memory back at its baseline once the backend is dropped).
+//! and cuBLAS on Llama-3.1-8B shapes); model-logits and speculative-greedy (the engine's
+//! model code on CUDA against the CPU reference and against itself, `modelcheck`);
+//! large-model-steps and large-model-engine (with `--large-model`: decode tokens/s against
+//! the HBM floor, graphs, verify/decode step cost, cold start and relaunch);
+//! tensor-parallel (2+ GPUs, `tpcheck`); teardown (NVML memory back at its baseline once
+//! everything is dropped).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
@@ -18,6 +23,8 @@ use super::compile::{compile_phase, default_include_paths, nvrtc_version, Compil
 use super::conformance::compare_backends;
 use super::gemm::{MatmulArgs, MatmulPath};
 use super::gpu::Gpu;
+use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
+use super::tpcheck::tp_check;
 use super::probe::{probe, CudaInventory};
 use super::shard::RankInfo;
 use super::sources::SOURCES;
@@ -25,6 +32,7 @@ use super::step::{Dims, ToyStep};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::BackendError;
 use crate::event::EventSink;
+use crate::model::checkpoint::Checkpoint;
 
 /// One line of the closing table.
 struct Row {
@@ -88,7 +96,21 @@ pub fn nvml_used() -> Vec<u64> {
     (0..n).filter_map(|i| nvml.device_by_index(i).ok()?.memory_info().ok().map(|m| m.used)).collect()
 }
 
-pub fn run(out: Option<&Path>) -> anyhow::Result<i32> {
+/// What to check beyond the always-run sections.
+pub struct CheckOptions<'a> {
+    pub out: Option<&'a Path>,
+    /// A large checkpoint (the GPU script writes an 8B-shaped one) for the decode, start-up
+    /// and step-cost figures.
+    pub large_model: Option<&'a Path>,
+    pub new_tokens: usize,
+}
+
+/// The `cuda-check` subcommand.
+pub fn command(args: &crate::cli::CudaCheckArgs) -> anyhow::Result<i32> {
+    run(&CheckOptions { out: args.out.as_deref(), large_model: args.large_model.as_deref(), new_tokens: args.new_tokens })
+}
+
+pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
     let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new() };
     let baseline = nvml_used();
     let inventory = match probe() {
@@ -104,27 +126,65 @@ pub fn run(out: Option<&Path>) -> anyhow::Result<i32> {
         Ok(json!({ "gpus": inventory.gpus.iter().map(|g| json!({"name": g.name, "arch": g.arch(), "memory": g.total_memory_bytes})).collect::<Vec<_>>(), "nvml_used_baseline": baseline }))
     });
     let mut modules: Vec<CompiledModule> = Vec::new();
+    let mut compile_s = 0.0;
     r.section("kernel-compile", |r| {
-        modules = compile_twice(r, &inventory)?;
-        Ok(json!({ "modules": modules.len() }))
+        let (m, cold) = compile_twice(r, &inventory)?;
+        modules = m;
+        compile_s = cold;
+        Ok(json!({ "modules": modules.len(), "cold_s": cold }))
     });
     if modules.is_empty() {
-        return finish(r, out);
+        return finish(r, opts.out);
     }
+    let mut gbps = 0.0;
     {
-        let backend = CudaBackend::open(0, &modules, RankInfo::single(), None)?;
+        let backend = Arc::new(CudaBackend::open(0, &modules, RankInfo::single(), None)?);
         r.section("conformance", |r| conformance(r, &backend));
         r.section("graphs", |r| graphs(r, &backend));
-        r.section("bandwidth", |r| bandwidth(r, backend.gpu()));
+        r.section("bandwidth", |r| {
+            let (v, g) = bandwidth(r, backend.gpu())?;
+            gbps = g;
+            Ok(v)
+        });
         r.section("gemm", |r| gemm(r, &backend));
+        let small = std::env::temp_dir().join(format!("specdeck-small-models-{}", std::process::id()));
+        r.section("model-logits", |r| {
+            write_small_models(&small)?;
+            verdicts(r, logits_check(backend.clone(), &small.join("target"))?)
+        });
+        r.section("speculative-greedy", |r| {
+            let engine_backend = CudaBackend::open(0, &modules, RankInfo::single(), None)?;
+            verdicts(r, spec_equality(engine_backend, &small, 48)?)
+        });
+        let _ = std::fs::remove_dir_all(&small);
+        if let Some(dir) = opts.large_model {
+            r.section("large-model-steps", |r| {
+                let bytes = Checkpoint::open(dir).map_err(BackendError::from)?.total_bytes() as f64;
+                verdicts(r, large_model_steps(backend.clone(), dir, gbps * 1e9 / bytes.max(1.0), opts.new_tokens)?)
+            });
+        }
     }
+    if let Some(dir) = opts.large_model {
+        r.section("large-model-engine", |r| verdicts(r, large_model_engine(&modules, dir, compile_s, opts.new_tokens)?));
+    }
+    if inventory.gpus.len() >= 2 && inventory.nccl_present {
+        r.section("tensor-parallel", |r| verdicts(r, tp_check(&modules, inventory.gpus.len())?));
+    }
+    drop(modules);
     r.section("teardown", |r| {
         let after = nvml_used();
         let ok = !after.is_empty() && after.iter().zip(&baseline).all(|(a, b)| a.abs_diff(*b) <= 64 << 20);
         r.row("NVML used after drop vs baseline (MiB)", format!("{:?} vs {:?}", mib(&after), mib(&baseline)), Some(ok));
         Ok(json!({ "baseline": baseline, "after": after }))
     });
-    finish(r, out)
+    finish(r, opts.out)
+}
+
+fn verdicts(r: &mut Report, (list, value): (Vec<Verdict>, Value)) -> anyhow::Result<Value> {
+    for v in list {
+        r.row(v.name, v.value, v.ok);
+    }
+    Ok(value)
 }
 
 fn mib(v: &[u64]) -> Vec<u64> {
@@ -147,7 +207,8 @@ fn finish(r: Report, out: Option<&Path>) -> anyhow::Result<i32> {
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
-fn compile_twice(r: &mut Report, inventory: &CudaInventory) -> anyhow::Result<Vec<CompiledModule>> {
+/// The modules, and the cold compile's seconds.
+fn compile_twice(r: &mut Report, inventory: &CudaInventory) -> anyhow::Result<(Vec<CompiledModule>, f64)> {
     let target = CompileTarget {
         arch: inventory.gpus[0].arch(),
         include_paths: default_include_paths(),
@@ -167,7 +228,7 @@ fn compile_twice(r: &mut Report, inventory: &CudaInventory) -> anyhow::Result<Ve
     let all_cached = modules.iter().all(|m| m.from_cache);
     let _ = std::fs::remove_dir_all(&dir);
     r.row("kernel-compile cold / cached (s)", format!("{cold:.3} / {warm:.3}"), Some(all_cached));
-    Ok(modules)
+    Ok((modules, cold))
 }
 
 fn conformance(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
@@ -202,11 +263,12 @@ fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     Ok(json!({ "tokens_eager": tokens_eager, "tokens_graph": tokens_graph, "tokens_cpu": cpu.0, "eager_ms": eager_ms, "graph_ms": graph_ms, "captured": backend.graphs.captured() }))
 }
 
-/// Device-to-device copy bandwidth, counting bytes read plus bytes written.
-fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<Value> {
+/// Device-to-device copy bandwidth, counting bytes read plus bytes written (GB/s).
+fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<(Value, f64)> {
     let bytes = 2usize << 30;
     let src = gpu.alloc::<u8>(bytes, "bandwidth source")?;
     let dst = gpu.alloc::<u8>(bytes, "bandwidth destination")?;
+    gpu.bind();
     let ms = time_ms(gpu, 10, || {
         // SAFETY: both buffers hold `bytes` bytes.
         let res = unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr(), src.ptr(), bytes, gpu.stream.cu_stream()) };
@@ -216,7 +278,7 @@ fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<Value> {
     })?;
     let gbps = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
     r.row("device copy bandwidth (GB/s, read+write)", format!("{gbps:.0}"), None);
-    Ok(json!({ "bytes": bytes, "ms": ms, "gb_per_s": gbps }))
+    Ok((json!({ "bytes": bytes, "ms": ms, "gb_per_s": gbps }), gbps))
 }
 
 /// The Llama-3.1-8B matmul shapes at decode (1 row) and verify (5 rows): time per path,
