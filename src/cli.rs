@@ -55,6 +55,9 @@ pub struct CudaCheckArgs {
     /// Tokens to decode in the timed runs.
     #[arg(long, default_value_t = 128)]
     pub new_tokens: usize,
+    /// Run only these sections (comma-separated; probe, kernel-compile and teardown always run).
+    #[arg(long, value_delimiter = ',')]
+    pub sections: Option<Vec<String>>,
 }
 
 /// The launch flags shared by `check`, `launch`, `generate` and `bench` (SGLang names).

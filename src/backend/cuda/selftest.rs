@@ -44,6 +44,8 @@ struct Row {
 struct Report {
     sections: serde_json::Map<String, Value>,
     rows: Vec<Row>,
+    /// Sections to run (all when `None`); probe, kernel-compile and teardown always run.
+    only: Option<Vec<String>>,
 }
 
 impl Report {
@@ -57,6 +59,10 @@ impl Report {
     }
 
     fn section(&mut self, name: &str, f: impl FnOnce(&mut Report) -> anyhow::Result<Value>) {
+        let always = ["probe", "kernel-compile", "teardown"].contains(&name);
+        if !always && self.only.as_ref().is_some_and(|only| !only.iter().any(|s| s == name)) {
+            return;
+        }
         let started = Instant::now();
         let value = match f(self) {
             Ok(v) => v,
@@ -103,15 +109,22 @@ pub struct CheckOptions<'a> {
     /// and step-cost figures.
     pub large_model: Option<&'a Path>,
     pub new_tokens: usize,
+    /// Run only these sections (besides probe, kernel-compile and teardown).
+    pub sections: Option<Vec<String>>,
 }
 
 /// The `cuda-check` subcommand.
 pub fn command(args: &crate::cli::CudaCheckArgs) -> anyhow::Result<i32> {
-    run(&CheckOptions { out: args.out.as_deref(), large_model: args.large_model.as_deref(), new_tokens: args.new_tokens })
+    run(&CheckOptions {
+        out: args.out.as_deref(),
+        large_model: args.large_model.as_deref(),
+        new_tokens: args.new_tokens,
+        sections: args.sections.clone(),
+    })
 }
 
 pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
-    let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new() };
+    let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new(), only: opts.sections.clone() };
     let baseline = nvml_used();
     let inventory = match probe() {
         Ok(inv) => inv,
@@ -159,7 +172,7 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
         let _ = std::fs::remove_dir_all(&small);
         if let Some(dir) = opts.large_model {
             r.section("large-model-steps", |r| {
-                let bytes = Checkpoint::open(dir).map_err(BackendError::from)?.total_bytes() as f64;
+                let bytes = decode_read_bytes(dir)? as f64;
                 verdicts(r, large_model_steps(backend.clone(), dir, gbps * 1e9 / bytes.max(1.0), opts.new_tokens)?)
             });
         }
@@ -180,6 +193,17 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
     finish(r, opts.out)
 }
 
+/// Bytes of weights a decode step must read: the checkpoint less the embedding table (one
+/// row of it is gathered), unless that table is also the lm_head.
+fn decode_read_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
+    let embed = match (ck.meta("model.embed_tokens.weight"), ck.contains("lm_head.weight")) {
+        (Some(m), true) => (m.end - m.start) as u64,
+        _ => 0,
+    };
+    Ok(ck.total_bytes() - embed)
+}
+
 fn verdicts(r: &mut Report, (list, value): (Vec<Verdict>, Value)) -> anyhow::Result<Value> {
     for v in list {
         r.row(v.name, v.value, v.ok);
@@ -191,12 +215,14 @@ fn mib(v: &[u64]) -> Vec<u64> {
     v.iter().map(|b| b >> 20).collect()
 }
 
-fn finish(r: Report, out: Option<&Path>) -> anyhow::Result<i32> {
+fn finish(mut r: Report, out: Option<&Path>) -> anyhow::Result<i32> {
     let failed = r.rows.iter().filter(|row| row.verdict == "FAIL").count();
+    let table: Vec<Value> = r.rows.iter().map(|row| json!({ "check": row.name, "verdict": row.verdict, "value": row.value })).collect();
+    r.sections.insert("table".into(), Value::Array(table));
     if let Some(dir) = out {
         std::fs::create_dir_all(dir)?;
         let path: PathBuf = dir.join("cuda-check.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(r.sections))?)?;
+        std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(r.sections.clone()))?)?;
         eprintln!("cuda-check: wrote {}", path.display());
     }
     let w = r.rows.iter().map(|row| row.name.len()).max().unwrap_or(10);
