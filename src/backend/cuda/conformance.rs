@@ -126,17 +126,20 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
     p.t.embed(&table.t, &ids.t, 5, &mut e.t);
     p.compare("embed", &e, 5, F32_TOL)?;
 
-    let w = p.weight(&[n_out, hidden], 0.1)?;
-    let bias = p.weight(&[n_out], 0.1)?;
-    // 1 and 5 rows: the skinny kernel's range (decode, verify); 40 rows: cuBLAS (prefill).
-    for rows in [1usize, 5, 40] {
-        let x = p.tensor(rows, hidden, 1.0)?;
-        let mut y = p.tensor(rows, n_out, 0.0)?;
-        for with_bias in [false, true] {
-            let b = with_bias.then_some(&bias);
-            p.r.matmul(&x.r, &w.r, b.map(|b| &b.r), rows, &mut y.r);
-            p.t.matmul(&x.t, &w.t, b.map(|b| &b.t), rows, &mut y.t);
-            p.compare(&format!("matmul rows={rows} bias={with_bias}"), &y, rows, MATMUL_TOL)?;
+    // 384 outputs: one W row per warp; 4101: four per warp, with a ragged last warp.
+    // 1 and 5 rows: the skinny kernel (decode, verify); 40 rows: cuBLAS (prefill).
+    for (n_out, row_counts) in [(n_out, &[1usize, 5, 40][..]), (4101, &[1, 5][..])] {
+        let w = p.weight(&[n_out, hidden], 0.1)?;
+        let bias = p.weight(&[n_out], 0.1)?;
+        for &rows in row_counts {
+            let x = p.tensor(rows, hidden, 1.0)?;
+            let mut y = p.tensor(rows, n_out, 0.0)?;
+            for with_bias in [false, true] {
+                let b = with_bias.then_some(&bias);
+                p.r.matmul(&x.r, &w.r, b.map(|b| &b.r), rows, &mut y.r);
+                p.t.matmul(&x.t, &w.t, b.map(|b| &b.t), rows, &mut y.t);
+                p.compare(&format!("matmul {rows}x{hidden} -> {n_out} bias={with_bias}"), &y, rows, MATMUL_TOL)?;
+            }
         }
     }
 
@@ -286,10 +289,10 @@ mod tests {
             assert!(c.ok && c.rel_err == 0.0, "{c:?}");
         }
         let names: Vec<&str> = checks.iter().map(|c| c.op.as_str()).collect();
-        for op in ["embed", "matmul rows=40 bias=true", "rope Interleaved", "attention tree mask hd=128", "move_rows", "sample"] {
+        for op in ["embed", "matmul 40x256 -> 384 bias=true", "matmul 5x256 -> 4101 bias=false", "rope Interleaved", "attention tree mask hd=128", "move_rows", "sample"] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 32);
+        assert_eq!(checks.len(), 36);
     }
 
     #[test]

@@ -122,10 +122,15 @@ impl Matmuls {
     }
 }
 
+/// Output rows from which each warp takes four rows of W (enough warps remain to keep the
+/// memory system busy: 4096 rows give 1024 warps).
+const WIDE_N: usize = 4096;
+
 fn gemv(gpu: &Gpu, a: MatmulArgs) {
-    let blocks = a.n_out.div_ceil(GEMV_WARPS as usize) as u32;
+    let (kernel, rows_per_warp) = if a.n_out >= WIDE_N { ("gemv4_f32", 4) } else { ("gemv_f32", 1) };
+    let blocks = a.n_out.div_ceil(GEMV_WARPS as usize * rows_per_warp) as u32;
     gpu.launch(
-        "gemv_f32",
+        kernel,
         (blocks, 1),
         GEMV_WARPS * 32,
         0,

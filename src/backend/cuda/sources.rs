@@ -45,7 +45,7 @@ pub const SOURCES: &[KernelSource] = &[
         ]
     ),
     kernel_source!("sampling.cu", ["argmax_f32", "softmax_f32", "topk_f32", "sample_probs_f32"]),
-    kernel_source!("gemv.cu", ["gemv_f32"]),
+    kernel_source!("gemv.cu", ["gemv_f32", "gemv4_f32"]),
 ];
 
 impl KernelSource {
