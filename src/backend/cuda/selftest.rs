@@ -281,7 +281,7 @@ fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let (tokens_graph, a_graph) = graphed.decode(backend, 7, steps, true)?;
     let graph_ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let same = tokens_eager == tokens_graph && a_eager == a_graph;
-    r.row("graph replay == eager (64 toy decode steps)", format!("{}", if same { "identical" } else { "DIFFERENT" }), Some(same));
+    r.row("graph replay == eager (64 toy decode steps)", if same { "identical" } else { "DIFFERENT" }, Some(same));
     r.row("toy decode step eager / graph (ms)", format!("{eager_ms:.3} / {graph_ms:.3}"), None);
     let cpu = ToyStep::new(&CpuBackend, dims())?.decode(&CpuBackend, 7, steps, false)?;
     let agree = cpu.0.iter().zip(&tokens_eager).take_while(|(a, b)| a == b).count();
