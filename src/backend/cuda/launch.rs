@@ -5,16 +5,33 @@
 
 use super::backend::CudaBackend;
 use super::compile::{compile_phase, default_include_paths, nvrtc_version, CompileTarget, PtxCache};
-use super::probe::{CudaInventory, CudaLibrary};
+use super::probe::{choose_device, probe, CudaInventory, CudaLibrary, DeviceChoice};
 use super::sources::SOURCES;
 use super::tp::open_group;
 use crate::backend::BackendError;
-use crate::event::{EventSink, PhaseId};
+use crate::event::{EventSink, LogLevel, PhaseId};
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
 use crate::spec::LaunchSpec;
 
 pub const MEMORY_BUDGET: &str = "memory-budget";
 pub const CUDA_START_FAILED: &str = "cuda-start-failed";
+
+/// What `--device` gives a launch: `None` for the CPU reference (with a log line saying
+/// why when `auto` fell back), or one CUDA backend per tensor-parallel rank, kernels
+/// compiled. `--device cuda` without a usable GPU is a `cuda-unavailable` finding.
+pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<CudaBackend>>, Finding> {
+    match choose_device(spec.device, probe())? {
+        DeviceChoice::Cpu { fallback } => {
+            let level = if fallback.is_some() { LogLevel::Warning } else { LogLevel::Info };
+            events.log(level, "cuda", DeviceChoice::Cpu { fallback }.describe());
+            Ok(None)
+        }
+        DeviceChoice::Cuda(inventory) => {
+            events.log(LogLevel::Info, "cuda", DeviceChoice::Cuda(inventory.clone()).describe());
+            start(events, &inventory, spec.tp_size.unwrap_or(1) as usize).map(Some)
+        }
+    }
+}
 
 /// Compile the kernels and open `tp` GPUs (0 .. tp) as one group.
 pub fn start(events: &EventSink, inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, Finding> {
@@ -118,5 +135,32 @@ mod tests {
         let f = memory_finding(&oom(), PhaseId::TargetLoad, &spec).unwrap();
         assert_eq!(f.remedy("increase-tp-size").unwrap().changes, vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "4".into() }]);
         assert!(memory_finding(&BackendError::Device("x".into()), PhaseId::TargetLoad, &spec).is_none());
+    }
+}
+
+#[cfg(test)]
+mod device_tests {
+    use super::*;
+    use crate::event::Event;
+    use crate::spec::Device;
+
+    /// On a machine without CUDA (CI, this repository's dev boxes): `auto` falls back to
+    /// the CPU and says so in the log; `cuda` is a finding with the CPU remedy.
+    #[test]
+    fn without_cuda_auto_logs_the_fallback_and_cuda_is_a_finding() {
+        if super::super::probe::CudaLibrary::Driver.is_present() {
+            eprintln!("libcuda is present: this test covers machines without it; skipping its assertions");
+            return;
+        }
+        let (sink, mut rx) = EventSink::channel();
+        let auto = LaunchSpec { device: Device::Auto, ..Default::default() };
+        assert!(backends_for(&auto, &sink).unwrap().is_none());
+        let Event::Log { level, line, .. } = rx.try_recv().unwrap().event else { panic!("expected a log line") };
+        assert_eq!(level, LogLevel::Warning);
+        assert!(line.starts_with("device: cpu — CUDA unavailable, falling back to the CPU reference: libcuda.so.1"), "{line}");
+        let cuda = LaunchSpec { device: Device::Cuda, ..Default::default() };
+        let f = backends_for(&cuda, &sink).err().expect("--device cuda must fail here");
+        assert_eq!(f.id, super::super::probe::CUDA_UNAVAILABLE);
+        assert!(f.remedy("use-cpu-device").is_some());
     }
 }

@@ -273,6 +273,7 @@ pub fn large_model_steps(cuda: Arc<CudaBackend>, dir: &Path, floor_tps: f64, new
     };
     let (eager_tokens, eager_tps) = decode(&mut model, &mut kv, false)?;
     let (graph_tokens, graph_tps) = decode(&mut model, &mut kv, true)?;
+    cuda.graphs.clear();
     // Step costs at a 64-token prefix: one query vs five (root + 4 chain drafts).
     let chain: Vec<i32> = (0..5).flat_map(|i| (0..5).map(move |j| (j <= i) as i32)).collect();
     let mut mask = b.ids(25)?;
