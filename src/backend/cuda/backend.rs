@@ -11,7 +11,7 @@ use super::compile::CompiledModule;
 use super::gemm::{MatmulArgs, Matmuls};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
-use super::shard::{shard_weight, RankInfo};
+use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
 use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
@@ -177,9 +177,20 @@ impl Backend for CudaBackend {
     }
 
     fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<CudaWeight, BackendError> {
-        let (data, shape) = shard_weight(view, shard, self.rank)?;
-        let buf = self.gpu.alloc::<bf16>(data.len(), &format!("weight {}", view.name))?;
-        self.gpu.upload(&data, buf.ptr());
+        let what = || format!("weight {}", view.name);
+        let (buf, shape) = match contiguous_bf16(view, shard, self.rank) {
+            Some((range, shape)) => {
+                let buf = self.gpu.alloc::<bf16>(range.len() / 2, &what())?;
+                self.gpu.upload(&view.data[range], buf.ptr());
+                (buf, shape)
+            }
+            None => {
+                let (data, shape) = shard_weight(view, shard, self.rank)?;
+                let buf = self.gpu.alloc::<bf16>(data.len(), &what())?;
+                self.gpu.upload(&data, buf.ptr());
+                (buf, shape)
+            }
+        };
         self.gpu.take_error()?;
         Ok(CudaWeight { buf, shape })
     }

@@ -21,6 +21,28 @@ impl RankInfo {
     }
 }
 
+/// When this rank's part of a bf16 tensor is one contiguous run of the file's bytes (no
+/// split, a column split, a vector), that byte range and the shape kept: the upload can
+/// then read the memory-mapped file directly, with no host copy.
+pub fn contiguous_bf16(view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> Option<(std::ops::Range<usize>, Vec<usize>)> {
+    if view.dtype != safetensors::tensor::Dtype::BF16 || view.data.len() != view.numel() * 2 {
+        return None;
+    }
+    let whole = (0..view.data.len(), view.shape.to_vec());
+    match (shard, view.shape) {
+        _ if rank.world == 1 => Some(whole),
+        (Shard::Replicated, _) | (Shard::Row, [_]) => Some(whole),
+        (Shard::Column, [rows, cols @ ..]) if rows % rank.world == 0 => {
+            let part = rows / rank.world;
+            let row_bytes = cols.iter().product::<usize>() * 2;
+            let mut shape = view.shape.to_vec();
+            shape[0] = part;
+            Some((rank.rank * part * row_bytes..(rank.rank + 1) * part * row_bytes, shape))
+        }
+        _ => None,
+    }
+}
+
 /// The bf16 values and shape this rank keeps of `view`.
 pub fn shard_weight(view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> Result<(Vec<bf16>, Vec<usize>), BackendError> {
     let data = view.to_bf16()?;
@@ -97,6 +119,21 @@ mod tests {
         assert_eq!(values(&row), vec![3., 4., 5., 13., 14., 15., 23., 24., 25., 33., 34., 35.]);
         let (all, shape) = shard_weight(&v, Shard::Replicated, r1).unwrap();
         assert_eq!((values(&all), shape), (m, vec![4, 6]));
+    }
+
+    #[test]
+    fn contiguous_parts_are_byte_ranges_of_the_file() {
+        let m: Vec<f32> = (0..24).map(|x| x as f32).collect();
+        let bytes = bf16_bytes(&m);
+        let v = view(&[4, 6], &bytes);
+        let r1 = RankInfo { rank: 1, world: 2 };
+        let (range, shape) = contiguous_bf16(&v, Shard::Column, r1).unwrap();
+        assert_eq!((range.clone(), shape), (24..48, vec![2, 6]));
+        // The same values the copying path keeps.
+        let direct: Vec<bf16> = bytes[range].chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]])).collect();
+        assert_eq!(direct, shard_weight(&v, Shard::Column, r1).unwrap().0);
+        assert_eq!(contiguous_bf16(&v, Shard::Row, r1), None);
+        assert_eq!(contiguous_bf16(&v, Shard::Row, RankInfo::single()), Some((0..48, vec![4, 6])));
     }
 
     #[test]
