@@ -12,14 +12,16 @@
 // not NULL, so a captured graph replays at any length; else from the arguments.
 //
 // Grid: (queries, heads). Block: `warps` warps; warp w takes the visible keys whose rank
-// in the query's visible sequence is w, w + warps, ...;
-// lane l holds elements [l * head_dim / 32, (l + 1) * head_dim / 32) of q and of the
-// output. Dynamic shared memory: warps * (head_dim + 2) floats.
+// in the query's visible sequence is w, w + warps, ...; lane l holds a run of
+// ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). Dynamic
+// shared memory: warps * (head_dim + 2) floats.
 
 #define MAX_PER_LANE 8  // head_dim up to 256
 
-__device__ __forceinline__ void load_lane(const float* p, int per_lane, float (&v)[MAX_PER_LANE]) {
-    if ((per_lane & 3) == 0) {
+// The lane's `count` (<= per_lane) elements; float4 loads when `vec` (every run is a whole
+// number of 16-byte-aligned float4s) and this lane's run is full.
+__device__ __forceinline__ void load_lane(const float* p, bool vec, int per_lane, int count, float (&v)[MAX_PER_LANE]) {
+    if (vec && count == per_lane) {
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE / 4; ++e) {
             if (4 * e < per_lane) {
@@ -33,7 +35,7 @@ __device__ __forceinline__ void load_lane(const float* p, int per_lane, float (&
     } else {
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < per_lane) v[e] = p[e];
+            if (e < count) v[e] = p[e];
     }
 }
 
@@ -44,7 +46,11 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     const int qi = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int per_lane = head_dim / 32;
+    // Lanes hold consecutive runs of ceil(head_dim / 32) elements; with a head_dim that is
+    // not a multiple of 32 the last lanes hold fewer (or none).
+    const int per_lane = (head_dim + 31) / 32;
+    const int count = max(0, min(per_lane, head_dim - lane * per_lane));
+    const bool vec = (per_lane & 3) == 0 && (head_dim & 3) == 0;
     const int prefix = window ? window[0] : prefix_arg;
     const int region = window ? window[1] : region_arg;
     const int last_visible = mask ? region - 1 : region - queries + qi;
@@ -54,10 +60,10 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     const float* vbase = v + (long long)kvh * head_dim + lane * per_lane;
 
     float qv[MAX_PER_LANE], acc[MAX_PER_LANE], kv[MAX_PER_LANE];
-    load_lane(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * per_lane, per_lane, qv);
+    load_lane(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * per_lane, vec, per_lane, count, qv);
 #pragma unroll
     for (int e = 0; e < MAX_PER_LANE; ++e) {
-        qv[e] = e < per_lane ? qv[e] * scale : 0.f;
+        qv[e] = e < count ? qv[e] * scale : 0.f;
         acc[e] = 0.f;
         kv[e] = 0.f;
     }
@@ -65,20 +71,20 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     // One key into this warp's running softmax.
     auto visit = [&](int slot) {
         const long long row = (long long)slot * kv_width;
-        load_lane(kbase + row, per_lane, kv);
+        load_lane(kbase + row, vec, per_lane, count, kv);
         float dot = 0.f;
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < per_lane) dot += qv[e] * kv[e];
+            if (e < count) dot += qv[e] * kv[e];
         dot = warp_sum(dot);
         const float m_new = fmaxf(m, dot);
         const float corr = __expf(m - m_new);
         const float p = __expf(dot - m_new);
         l = l * corr + p;
-        load_lane(vbase + row, per_lane, kv);
+        load_lane(vbase + row, vec, per_lane, count, kv);
 #pragma unroll
         for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < per_lane) acc[e] = acc[e] * corr + p * kv[e];
+            if (e < count) acc[e] = acc[e] * corr + p * kv[e];
         m = m_new;
     };
     // Keys go to warps by their position in the query's visible sequence, not by slot: a
@@ -101,7 +107,7 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     }
 #pragma unroll
     for (int e = 0; e < MAX_PER_LANE; ++e)
-        if (e < per_lane) s_acc[warp * head_dim + lane * per_lane + e] = acc[e];
+        if (e < count) s_acc[warp * head_dim + lane * per_lane + e] = acc[e];
     __syncthreads();
 
     float m_all = -INFINITY;

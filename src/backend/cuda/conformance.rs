@@ -186,7 +186,7 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
 }
 
 fn attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
-    for (heads, kv_heads, hd) in [(4usize, 2usize, 64usize), (8, 8, 128)] {
+    for (heads, kv_heads, hd) in [(4usize, 2usize, 64usize), (8, 8, 128), (2, 1, 80)] {
         let g = AttnGeometry { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt() };
         let slots = 80;
         let k = p.tensor(slots, kv_heads * hd, 1.0)?;
@@ -292,7 +292,7 @@ mod tests {
         for op in ["embed", "matmul 40x256 -> 384 bias=true", "matmul 5x256 -> 4101 bias=false", "rope Interleaved", "attention tree mask hd=128", "move_rows", "sample"] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 36);
+        assert_eq!(checks.len(), 40);
     }
 
     #[test]
