@@ -4,7 +4,9 @@
 //!
 //! * `TinyLlama`: a Llama, Qwen2 (q/k/v bias) or Qwen3 (q/k norm) target. `mixing` scales the
 //!   attention and MLP outputs: small values make the next token depend mostly on the current
-//!   one (a near-bigram model), which is what lets the drafters below predict it.
+//!   one (a near-bigram model), which is what lets the drafters below predict it. With tied
+//!   embeddings such a model mostly repeats its input token (untrained, nothing moves the
+//!   residual stream away from the input embedding), so tests wanting varied output untie.
 //! * `TinyEagle3`: an EAGLE-3 drafter for a `TinyLlama`, built to imitate a trained one. Its
 //!   attention copies the current token's normalised embedding (v = o = identity on the
 //!   embedding half, q = k = λ·identity so each token attends to itself), and it reuses the

@@ -184,7 +184,7 @@ fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs
 /// Read bandwidth of this machine: the best of several parallel passes over a buffer far
 /// larger than the caches, in bytes per second.
 pub fn memory_bandwidth() -> f64 {
-    const LEN: usize = 128 << 20; // 512 MiB of f32
+    const LEN: usize = 64 << 20; // 256 MiB of f32, 8× this machine's L3
     let data: Vec<f32> = (0..LEN).into_par_iter().map(|i| (i % 7) as f32).collect();
     let mut best = 0.0f64;
     for _ in 0..5 {

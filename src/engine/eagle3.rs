@@ -374,3 +374,53 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         self.forward(window, Some(mask), true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(extra: Value) -> Eagle3Config {
+        let mut v = json!({"hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64});
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        Eagle3Config::from_config(&ModelConfig::from_value("d/config.json", v)).unwrap()
+    }
+
+    #[test]
+    fn capture_layers_follow_sglang() {
+        // eagle3_spec §2.1 worked examples (ids + 1, ascending; default [2, L/2, L-3]).
+        let ids = |v: Vec<i64>| config(json!({"eagle_config": {"eagle_aux_hidden_state_layer_ids": v}}));
+        assert_eq!(ids(vec![2, 30, 58]).capture_layers(61).unwrap(), [3, 31, 59]);
+        assert_eq!(ids(vec![1, 17, 33]).capture_layers(36).unwrap(), [2, 18, 34]);
+        assert_eq!(ids(vec![5, 1, 4]).capture_layers(8).unwrap(), [2, 5, 6]);
+        assert_eq!(config(json!({})).capture_layers(32).unwrap(), [2, 16, 29]);
+        assert_eq!(config(json!({})).capture_layers(80).unwrap(), [2, 40, 77]);
+        // The last layer's output is no layer's input; duplicates would leave fc short.
+        let e = ids(vec![1, 4, 7]).capture_layers(8).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "d/config.json: /eagle_config/eagle_aux_hidden_state_layer_ids: capture layers [2, 5, 8] ([1, 4, 7] + 1) \
+             must be 3 distinct inputs of target layers 1..=7"
+        );
+        assert!(config(json!({})).capture_layers(6).is_err(), "[2, 3, 3] for L = 6");
+    }
+
+    #[test]
+    fn drafter_rope_defaults_to_theta_10000_not_the_targets() {
+        let c = config(json!({}));
+        assert_eq!(c.rope.theta, 10000.0);
+        assert_eq!(c.head_dim, 8);
+        assert!(Eagle3Config::from_config(&ModelConfig::from_value(
+            "d/config.json",
+            json!({"hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64, "num_hidden_layers": 2})
+        ))
+        .is_err());
+    }
+
+    #[test]
+    fn d2t_offsets_map_to_increasing_target_ids() {
+        assert_eq!(hot_tokens(&[0, 0, 3, 5], 10, "d").unwrap(), [0, 1, 5, 8]);
+        let e = hot_tokens(&[0, 2, 0], 10, "d/model.safetensors").unwrap_err().to_string();
+        assert_eq!(e, "d/model.safetensors: d2t: entry 2: 2 + 0 = 2 is not a target id above the previous one (3) and below 10");
+    }
+}

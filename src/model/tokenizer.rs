@@ -152,3 +152,40 @@ impl TextStream {
         Ok(piece)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::write_tokenizer;
+
+    #[test]
+    fn chat_template_stop_ids_and_streaming() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tokenizer(dir.path(), 16).unwrap();
+        std::fs::write(dir.path().join("generation_config.json"), r#"{"eos_token_id": [2, 7]}"#).unwrap();
+        let tok = TextTokenizer::load_dir(dir.path()).unwrap();
+        assert_eq!(tok.stop_ids(), [2, 7]);
+        let prompt = tok.chat_prompt("  w5 w6 ").unwrap();
+        assert_eq!(prompt, "<s> user w5 w6 </s> <s> assistant ");
+        // "user" and "assistant" are not words of this vocabulary: <unk> (0).
+        assert_eq!(tok.encode(&prompt, false).unwrap(), [1, 0, 5, 6, 2, 1, 0]);
+        let mut stream = TextStream::default();
+        assert_eq!(stream.push(&tok, &[5]).unwrap(), "w5");
+        assert_eq!(stream.push(&tok, &[2, 9]).unwrap(), " w9");
+    }
+
+    #[test]
+    fn a_broken_template_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tokenizer(dir.path(), 8).unwrap();
+        let cfg = dir.path().join("tokenizer_config.json");
+        std::fs::write(&cfg, r#"{"chat_template": "{% for m in messages %}{{ raise_exception('no') }}{% endfor %}"}"#).unwrap();
+        let tok = TextTokenizer::load_dir(dir.path()).unwrap();
+        let e = tok.chat_prompt("hi").unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{}: /chat_template: ", cfg.display())), "{e}");
+        assert!(e.contains("no"), "{e}");
+        std::fs::remove_file(&cfg).unwrap();
+        let tok = TextTokenizer::load_dir(dir.path()).unwrap();
+        assert!(matches!(tok.chat_prompt("hi"), Err(TokenizerError::NoTemplate { .. })));
+    }
+}

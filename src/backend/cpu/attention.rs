@@ -1,7 +1,6 @@
 //! Attention over a KV cache on the CPU: one task per (query, head), GQA by head groups.
 
-use rayon::prelude::*;
-
+use super::par;
 use crate::backend::{AttnGeometry, AttnWindow};
 
 /// Which region slots query `i` sees.
@@ -48,7 +47,8 @@ pub fn attention(
     let q_width = g.heads * hd;
     let kv_width = g.kv_heads * hd;
     let slots = w.prefix + w.region;
-    out[..w.queries * q_width].par_chunks_mut(hd).enumerate().for_each(|(task, out_head)| {
+    let work = w.queries * q_width * slots;
+    par::chunks(&mut out[..w.queries * q_width], hd, work, |task, out_head| {
         let (query, head) = (task / g.heads, task % g.heads);
         let kv_off = (head / group) * hd;
         let q_head = &q[query * q_width + head * hd..][..hd];

@@ -27,11 +27,13 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m:
     if n == 0 || m == 0 {
         return;
     }
-    let threads = rayon::current_num_threads().max(1);
-    let per_task = m.div_ceil(threads * TASKS_PER_THREAD).next_multiple_of(COLUMN_ALIGN).min(m);
+    // Small products run whole on this thread; rayon's dispatch would cost more.
+    let parallel = n * k * m >= super::par::PARALLEL_MIN * 4;
+    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
+    let per_task = if parallel { m.div_ceil(threads * TASKS_PER_THREAD).next_multiple_of(COLUMN_ALIGN).min(m) } else { m };
     let tasks = m.div_ceil(per_task);
     let dst = OutPtr(out.as_mut_ptr());
-    (0..tasks).into_par_iter().for_each(|t| {
+    let task = |t: usize| {
         let col0 = t * per_task;
         let cols = per_task.min(m - col0);
         let dst = dst;
@@ -61,9 +63,14 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m:
                 Parallelism::None,
             );
         }
-    });
+    };
+    if parallel {
+        (0..tasks).into_par_iter().for_each(task);
+    } else {
+        (0..tasks).for_each(task);
+    }
     if let Some(b) = bias {
-        out[..n * m].par_chunks_mut(m).for_each(|row| row.iter_mut().zip(b).for_each(|(o, b)| *o += b));
+        out[..n * m].chunks_mut(m).for_each(|row| row.iter_mut().zip(b).for_each(|(o, b)| *o += b));
     }
 }
 

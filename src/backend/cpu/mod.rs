@@ -4,16 +4,12 @@
 
 mod attention;
 mod matmul;
-
-use rayon::prelude::*;
+mod par;
 
 use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 pub use attention::dot;
-
-/// Rows at or above this count are normalised in parallel.
-const PARALLEL_ROWS: usize = 8;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
@@ -147,8 +143,7 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, n: usize, out: &mut CpuTensor) {
         let c = x.cols;
-        let rows = out.data[..n * c].par_chunks_mut(c).with_min_len(PARALLEL_ROWS);
-        rows.enumerate().for_each(|(i, o)| normalise_into(x.row(i), &w.data, eps, o));
+        par::chunks(&mut out.data[..n * c], c, n * c, |i, o| normalise_into(x.row(i), &w.data, eps, o));
     }
 
     fn add_rms_norm(
@@ -161,8 +156,7 @@ impl Backend for CpuBackend {
         out: &mut CpuTensor,
     ) {
         let c = residual.cols;
-        let rows = residual.data[..n * c].par_chunks_mut(c).zip(out.data[..n * c].par_chunks_mut(c));
-        rows.with_min_len(PARALLEL_ROWS).enumerate().for_each(|(i, (r, o))| {
+        par::chunks2(&mut residual.data[..n * c], &mut out.data[..n * c], c, |i, r, o| {
             r.iter_mut().zip(delta.row(i)).for_each(|(r, d)| *r += d);
             normalise_into(r, &w.data, eps, o);
         });
@@ -171,7 +165,7 @@ impl Backend for CpuBackend {
     fn head_rms_norm(&self, x: &mut CpuTensor, w: &CpuWeight, eps: f32, n: usize) {
         let hd = w.data.len();
         let cols = x.cols;
-        x.data[..n * cols].par_chunks_mut(hd).for_each(|head| {
+        par::chunks(&mut x.data[..n * cols], hd, n * cols, |_, head| {
             let s = rms_scale(head, eps);
             head.iter_mut().zip(&w.data).for_each(|(h, w)| *h *= s * w);
         });
@@ -180,7 +174,7 @@ impl Backend for CpuBackend {
     fn rope(&self, x: &mut CpuTensor, table: &RopeTable<Self>, positions: &CpuIds, n: usize) {
         let hd = table.head_dim;
         let cols = x.cols;
-        x.data[..n * cols].par_chunks_mut(cols).enumerate().for_each(|(i, row)| {
+        par::chunks(&mut x.data[..n * cols], cols, n * cols, |i, row| {
             let pos = positions.data[i] as usize;
             assert!(pos < table.max_positions, "position {pos} is past the RoPE table ({})", table.max_positions);
             let (cos, sin) = (table.cos.row(pos), table.sin.row(pos));
@@ -206,9 +200,10 @@ impl Backend for CpuBackend {
     }
 
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, n: usize, out: &mut CpuTensor) {
+        const CHUNK: usize = 4096;
         let len = n * out.cols;
-        let parts = out.data[..len].par_chunks_mut(4096).zip(gate.data[..len].par_chunks(4096));
-        parts.zip(up.data[..len].par_chunks(4096)).for_each(|((o, g), u)| {
+        par::chunks(&mut out.data[..len], CHUNK, len, |i, o| {
+            let (g, u) = (&gate.data[i * CHUNK..], &up.data[i * CHUNK..]);
             for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
                 *o = g / (1.0 + (-g).exp()) * u;
             }
@@ -268,7 +263,7 @@ impl Backend for CpuBackend {
 
     fn softmax(&self, x: &mut CpuTensor, n: usize, temperature: f32) {
         let c = x.cols;
-        x.data[..n * c].par_chunks_mut(c).for_each(|row| {
+        par::chunks(&mut x.data[..n * c], c, n * c, |_, row| {
             let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
             let mut total = 0.0f32;
             for v in row.iter_mut() {
