@@ -14,6 +14,9 @@
 //!    arena and checks its signature against the recording; `graph_end` launches the graph.
 //!    A step that diverges from its recording is an error at `graph_end`, and the graph is
 //!    dropped so the key is recorded afresh.
+//!
+//! The bookkeeping lives in `graph_book` (tested without a GPU); this file adds the
+//! stream capture, the arenas and the graphs.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,6 +25,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, PinnedHostSlice};
 
 use super::gpu::{Arg, DeviceBuf, Gpu};
+use super::graph_book::{Begin, End, GraphBook, OpGate};
 use crate::backend::BackendError;
 use crate::event::{Event, EventSink, PhaseId, PhaseState, ProgressUnit};
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
@@ -49,23 +53,9 @@ pub enum Gate {
     Skip,
 }
 
-enum Mode {
-    Eager,
-    /// First sight of a key: run eagerly, note signatures and arena use.
-    Recording { key: String, sigs: Vec<u64>, used: usize },
-    Capturing { key: String, sigs: Vec<u64>, used: usize },
-    Replaying { key: String, index: usize, used: usize, diverged: Option<String> },
-}
-
-struct Recording {
-    sigs: Vec<u64>,
-    used: usize,
-    graph: Option<CudaGraph>,
-}
-
 pub struct Graphs {
-    mode: Mutex<Mode>,
-    recordings: Mutex<HashMap<String, Recording>>,
+    book: Mutex<GraphBook>,
+    graphs: Mutex<HashMap<String, CudaGraph>>,
     host: Mutex<PinnedHostSlice<i32>>,
     device: DeviceBuf<i32>,
 }
@@ -100,157 +90,140 @@ pub fn signature(name: &str, grid: (u32, u32), block: u32, args: &[Arg], dynamic
     h
 }
 
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Graphs {
     pub fn new(gpu: &Gpu) -> Result<Graphs, BackendError> {
         // SAFETY: the arena is written before every read (values are staged by the ops).
         let host = unsafe { gpu.ctx.alloc_pinned_with_flags::<i32>(ARENA_LEN, 0) }
             .map_err(|e| BackendError::Device(format!("GPU {}: pinned arena: {e}", gpu.ordinal)))?;
         Ok(Graphs {
-            mode: Mutex::new(Mode::Eager),
-            recordings: Mutex::default(),
+            book: Mutex::new(GraphBook::new(ARENA_LEN)),
+            graphs: Mutex::default(),
             host: Mutex::new(host),
             device: gpu.alloc::<i32>(ARENA_LEN, "graph arena")?,
         })
     }
 
-    /// True between `begin` and `end` of a recorded or captured step (reads are not allowed).
+    /// True between `begin` and `end` (reads are not allowed then).
     pub fn in_step(&self) -> bool {
-        !matches!(*self.mode.lock().unwrap_or_else(|p| p.into_inner()), Mode::Eager)
+        locked(&self.book).in_step()
     }
 
     pub fn begin(&self, gpu: &Gpu, key: &str) -> Result<(), BackendError> {
-        let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(*mode, Mode::Eager) {
-            return Err(BackendError::Device(format!("graph step {key} begun inside another step")));
-        }
-        let recordings = self.recordings.lock().unwrap_or_else(|p| p.into_inner());
-        *mode = match recordings.get(key) {
-            None => Mode::Recording { key: key.to_string(), sigs: Vec::new(), used: 0 },
-            Some(r) if r.graph.is_some() => {
-                // The previous replay's first node must have read the arena before it is
-                // overwritten; steps end in a read-back anyway, so this rarely waits.
-                gpu.stream.synchronize().map_err(|e| BackendError::Device(format!("GPU {}: {e}", gpu.ordinal)))?;
-                Mode::Replaying { key: key.to_string(), index: 0, used: 0, diverged: None }
-            }
-            Some(r) => {
-                gpu.stream.synchronize().map_err(|e| BackendError::Device(format!("GPU {}: {e}", gpu.ordinal)))?;
-                gpu.stream
-                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                    .map_err(|e| BackendError::Device(format!("GPU {}: capture of {key} did not start: {e}", gpu.ordinal)))?;
-                let host = self.host.lock().unwrap_or_else(|p| p.into_inner());
-                gpu.bind();
-                if r.used > 0 {
-                    let staged = host.as_slice().map_err(|e| BackendError::Device(e.to_string()))?;
-                    // SAFETY: both arenas hold ARENA_LEN ints and r.used <= ARENA_LEN.
-                    unsafe { cudarc::driver::result::memcpy_htod_async(self.device.ptr(), &staged[..r.used], gpu.stream.cu_stream()) }
-                        .map_err(|e| BackendError::Device(format!("GPU {}: arena copy in capture: {e}", gpu.ordinal)))?;
+        let err = |what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
+        let mut book = locked(&self.book);
+        match book.begin(key).map_err(err)? {
+            Begin::Record => Ok(()),
+            // The previous launch's first node must have read the arena before it is
+            // overwritten; steps end in a read-back anyway, so this rarely waits.
+            Begin::Replay => gpu.stream.synchronize().map_err(|e| {
+                book.abandon();
+                err(e.to_string())
+            }),
+            Begin::Capture { used } => {
+                let started = gpu
+                    .stream
+                    .synchronize()
+                    .and_then(|_| gpu.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+                if let Err(e) = started {
+                    book.abandon();
+                    return Err(err(format!("capture did not start: {e}")));
                 }
-                Mode::Capturing { key: key.to_string(), sigs: Vec::new(), used: 0 }
+                if used > 0 {
+                    gpu.bind();
+                    let host = locked(&self.host);
+                    let copied = host.as_slice().map_err(|e| e.to_string()).and_then(|staged| {
+                        // SAFETY: both arenas hold ARENA_LEN ints and used <= ARENA_LEN; the
+                        // node reads the pinned arena when the graph runs.
+                        unsafe { cudarc::driver::result::memcpy_htod_async(self.device.ptr(), &staged[..used], gpu.stream.cu_stream()) }
+                            .map_err(|e| e.to_string())
+                    });
+                    if let Err(e) = copied {
+                        let _ = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+                        book.abandon();
+                        return Err(err(format!("arena copy in capture: {e}")));
+                    }
+                }
+                Ok(())
             }
-        };
-        Ok(())
+        }
     }
 
     /// Called by every op before it launches: returns what to do, staging `values` (the
     /// op's per-step values) in the arena when a graph is involved.
     pub fn gate(&self, sig: u64, values: &[i32]) -> Gate {
-        let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
-        let stage = |used: &mut usize| -> Option<u64> {
-            if *used + values.len() > ARENA_LEN {
-                return None;
+        let stage = |at: usize| {
+            if let Ok(slot) = locked(&self.host).as_mut_slice() {
+                slot[at..at + values.len()].copy_from_slice(values);
             }
-            let mut host = self.host.lock().unwrap_or_else(|p| p.into_inner());
-            if let Ok(slot) = host.as_mut_slice() {
-                slot[*used..*used + values.len()].copy_from_slice(values);
-            }
-            let ptr = self.device.ptr_at(*used);
-            *used += values.len();
-            Some(ptr)
         };
-        match &mut *mode {
-            Mode::Eager => Gate::Eager,
-            Mode::Recording { sigs, used, .. } => {
-                sigs.push(sig);
-                *used += values.len();
-                Gate::Eager
+        match locked(&self.book).gate(sig, values.len()) {
+            OpGate::Eager | OpGate::Overflow => Gate::Eager,
+            OpGate::Stage(at) => {
+                stage(at);
+                Gate::Device(self.device.ptr_at(at))
             }
-            Mode::Capturing { sigs, used, .. } => {
-                sigs.push(sig);
-                match stage(used) {
-                    Some(ptr) => Gate::Device(ptr),
-                    None => Gate::Eager,
-                }
-            }
-            Mode::Replaying { key, index, used, diverged } => {
-                let expected = self.recordings.lock().unwrap_or_else(|p| p.into_inner()).get(key.as_str()).and_then(|r| r.sigs.get(*index).copied());
-                if diverged.is_none() && expected != Some(sig) {
-                    *diverged = Some(format!("op {} differs from the recording", *index));
-                }
-                *index += 1;
-                stage(used);
+            OpGate::Skip(at) => {
+                stage(at);
                 Gate::Skip
             }
         }
     }
 
-    /// End the step: keep the recording, instantiate the capture (and run it once), or
-    /// launch the replay.
+    /// End the step: keep the recording, instantiate the capture (and run it once: a
+    /// capture itself runs nothing), or launch the replay.
     pub fn end(&self, gpu: &Gpu) -> Result<(), BackendError> {
-        let mode = std::mem::replace(&mut *self.mode.lock().unwrap_or_else(|p| p.into_inner()), Mode::Eager);
-        let mut recordings = self.recordings.lock().unwrap_or_else(|p| p.into_inner());
-        let err = |key: &str, what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
-        match mode {
-            Mode::Eager => Ok(()),
-            Mode::Recording { key, sigs, used } => {
-                if used > ARENA_LEN {
-                    return Err(err(&key, format!("{used} per-step values exceed the arena of {ARENA_LEN}")));
-                }
-                recordings.insert(key, Recording { sigs, used, graph: None });
+        let mut book = locked(&self.book);
+        let Some(key) = book.current_key().map(str::to_string) else { return Ok(()) };
+        let err = |what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
+        let captured = if book.is_capturing() {
+            match gpu.stream.end_capture(CUgraphInstantiate_flags(0)) {
+                Ok(Some(g)) => Some(Ok(g)),
+                Ok(None) => Some(Err("capture produced no graph".to_string())),
+                Err(e) => Some(Err(e.to_string())),
+            }
+        } else {
+            None
+        };
+        let capture_ok = !matches!(captured, Some(Err(_)));
+        match book.end(capture_ok) {
+            End::Nothing | End::Recorded => Ok(()),
+            End::Captured => {
+                let Some(Ok(graph)) = captured else { return Err(err("no graph after a capture".into())) };
+                graph.upload().map_err(|e| err(format!("upload: {e}")))?;
+                graph.launch().map_err(|e| err(format!("launch: {e}")))?;
+                locked(&self.graphs).insert(key, graph);
                 Ok(())
             }
-            Mode::Capturing { key, sigs, used } => {
-                let captured = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
-                let recorded = recordings.get(&key).map(|r| (r.sigs.clone(), r.used));
-                let graph = match captured {
-                    Ok(Some(g)) => g,
-                    Ok(None) => {
-                        recordings.remove(&key);
-                        return Err(err(&key, "capture produced no graph".into()));
-                    }
-                    Err(e) => {
-                        recordings.remove(&key);
-                        return Err(err(&key, format!("capture failed: {e}")));
-                    }
+            End::Replay => match locked(&self.graphs).get(&key) {
+                Some(graph) => graph.launch().map_err(|e| err(format!("launch: {e}"))),
+                None => {
+                    book.forget(&key);
+                    Err(err("the graph is gone".into()))
+                }
+            },
+            End::Failed(why) => {
+                locked(&self.graphs).remove(&key);
+                let detail = match captured {
+                    Some(Err(e)) => format!("{why}: {e}"),
+                    _ => why,
                 };
-                if recorded != Some((sigs.clone(), used)) {
-                    recordings.remove(&key);
-                    return Err(err(&key, "the captured step differs from its first run".into()));
-                }
-                graph.upload().map_err(|e| err(&key, format!("upload: {e}")))?;
-                graph.launch().map_err(|e| err(&key, format!("launch: {e}")))?;
-                recordings.insert(key, Recording { sigs, used, graph: Some(graph) });
-                Ok(())
-            }
-            Mode::Replaying { key, used, diverged, index } => {
-                let r = recordings.get(&key).ok_or_else(|| err(&key, "recording vanished".into()))?;
-                let problem = diverged.or_else(|| (index != r.sigs.len() || used != r.used).then(|| format!("{index} ops, recorded {}", r.sigs.len())));
-                if let Some(p) = problem {
-                    recordings.remove(&key);
-                    return Err(err(&key, format!("replay diverged: {p}; the step's work was not done")));
-                }
-                let graph = r.graph.as_ref().expect("replaying needs a graph");
-                graph.launch().map_err(|e| err(&key, format!("launch: {e}")))
+                Err(err(detail))
             }
         }
     }
 
-    /// Drop every graph (teardown, or a relaunch that changes shapes).
+    /// Drop every graph (teardown, or buffers going away).
     pub fn clear(&self) {
-        self.recordings.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        locked(&self.book).clear();
+        locked(&self.graphs).clear();
     }
 
     pub fn captured(&self) -> usize {
-        self.recordings.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|r| r.graph.is_some()).count()
+        locked(&self.graphs).len()
     }
 }
 

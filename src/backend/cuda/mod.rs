@@ -18,6 +18,7 @@ pub mod conformance;
 pub mod gemm;
 pub mod gpu;
 pub mod graph;
+pub mod graph_book;
 pub mod launch;
 pub mod modelcheck;
 pub mod probe;
