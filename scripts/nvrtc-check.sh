@@ -16,4 +16,4 @@ cuda="$scratch/x/nvidia/cu13"
 export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SPECDECK_CUDA_INCLUDE="$cuda/include"
 cd "$(dirname "$0")/.."
-exec cargo test --lib backend::cuda -- --ignored nvrtc_ compiles reports
+exec cargo test --lib backend::cuda::compile -- --ignored --nocapture
