@@ -64,7 +64,11 @@ impl Report {
             return;
         }
         let started = Instant::now();
-        let value = match f(self) {
+        // A panic in one section (an engine assertion, say) is that section's failure; the
+        // next sections still run.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)))
+            .unwrap_or_else(|p| Err(anyhow::anyhow!("panicked: {}", panic_text(&p))));
+        let value = match outcome {
             Ok(v) => v,
             Err(e) => {
                 self.row(name, format!("error: {e:#}"), Some(false));
@@ -74,6 +78,10 @@ impl Report {
         eprintln!("cuda-check: {name} done in {:.1} s", started.elapsed().as_secs_f64());
         self.sections.insert(name.to_string(), json!({ "seconds": started.elapsed().as_secs_f64(), "result": value }));
     }
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "(no message)".into())
 }
 
 /// Median milliseconds of `reps` runs of `f` on the GPU's stream, after one warm-up run.
@@ -336,3 +344,45 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     Ok(Value::Array(rows))
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sections are independent: an error or a panic becomes a FAIL row and the next
+    /// section runs; `--sections` skips the others; the JSON carries the closing table.
+    #[test]
+    fn sections_fail_alone_and_the_table_lands_in_the_json() {
+        let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new(), only: Some(vec!["a".into(), "b".into(), "c".into()]) };
+        r.section("a", |r| {
+            r.row("first", "1", Some(true));
+            Ok(json!(1))
+        });
+        r.section("b", |_| Err(anyhow::anyhow!("no GPU memory")));
+        r.section("c", |_| panic!("index out of bounds"));
+        r.section("d", |r| {
+            r.row("never", "", Some(true));
+            Ok(json!(0))
+        });
+        r.section("teardown", |r| {
+            r.row("last", "2", Some(true));
+            Ok(json!(2))
+        });
+        let names: Vec<(&str, &str, &str)> = r.rows.iter().map(|x| (x.name.as_str(), x.verdict, x.value.as_str())).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("first", "PASS", "1"),
+                ("b", "FAIL", "error: no GPU memory"),
+                ("c", "FAIL", "error: panicked: index out of bounds"),
+                ("last", "PASS", "2"),
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(finish(r, Some(dir.path())).unwrap(), 1);
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("cuda-check.json")).unwrap()).unwrap();
+        assert_eq!(json["table"][1]["verdict"], "FAIL");
+        assert_eq!(json["b"]["result"]["error"], "no GPU memory");
+        assert!(json.get("d").is_none());
+    }
+}
