@@ -157,33 +157,9 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
     if modules.is_empty() {
         return finish(r, opts.out);
     }
-    let mut gbps = 0.0;
-    {
-        let backend = Arc::new(CudaBackend::open(0, &modules, RankInfo::single(), None)?);
-        r.section("conformance", |r| conformance(r, &backend));
-        r.section("graphs", |r| graphs(r, &backend));
-        r.section("bandwidth", |r| {
-            let (v, g) = bandwidth(r, backend.gpu())?;
-            gbps = g;
-            Ok(v)
-        });
-        r.section("gemm", |r| gemm(r, &backend));
-        let small = std::env::temp_dir().join(format!("specdeck-small-models-{}", std::process::id()));
-        r.section("model-logits", |r| {
-            write_small_models(&small)?;
-            verdicts(r, logits_check(backend.clone(), &small.join("target"))?)
-        });
-        r.section("speculative-greedy", |r| {
-            let engine_backend = CudaBackend::open(0, &modules, RankInfo::single(), None)?;
-            verdicts(r, spec_equality(engine_backend, &small, 48)?)
-        });
-        let _ = std::fs::remove_dir_all(&small);
-        if let Some(dir) = opts.large_model {
-            r.section("large-model-steps", |r| {
-                let bytes = decode_read_bytes(dir)? as f64;
-                verdicts(r, large_model_steps(backend.clone(), dir, gbps * 1e9 / bytes.max(1.0), opts.new_tokens)?)
-            });
-        }
+    match CudaBackend::open(0, &modules, RankInfo::single(), None) {
+        Err(e) => r.row("open GPU 0", format!("error: {e}"), Some(false)),
+        Ok(backend) => gpu_sections(&mut r, Arc::new(backend), &modules, opts),
     }
     if let Some(dir) = opts.large_model {
         r.section("large-model-engine", |r| verdicts(r, large_model_engine(&modules, dir, compile_s, opts.new_tokens)?));
@@ -210,6 +186,44 @@ fn decode_read_bytes(dir: &Path) -> anyhow::Result<u64> {
         _ => 0,
     };
     Ok(ck.total_bytes() - embed)
+}
+
+/// The sections that share one backend on GPU 0.
+fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledModule], opts: &CheckOptions<'_>) {
+    let mut gbps = 0.0;
+    r.section("conformance", |r| conformance(r, &backend));
+    r.section("graphs", |r| graphs(r, &backend));
+    r.section("bandwidth", |r| {
+        let (v, g) = bandwidth(r, backend.gpu())?;
+        gbps = g;
+        Ok(v)
+    });
+    r.section("gemm", |r| gemm(r, &backend));
+    let small = std::env::temp_dir().join(format!("specdeck-small-models-{}", std::process::id()));
+    let write_small = || -> anyhow::Result<()> {
+        if !small.join("target").is_dir() {
+            write_small_models(&small)?;
+        }
+        Ok(())
+    };
+    r.section("model-logits", |r| {
+        write_small()?;
+        verdicts(r, logits_check(backend.clone(), &small.join("target"))?)
+    });
+    r.section("speculative-greedy", |r| {
+        write_small()?;
+        let engine_backend = CudaBackend::open(0, modules, RankInfo::single(), None)?;
+        verdicts(r, spec_equality(engine_backend, &small, 48)?)
+    });
+    let _ = std::fs::remove_dir_all(&small);
+    if let Some(dir) = opts.large_model {
+        let floor_gbps = gbps;
+        r.section("large-model-steps", |r| {
+            anyhow::ensure!(floor_gbps > 0.0, "the HBM floor needs the bandwidth section in the same run");
+            let bytes = decode_read_bytes(dir)? as f64;
+            verdicts(r, large_model_steps(backend.clone(), dir, floor_gbps * 1e9 / bytes.max(1.0), opts.new_tokens)?)
+        });
+    }
 }
 
 fn verdicts(r: &mut Report, (list, value): (Vec<Verdict>, Value)) -> anyhow::Result<Value> {
