@@ -47,6 +47,25 @@ pub enum Command {
     /// Convert model files.
     #[command(subcommand)]
     Convert(ConvertCommand),
+    /// Check and time the CUDA backend on this machine's GPUs (scripts/gpu/run.sh).
+    #[command(hide = true)]
+    CudaCheck(CudaCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CudaCheckArgs {
+    /// Folder for cuda-check.json.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// A large checkpoint folder for decode, start-up and step-cost figures.
+    #[arg(long, value_name = "DIR")]
+    pub large_model: Option<PathBuf>,
+    /// Tokens to decode in the timed runs.
+    #[arg(long, default_value_t = 128)]
+    pub new_tokens: usize,
+    /// Run only these sections (comma-separated; probe, kernel-compile and teardown always run).
+    #[arg(long, value_delimiter = ',')]
+    pub sections: Option<Vec<String>>,
 }
 
 /// The launch flags shared by `check`, `launch`, `generate` and `bench` (SGLang names).

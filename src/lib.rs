@@ -15,3 +15,4 @@ pub mod recorder;
 pub mod replay;
 pub mod spec;
 pub mod telemetry;
+pub mod testkit;

@@ -13,12 +13,12 @@ fn main() {
         Some(Command::Check(args)) => specdeck::preflight::command::run(&args),
         Some(Command::Launch(args)) => launch(args, cli.headless),
         Some(Command::Replay(args)) => specdeck::replay::command(&args),
-        Some(Command::Generate(_)) | Some(Command::Bench(_)) => {
-            Err(anyhow::anyhow!("generate/bench: land with the engine issue"))
-        }
+        Some(Command::Generate(args)) => specdeck::engine::commands::generate(&args),
+        Some(Command::Bench(args)) => specdeck::engine::commands::bench(&args),
         Some(Command::Convert(ConvertCommand::Gguf { input, out_dir, dtype })) => {
             specdeck::model::convert::run_cli(&input, &out_dir, &dtype)
         }
+        Some(Command::CudaCheck(args)) => specdeck::backend::cuda::selftest::command(&args),
         None => run_demo(&cli),
     };
     match result {

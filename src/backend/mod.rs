@@ -1,1 +1,245 @@
-//! (module under construction: see the issue that builds it)
+//! The backend seam: every numeric operation the engine needs, behind one trait, so the model
+//! code (`engine::llama`, `engine::eagle3`, `engine::spec_decode`) is written once and runs on
+//! the CPU reference (`cpu::CpuBackend`, f32, used by every CI test) or on a GPU backend.
+//!
+//! # The contract
+//!
+//! * Three associated device types:
+//!   - `Tensor`: float activations, a 2-D row-major buffer `[capacity_rows, cols]` allocated once
+//!     (at load) and reused every step. Ops act on its first `n` rows, so one buffer serves any
+//!     batch of tokens up to its capacity (the CUDA backend captures one graph per `n` bucket).
+//!   - `Weight`: a parameter as the device keeps it (f32 on the CPU; bf16 on a GPU), 1-D
+//!     (norms, biases) or 2-D in the HF Linear layout `[out, in]`. Under tensor parallelism a
+//!     `Weight` holds this rank's shard (`Shard`), and the model calls `all_reduce` after every
+//!     row-parallel matmul (`o_proj`, `down_proj`); at tp = 1 that op does nothing.
+//!   - `Ids`: i32 data on the device: token ids, positions, attention masks, top-k indices.
+//! * Ops only enqueue work and do not fail: shapes are checked by the model code when buffers are
+//!   sized, and device errors (a GPU backend launches asynchronously) surface at the next call
+//!   that returns a `Result`: `sync`, a readback, an allocation or a load.
+//! * Host↔device traffic is explicit and small: `write_ids` (the token ids, positions and mask
+//!   of the next step, written into preallocated `Ids` so a captured graph sees new values
+//!   without re-capture), `read_ids` / `read_rows` / `read_elements` (accept decisions, top-k of
+//!   the drafter, a few probabilities), and `sample` (one token id). Logits never cross.
+//! * Index lists that the host computes between steps (rows of accepted tree nodes, the branch
+//!   each draft step continues) are passed as host slices; a GPU backend copies them up.
+//!
+//! # How model code uses it
+//!
+//! A forward pass is a fixed sequence of ops over scratch buffers sized at load:
+//! `embed` → per layer [`rms_norm`/`add_rms_norm` → `matmul` q,k,v (+bias) → (`head_rms_norm`)
+//! → `rope` → `copy_rows` into the KV cache → `attention` (prefix fully visible, then a causal
+//! or explicit mask over the new region) → `matmul` o → `all_reduce` → `add_rms_norm` →
+//! `matmul` gate, up → `silu_mul` → `matmul` down → `all_reduce`] → final norm → `matmul`
+//! lm_head. Decoding then uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
+//! The EAGLE-3 drafter adds `copy_cols` (concatenating `[norm(embed); hidden_norm(h)]` and the
+//! three captured target hiddens) and `gather_rows` (the hidden each draft branch continues).
+//! Committing accepted tree tokens is `move_rows` on every layer's K and V.
+
+pub mod cpu;
+pub mod cuda;
+pub mod rope;
+
+use crate::model::checkpoint::{CheckpointError, TensorView};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("cannot allocate {bytes} bytes for {what}")]
+    OutOfMemory { bytes: u64, what: String },
+    #[error(transparent)]
+    Load(#[from] CheckpointError),
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// How a tensor-parallel rank holds a weight. The CPU reference runs at tp = 1 and keeps the
+/// whole tensor whatever the shard says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shard {
+    Replicated,
+    /// Split the output features (rows of `[out, in]`): q/k/v, gate, up, lm_head, embedding.
+    Column,
+    /// Split the input features (columns): o_proj, down_proj; an `all_reduce` follows.
+    Row,
+}
+
+/// Which halves of a head RoPE rotates together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(i, i + d/2)` (HF `rotate_half`; Llama/Qwen checkpoints in HF layout).
+    NeoX,
+    /// Pairs `(2i, 2i + 1)` (GPT-J style).
+    Interleaved,
+}
+
+/// Head layout of one attention layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnGeometry {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Softmax scale, normally `1/sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+/// Which cache slots the queries of one forward see.
+///
+/// Slots `[0, prefix)` are committed and visible to every query. The slots
+/// `[prefix, prefix + region)` hold the tokens of the current region (a prefill chunk, a
+/// verify tree, or all draft-tree levels so far); this forward's `queries` tokens are the last
+/// `queries` slots of the region, and `Mask` says which region slots each one sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnWindow {
+    pub prefix: usize,
+    pub region: usize,
+    pub queries: usize,
+}
+
+impl AttnWindow {
+    /// The first slot this forward writes.
+    pub fn first_new_slot(&self) -> usize {
+        self.prefix + self.region - self.queries
+    }
+}
+
+/// Visibility inside the region.
+pub enum Mask<'a, B: Backend + ?Sized> {
+    /// Query `i` sees region slots `0 ..= region - queries + i`.
+    Causal,
+    /// Row-major `[queries, region]` of 0/1: query `i` sees region slot `j` when `m[i][j] == 1`.
+    Explicit(&'a B::Ids),
+}
+
+// Manual impls: a derive would demand `B: Copy`, but only the reference is copied.
+impl<B: Backend + ?Sized> Clone for Mask<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend + ?Sized> Copy for Mask<'_, B> {}
+
+/// Precomputed RoPE rotation for positions `0 .. max_positions`: `cos` and `sin` are
+/// `[max_positions, head_dim / 2]`, already multiplied by the scaling's attention factor.
+pub struct RopeTable<B: Backend + ?Sized> {
+    pub cos: B::Tensor,
+    pub sin: B::Tensor,
+    pub head_dim: usize,
+    pub style: RopeStyle,
+    pub max_positions: usize,
+}
+
+pub trait Backend: Send + Sync + 'static {
+    type Tensor: Send + Sync;
+    type Weight: Send + Sync;
+    type Ids: Send + Sync;
+
+    /// A short name for logs ("cpu", "cuda").
+    fn name(&self) -> &'static str;
+
+    // ---- memory ----------------------------------------------------------------------------
+
+    /// A zeroed `[rows, cols]` buffer.
+    fn tensor(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
+    /// A `[rows, cols]` buffer holding `data` (row-major, `rows * cols` values).
+    fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<Self::Tensor, BackendError>;
+    /// A zeroed id buffer of `len` entries.
+    fn ids(&self, len: usize) -> Result<Self::Ids, BackendError>;
+    /// Upload a checkpoint tensor (any float dtype) as this rank's shard.
+    fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<Self::Weight, BackendError>;
+    /// The shape of a weight as held (`[out, in]` or `[len]`).
+    fn weight_shape<'w>(&self, w: &'w Self::Weight) -> &'w [usize];
+    /// Bytes of device memory a weight occupies.
+    fn weight_bytes(&self, w: &Self::Weight) -> u64;
+
+    // ---- host traffic (small) --------------------------------------------------------------
+
+    /// Write `src` into the first `src.len()` entries of `dst`.
+    fn write_ids(&self, dst: &mut Self::Ids, src: &[i32]);
+    fn read_ids(&self, src: &Self::Ids, len: usize) -> Result<Vec<i32>, BackendError>;
+    /// Rows `[start, start + n)` of a tensor, row-major.
+    fn read_rows(&self, src: &Self::Tensor, start: usize, n: usize) -> Result<Vec<f32>, BackendError>;
+    /// `src[row][col]` for each coordinate.
+    fn read_elements(&self, src: &Self::Tensor, coords: &[(usize, usize)]) -> Result<Vec<f32>, BackendError>;
+    /// Wait for queued work; report any deferred device error.
+    fn sync(&self) -> Result<(), BackendError>;
+
+    // ---- layers ------------------------------------------------------------------------------
+
+    /// `out[i] = table[ids[i]]` for `i < n`.
+    fn embed(&self, table: &Self::Weight, ids: &Self::Ids, n: usize, out: &mut Self::Tensor);
+    /// `out[:n] = x[:n] · wᵀ (+ bias)`, with `w` in the `[out, in]` layout.
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Weight>, n: usize, out: &mut Self::Tensor);
+    /// `out[:n] = rmsnorm(x[:n]) * w`.
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, n: usize, out: &mut Self::Tensor);
+    /// `residual[:n] += delta[:n]; out[:n] = rmsnorm(residual[:n]) * w`.
+    fn add_rms_norm(
+        &self,
+        residual: &mut Self::Tensor,
+        delta: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        n: usize,
+        out: &mut Self::Tensor,
+    );
+    /// In place, each `w.len()`-wide head of the first `n` rows: `rmsnorm(head) * w` (Qwen3 q/k norm).
+    fn head_rms_norm(&self, x: &mut Self::Tensor, w: &Self::Weight, eps: f32, n: usize);
+    /// Rotate every head of the first `n` rows in place at `positions[i]`.
+    fn rope(&self, x: &mut Self::Tensor, table: &RopeTable<Self>, positions: &Self::Ids, n: usize);
+    /// Attention of `q[:window.queries]` over the cached `k`/`v` (`[slots, kv_heads * head_dim]`).
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        geometry: &AttnGeometry,
+        window: AttnWindow,
+        mask: Mask<'_, Self>,
+        out: &mut Self::Tensor,
+    );
+    /// `out[:n] = silu(gate[:n]) * up[:n]`.
+    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, n: usize, out: &mut Self::Tensor);
+    /// `dst[:n] += src[:n]`.
+    fn add(&self, dst: &mut Self::Tensor, src: &Self::Tensor, n: usize);
+    /// Sum over tensor-parallel ranks, in place. The identity at tp = 1.
+    fn all_reduce(&self, x: &mut Self::Tensor, n: usize);
+
+    // ---- data movement -----------------------------------------------------------------------
+
+    /// `dst[dst_start + i] = src[src_start + i]` for `i < n` (same width).
+    fn copy_rows(&self, src: &Self::Tensor, src_start: usize, dst: &mut Self::Tensor, dst_start: usize, n: usize);
+    /// Place the first `n` rows of `src` at columns `[dst_col, dst_col + src.cols)` of `dst`.
+    fn copy_cols(&self, src: &Self::Tensor, n: usize, dst: &mut Self::Tensor, dst_col: usize);
+    /// `dst[i] = src[rows[i]]`.
+    fn gather_rows(&self, src: &Self::Tensor, rows: &[usize], dst: &mut Self::Tensor);
+    /// `t[dst_start + i] = t[src_rows[i]]`, in order; callers guarantee `src_rows[i] >= dst_start + i`
+    /// and ascending, so no row is overwritten before it is read (committing a tree path).
+    fn move_rows(&self, t: &mut Self::Tensor, src_rows: &[usize], dst_start: usize);
+
+    // ---- decoding ------------------------------------------------------------------------------
+
+    /// `out[i] = argmax(x[i])` for `i < n` (the lowest index on ties).
+    fn argmax(&self, x: &Self::Tensor, n: usize, out: &mut Self::Ids);
+    /// In place: `x[i] = softmax(x[i] / temperature)` for `i < n`.
+    fn softmax(&self, x: &mut Self::Tensor, n: usize, temperature: f32);
+    /// The `k` largest entries of each of the first `n` rows, descending (lower index first on
+    /// ties): values into `values[i][0..k]`, indices into `indices[i * k ..]`.
+    fn topk(&self, x: &Self::Tensor, n: usize, k: usize, values: &mut Self::Tensor, indices: &mut Self::Ids);
+    /// Sample from row `row` of a probability tensor with the `excluded` ids removed and the rest
+    /// renormalised, by inverse CDF at `coin` in `[0, 1)`. When nothing is left, sample the row as is.
+    fn sample(&self, probs: &Self::Tensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError>;
+
+    // ---- CUDA graphs (no-ops elsewhere) --------------------------------------------------
+
+    /// Bracket a step that repeats with the same shapes (a decode, verify or draft step of
+    /// a given row count) so a GPU backend can record it once and replay it as a graph.
+    /// `key` names the step and its shapes. Between `graph_begin` and `graph_end` the model
+    /// only enqueues ops: no read-back, no `sample`, no `sync`.
+    fn graph_begin(&self, _key: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// End the step begun by `graph_begin`: record it, capture it, or launch its graph.
+    fn graph_end(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+}

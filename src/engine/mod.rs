@@ -1,1 +1,66 @@
-//! (module under construction: see the issue that builds it)
+//! The speculative decoding engine: Llama-family targets, EAGLE-3 and STANDALONE drafters,
+//! chain and tree drafting, greedy and rejection-sampling verification, written once over
+//! the `backend::Backend` seam. `lifecycle` runs a launch phase by phase as events;
+//! `handle` puts the engine on its own thread for the console; `commands` are the headless
+//! `generate` and `bench`.
+
+pub mod commands;
+pub mod drafter;
+pub mod eagle3;
+pub mod handle;
+pub mod kv;
+pub mod lifecycle;
+pub mod llama;
+pub mod spec_decode;
+pub mod tree;
+pub mod verify;
+pub mod weights;
+
+use crate::backend::BackendError;
+use crate::model::config::ConfigError;
+use crate::model::tokenizer::TokenizerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// A value that parses but cannot be used (a file and the key or tensor it is about).
+    #[error("{file}: {key}: {message}")]
+    Invalid { file: String, key: String, message: String },
+    /// A request the loaded engine cannot serve.
+    #[error("{0}")]
+    Request(String),
+}
+
+impl EngineError {
+    /// The file and key (JSON pointer or tensor name) the error is about, when it names one.
+    pub fn location(&self) -> Option<(String, String)> {
+        let path = |p: &std::path::Path| p.display().to_string();
+        match self {
+            EngineError::Config(ConfigError::Missing { file, key } | ConfigError::WrongType { file, key, .. }) => {
+                Some((path(file), key.clone()))
+            }
+            EngineError::Config(ConfigError::Io { file, .. } | ConfigError::Json { file, .. } | ConfigError::NotAnObject { file }) => {
+                Some((path(file), String::new()))
+            }
+            EngineError::Backend(BackendError::Load(crate::model::checkpoint::CheckpointError::BadHeader { file, .. }))
+            | EngineError::Backend(BackendError::Load(crate::model::checkpoint::CheckpointError::Io { file, .. }))
+            | EngineError::Backend(BackendError::Load(crate::model::checkpoint::CheckpointError::BadIndex { file, .. })) => {
+                Some((path(file), String::new()))
+            }
+            EngineError::Backend(e) => weights::error_location(e),
+            EngineError::Tokenizer(
+                TokenizerError::Load { file, .. }
+                | TokenizerError::Json { file, .. }
+                | TokenizerError::NoTemplate { file },
+            ) => Some((path(file), String::new())),
+            EngineError::Tokenizer(TokenizerError::Template { file, .. }) => Some((path(file), "/chat_template".into())),
+            EngineError::Invalid { file, key, .. } => Some((file.clone(), key.clone())),
+            EngineError::Tokenizer(TokenizerError::Codec(_)) | EngineError::Request(_) => None,
+        }
+    }
+}

@@ -5,3 +5,4 @@ pub mod checkpoint;
 pub mod config;
 pub mod convert;
 pub mod gguf;
+pub mod tokenizer;

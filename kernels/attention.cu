@@ -1,0 +1,125 @@
+// Flash-style attention over a layer's KV cache (f32 [slots, kv_heads * head_dim]), one
+// kernel for prefill (causal), decode (one query) and tree verification (an explicit
+// mask). It never materialises the scores: each warp keeps a running max and sum (online
+// softmax) and the warps' states are merged at the end, as in flash-decoding.
+//
+// Slots [0, prefix) are committed and visible to every query. Slots
+// [prefix, prefix + region) hold the current region; the `queries` queries are its last
+// rows. Query i sees region slot j when
+//   mask == NULL : j <= region - queries + i                    (causal)
+//   mask != NULL : mask[i * region + j] != 0                    ([queries, region] of 0/1)
+// prefix and region are read from `window` ([prefix, region] on the device) when it is
+// not NULL, so a captured graph replays at any length; else from the arguments.
+//
+// Grid: (queries, heads). Block: `warps` warps; warp w takes the visible keys whose rank
+// in the query's visible sequence is w, w + warps, ...; lane l holds a run of
+// ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). Dynamic
+// shared memory: warps * (head_dim + 2) floats.
+
+#define MAX_PER_LANE 8  // head_dim up to 256
+
+// The lane's `count` (<= per_lane) elements; float4 loads when `vec` (every run is a whole
+// number of 16-byte-aligned float4s) and this lane's run is full.
+__device__ __forceinline__ void load_lane(const float* p, bool vec, int per_lane, int count, float (&v)[MAX_PER_LANE]) {
+    if (vec && count == per_lane) {
+#pragma unroll
+        for (int e = 0; e < MAX_PER_LANE / 4; ++e) {
+            if (4 * e < per_lane) {
+                const float4 f = reinterpret_cast<const float4*>(p)[e];
+                v[4 * e] = f.x;
+                v[4 * e + 1] = f.y;
+                v[4 * e + 2] = f.z;
+                v[4 * e + 3] = f.w;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < MAX_PER_LANE; ++e)
+            if (e < count) v[e] = p[e];
+    }
+}
+
+extern "C" __global__ void attention_f32(const float* q, const float* k, const float* v, float* out, int heads,
+                                         int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
+                                         int queries, const int* window, const int* mask) {
+    extern __shared__ float smem[];
+    const int qi = blockIdx.x, h = blockIdx.y;
+    const int kvh = h / (heads / kv_heads);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    // Lanes hold consecutive runs of ceil(head_dim / 32) elements; with a head_dim that is
+    // not a multiple of 32 the last lanes hold fewer (or none).
+    const int per_lane = (head_dim + 31) / 32;
+    const int count = max(0, min(per_lane, head_dim - lane * per_lane));
+    const bool vec = (per_lane & 3) == 0 && (head_dim & 3) == 0;
+    const int prefix = window ? window[0] : prefix_arg;
+    const int region = window ? window[1] : region_arg;
+    const int last_visible = mask ? region - 1 : region - queries + qi;
+    const int* mask_row = mask ? mask + (long long)qi * region : nullptr;
+    const long long kv_width = (long long)kv_heads * head_dim;
+    const float* kbase = k + (long long)kvh * head_dim + lane * per_lane;
+    const float* vbase = v + (long long)kvh * head_dim + lane * per_lane;
+
+    float qv[MAX_PER_LANE], acc[MAX_PER_LANE], kv[MAX_PER_LANE];
+    load_lane(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * per_lane, vec, per_lane, count, qv);
+#pragma unroll
+    for (int e = 0; e < MAX_PER_LANE; ++e) {
+        qv[e] = e < count ? qv[e] * scale : 0.f;
+        acc[e] = 0.f;
+        kv[e] = 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    // One key into this warp's running softmax.
+    auto visit = [&](int slot) {
+        const long long row = (long long)slot * kv_width;
+        load_lane(kbase + row, vec, per_lane, count, kv);
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < MAX_PER_LANE; ++e)
+            if (e < count) dot += qv[e] * kv[e];
+        dot = warp_sum(dot);
+        const float m_new = fmaxf(m, dot);
+        const float corr = __expf(m - m_new);
+        const float p = __expf(dot - m_new);
+        l = l * corr + p;
+        load_lane(vbase + row, vec, per_lane, count, kv);
+#pragma unroll
+        for (int e = 0; e < MAX_PER_LANE; ++e)
+            if (e < count) acc[e] = acc[e] * corr + p * kv[e];
+        m = m_new;
+    };
+    // Keys go to warps by their position in the query's visible sequence, not by slot: a
+    // verify-tree query then sums exactly as the same token decoded alone after its
+    // ancestors were committed, so speculative greedy output equals target-only output.
+    for (int s = warp; s < prefix; s += warps) visit(s);
+    for (int j = 0, rank = 0; j < region; ++j) {
+        const bool visible = mask_row ? mask_row[j] != 0 : j <= last_visible;
+        if (!visible) continue;
+        if ((prefix + rank) % warps == warp) visit(prefix + j);
+        ++rank;
+    }
+
+    float* s_m = smem;
+    float* s_l = smem + warps;
+    float* s_acc = smem + 2 * warps;
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < MAX_PER_LANE; ++e)
+        if (e < count) s_acc[warp * head_dim + lane * per_lane + e] = acc[e];
+    __syncthreads();
+
+    float m_all = -INFINITY;
+    for (int w = 0; w < warps; ++w) m_all = fmaxf(m_all, s_m[w]);
+    float denom = 0.f;
+    for (int w = 0; w < warps; ++w)
+        if (s_m[w] != -INFINITY) denom += s_l[w] * __expf(s_m[w] - m_all);
+    float* o = out + (long long)qi * heads * head_dim + (long long)h * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float num = 0.f;
+        for (int w = 0; w < warps; ++w)
+            if (s_m[w] != -INFINITY) num += s_acc[w * head_dim + d] * __expf(s_m[w] - m_all);
+        o[d] = denom > 0.f ? num / denom : 0.f;
+    }
+}

@@ -1,0 +1,134 @@
+// Shared helpers for every kernel file. The host prepends this text to each kernels/*.cu
+// before NVRTC sees it (NVRTC has no file system of ours on the GPU machine), so keep it
+// small and free of kernels.
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+
+// NVRTC has no <math.h>.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Reduce over the whole block; every thread gets the result. `scratch` holds 32 floats.
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, Op op, float identity) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    v = warp_reduce(v, op);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    return warp_reduce(lane < warps ? scratch[lane] : identity, op);
+}
+
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp()); }
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce(v, scratch, SumOp(), 0.f); }
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    return block_reduce(v, scratch, MaxOp(), -INFINITY);
+}
+
+// (value, index) pairs ordered by value descending, then index ascending: the first
+// maximum wins, as in the CPU reference's argmax.
+__device__ __forceinline__ bool ranks_before(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+__device__ __forceinline__ void warp_best(float& v, int& i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ranks_before(ov, oi, v, i)) { v = ov; i = oi; }
+    }
+}
+
+// Best (value, index) over the block; every thread gets it. Scratch: 32 floats + 32 ints.
+__device__ __forceinline__ void block_best(float& v, int& i, float* sv, int* si) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    warp_best(v, i);
+    __syncthreads();
+    if (lane == 0) { sv[warp] = v; si[warp] = i; }
+    __syncthreads();
+    v = lane < warps ? sv[lane] : -INFINITY;
+    i = lane < warps ? si[lane] : 0x7fffffff;
+    warp_best(v, i);
+}
+
+// Eight consecutive elements as floats, through one 16-byte access when the address allows.
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        float2 f = __bfloat1622float2(h[j]);
+        v[2 * j] = f.x;
+        v[2 * j + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void load8(const bf16* p, float (&v)[8]) {
+    unpack8(*reinterpret_cast<const uint4*>(p), v);
+}
+
+__device__ __forceinline__ void store8(bf16* p, const float (&v)[8]) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+}
+
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+    float4 a = reinterpret_cast<const float4*>(p)[0];
+    float4 b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+__device__ __forceinline__ void store8(float* p, const float (&v)[8]) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ void put(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void put(float* p, float x) { *p = x; }
+
+// A paged KV cache maps a token position to a slot through the sequence's block table.
+__device__ __forceinline__ long long slot_of(const int* block_table, int block_size, int pos) {
+    return (long long)block_table[pos / block_size] * block_size + pos % block_size;
+}
+
+// Counter-based uniform in [0, 1): the same (seed, counter, lane) always gives the same
+// number, so sampling inside a replayed CUDA graph needs no host random state.
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float uniform01(unsigned long long seed, unsigned long long counter, unsigned int lane) {
+    unsigned long long z = mix64(seed ^ mix64(counter * 0x100000001b3ull + lane));
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}

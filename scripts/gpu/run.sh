@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The CUDA backend on the GPU machine: correctness, then every timing, each step
+# independent (a failed or timed-out step is logged and the next one runs), results under
+# $OUT, a short table printed last. Builds nothing: it runs the specdeck binary staged
+# beside it by scripts/gpu/stage.sh. Total time stays under ~9 minutes.
+#
+# usage (from the repository root on the GPU machine):  bash .gpu/cuda/run.sh
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN="$HERE/specdeck"
+OUT="${OUT:-/tmp/specdeck-gpu-out}"
+MODEL="${SPECDECK_8B_DIR:-/tmp/specdeck-llama8b}"
+BUDGET_S="${SPECDECK_GPU_BUDGET_S:-530}"
+export NCCL_NVLS_ENABLE=0
+export SPECDECK_PTX_CACHE="$OUT/ptx-cache"
+mkdir -p "$OUT"
+T0=$(date +%s)
+GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+
+mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | paste -sd, -; }
+echo "baseline $(mem_used)" > "$OUT/memory.log"
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+
+# step NAME LIMIT_S CMD...: run CMD with stdout/stderr under $OUT/NAME.{out,err}, within
+# both its own limit and what is left of the budget; log rc and seconds.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((BUDGET_S - ($(date +%s) - T0)))
+    if ((left < 20)); then
+        echo "$name skipped: out of time" | tee -a "$OUT/steps.log"
+        return 0
+    fi
+    ((limit > left)) && limit=$left
+    echo "== $name (limit ${limit}s)" >&2
+    local s=$(date +%s)
+    timeout -k 5 "$limit" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+    local rc=$?
+    echo "$name rc=$rc seconds=$(($(date +%s) - s))" | tee -a "$OUT/steps.log" >&2
+    echo "after $name $(mem_used)" >>"$OUT/memory.log"
+    tail -n 5 "$OUT/$name.err" >&2
+    return 0
+}
+
+# 1. Correctness and micro-benchmarks (ops vs CPU, graphs, bandwidth, GEMM, small-model
+#    logits, speculative greedy == target-only).
+step checks 150 "$BIN" cuda-check --out "$OUT/checks" \
+    --sections conformance,graphs,bandwidth,gemm,model-logits,speculative-greedy
+
+# 2. Tensor parallel across every GPU of the machine (2-GPU kind).
+if ((GPUS >= 2)); then
+    step tp 60 "$BIN" cuda-check --out "$OUT/tp" --sections tensor-parallel
+fi
+
+# 3. The Llama-3.1-8B-shaped checkpoint with random bf16 weights, written here by torch.
+if [ ! -f "$MODEL/model.safetensors.index.json" ]; then
+    step write8b 120 python3 "$HERE/write_llama8b.py" "$MODEL"
+fi
+
+# 4. Decode tokens/s vs the HBM floor, graphs, verify/decode cost, cold start, relaunch.
+step large 170 "$BIN" cuda-check --out "$OUT/large" --large-model "$MODEL" \
+    --sections bandwidth,large-model-steps,large-model-engine
+
+# 5. The same weights through transformers (greedy, batch 1, each cache setting).
+step hf 150 python3 "$HERE/hf_baseline.py" "$MODEL" --budget-s 130
+
+# 6. Ctrl-C during weight load: interrupt a cold start mid-load; memory must return.
+ctrl_c() {
+    "$BIN" cuda-check --out "$OUT/ctrlc-run" --large-model "$MODEL" --sections large-model-engine &
+    local pid=$! base peak=0 t=0
+    base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+    # Wait until the load has put at least 2 GiB on the GPU (or 30 s).
+    while ((t < 300)); do
+        local now
+        now=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+        ((now > peak)) && peak=$now
+        ((now > base + 2048)) && break
+        sleep 0.1
+        t=$((t + 1))
+    done
+    kill -INT "$pid"
+    wait "$pid"
+    local rc=$? after
+    sleep 2
+    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+    echo "{\"baseline_mib\": $base, \"during_load_mib\": $peak, \"after_mib\": $after, \"exit_status\": $rc}"
+}
+export -f ctrl_c
+export BIN OUT MODEL
+step ctrlc 45 bash -c ctrl_c
+
+echo "end $(mem_used)" >>"$OUT/memory.log"
+python3 "$HERE/summarize.py" "$OUT" | tee "$OUT/summary.txt"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Stage what run.sh needs into one folder to carry to the GPU machine: the stripped
+# release binary and the scripts of scripts/gpu (well under the 64 MiB a call carries).
+#
+# usage (from the repository root on the CPU machine):  scripts/gpu/stage.sh [DEST]
+#   DEST defaults to .gpu/cuda; then call the device tool with carry [".gpu/cuda"] and
+#   command "bash .gpu/cuda/run.sh".
+set -euo pipefail
+dest="${1:-.gpu/cuda}"
+cargo build --release --locked --bin specdeck
+mkdir -p "$dest"
+cp target/release/specdeck "$dest/specdeck"
+strip "$dest/specdeck"
+cp scripts/gpu/run.sh scripts/gpu/write_llama8b.py scripts/gpu/hf_baseline.py scripts/gpu/summarize.py "$dest/"
+du -sh "$dest"

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Write a Llama-3.1-8B-shaped checkpoint with random bf16 weights (config.json, sharded
+model.safetensors with its index, a word-level tokenizer.json), generated on the GPU with
+torch. Used by run.sh for the decode benchmark; the weights mean nothing.
+
+usage: write_llama8b.py OUT_DIR [--layers N]
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+from safetensors.torch import save_file
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "torch_dtype": "bfloat16",
+}
+
+SHARD_BYTES = 4 << 30
+
+
+def tensors(cfg):
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    q = cfg["num_attention_heads"] * cfg["head_dim"]
+    kv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    yield "model.embed_tokens.weight", (v, h)
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        yield p + "input_layernorm.weight", (h,)
+        yield p + "self_attn.q_proj.weight", (q, h)
+        yield p + "self_attn.k_proj.weight", (kv, h)
+        yield p + "self_attn.v_proj.weight", (kv, h)
+        yield p + "self_attn.o_proj.weight", (h, q)
+        yield p + "post_attention_layernorm.weight", (h,)
+        yield p + "mlp.gate_proj.weight", (i, h)
+        yield p + "mlp.up_proj.weight", (i, h)
+        yield p + "mlp.down_proj.weight", (h, i)
+    yield "model.norm.weight", (h,)
+    yield "lm_head.weight", (v, h)
+
+
+def tokenizer(vocab):
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    words.update({f"w{i}": i for i in range(3, vocab)})
+    special = [{"id": i, "content": w, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True} for w, i in list(words.items())[:3]]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special,
+            "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+            "decoder": None, "model": {"type": "WordLevel", "vocab": words, "unk_token": "<unk>"}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=32)
+    args = ap.parse_args()
+    cfg = dict(CONFIG, num_hidden_layers=args.layers)
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    shards, current, size, weight_map = [], {}, 0, {}
+
+    def flush():
+        nonlocal current, size
+        if current:
+            name = f"model-{len(shards) + 1:05d}.safetensors"
+            save_file(current, os.path.join(args.out, name), metadata={"format": "pt"})
+            shards.append(name)
+            for k in current:
+                weight_map[k] = name
+            current, size = {}, 0
+
+    total = 0
+    for name, shape in tensors(cfg):
+        if len(shape) == 1:
+            t = torch.ones(shape, dtype=torch.bfloat16)
+        else:
+            t = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * 0.02).to(torch.bfloat16).cpu()
+        nbytes = t.numel() * 2
+        if size + nbytes > SHARD_BYTES:
+            flush()
+        current[name] = t
+        size += nbytes
+        total += nbytes
+    flush()
+    # Shard names need the final count in them, as HF writes them.
+    final = {}
+    for i, name in enumerate(shards):
+        new = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        os.rename(os.path.join(args.out, name), os.path.join(args.out, new))
+        final[name] = new
+    index = {"metadata": {"total_size": total}, "weight_map": {k: final[v] for k, v in weight_map.items()}}
+    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "do_sample": False}, f)
+    with open(os.path.join(args.out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer(cfg["vocab_size"]), f)
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
+    print(json.dumps({"dir": args.out, "bytes": total, "shards": len(shards), "seconds": time.time() - t0}))
+
+
+if __name__ == "__main__":
+    main()

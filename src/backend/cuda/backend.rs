@@ -1,0 +1,475 @@
+//! `CudaBackend`: the backend seam on one GPU (one tensor-parallel rank).
+//!
+//! Activations are f32 (`[rows, cols]` buffers, as on the CPU reference, so results compare
+//! closely and no op needs a dtype), weights bf16, ids i32. Every op enqueues kernels on
+//! the GPU's single stream and returns; the first failure is kept and reported by the next
+//! call that returns a `Result` (`sync`, a readback, an allocation, a load).
+
+use half::bf16;
+
+use super::compile::CompiledModule;
+use super::gemm::{MatmulArgs, Matmuls};
+use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
+use super::graph::{signature, Gate, Graphs};
+use super::shard::{contiguous_bf16, shard_weight, RankInfo};
+use super::tp::NcclComm;
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use crate::model::checkpoint::TensorView;
+
+/// Warps per attention block; each warp walks a strided share of the key slots.
+const ATTENTION_WARPS: u32 = 8;
+/// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
+const MAX_LIST: usize = 4096;
+
+pub struct CudaTensor {
+    buf: DeviceBuf<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl CudaTensor {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+pub struct CudaWeight {
+    buf: DeviceBuf<bf16>,
+    shape: Vec<usize>,
+}
+
+pub struct CudaIds {
+    buf: DeviceBuf<i32>,
+}
+
+pub struct CudaBackend {
+    pub(crate) gpu: Gpu,
+    pub(crate) matmuls: Matmuls,
+    rank: RankInfo,
+    nccl: Option<NcclComm>,
+    pub(crate) graphs: Graphs,
+    /// Embedding ids outside the vocabulary land here (checked at sync).
+    bad_id: DeviceBuf<i32>,
+    /// Host row lists copied up for one op at a time (stream order keeps them apart).
+    list: DeviceBuf<i32>,
+    picked: DeviceBuf<i32>,
+}
+
+impl CudaBackend {
+    /// Open GPU `ordinal` with the compiled kernels, as rank `rank` of a tensor-parallel
+    /// group (`RankInfo::single()` without tensor parallelism).
+    pub fn open(ordinal: usize, modules: &[CompiledModule], rank: RankInfo, nccl: Option<NcclComm>) -> Result<CudaBackend, BackendError> {
+        Self::from_gpu(Gpu::open(ordinal, modules)?, rank, nccl)
+    }
+
+    /// Wrap an opened GPU (tensor-parallel ranks open theirs on their own threads).
+    pub fn from_gpu(gpu: Gpu, rank: RankInfo, nccl: Option<NcclComm>) -> Result<CudaBackend, BackendError> {
+        let bad_id = gpu.alloc::<i32>(1, "error flag")?;
+        let list = gpu.alloc::<i32>(MAX_LIST, "row lists")?;
+        let picked = gpu.alloc::<i32>(1, "sample result")?;
+        let graphs = Graphs::new(&gpu)?;
+        let b = CudaBackend { gpu, matmuls: Matmuls::default(), rank, nccl, graphs, bad_id, list, picked };
+        b.reset_bad_id();
+        Ok(b)
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    pub fn rank(&self) -> RankInfo {
+        self.rank
+    }
+
+    fn reset_bad_id(&self) {
+        self.gpu.upload(&[i32::MIN], self.bad_id.ptr());
+    }
+
+    /// Copy a host list into the shared list buffer and return its device address.
+    fn upload_list(&self, values: &[i32]) -> Option<u64> {
+        if values.len() > MAX_LIST {
+            self.gpu.record(|| format!("a row list of {} entries exceeds {MAX_LIST}", values.len()));
+            return None;
+        }
+        let list = self.list.ptr();
+        self.gpu.upload(values, list);
+        Some(list)
+    }
+
+    /// Launch a kernel through the graph gate: in a replayed step it only stages its
+    /// per-step values; in a captured one it reads them from the graph arena.
+    fn kernel(&self, name: &'static str, grid: (u32, u32), block: u32, shared: u32, mut args: Vec<Arg>, dynamic: Option<Dynamic<'_>>) {
+        let skip: Vec<usize> = dynamic.map(|d| d.value_args.iter().copied().chain([d.ptr_arg]).collect()).unwrap_or_default();
+        let sig = signature(name, grid, block, &args, &skip);
+        match (self.graphs.gate(sig, dynamic.map_or(&[][..], |d| d.values)), dynamic) {
+            (Gate::Skip, _) => return,
+            (Gate::Device(p), Some(d)) => args[d.ptr_arg] = Arg::Ptr(p),
+            (Gate::Eager, Some(d)) if d.value_args.is_empty() => match self.upload_list(d.values) {
+                Some(p) => args[d.ptr_arg] = Arg::Ptr(p),
+                None => return,
+            },
+            _ => {}
+        }
+        self.gpu.launch(name, grid, block, shared, &args);
+    }
+
+    fn launch_rows(&self, name: &'static str, rows: usize, cols: usize, args: Vec<Arg>) {
+        if rows > 0 {
+            self.kernel(name, (rows as u32, 1), row_block(cols), 0, args, None);
+        }
+    }
+
+    fn launch_elems(&self, name: &'static str, len: usize, args: Vec<Arg>, dynamic: Option<Dynamic<'_>>) {
+        if len > 0 {
+            self.kernel(name, stride_grid(len), 256, 0, args, dynamic);
+        }
+    }
+
+    /// Reads wait for the stream, which a step being recorded or replayed must not do.
+    fn readable(&self) -> Result<(), BackendError> {
+        if self.graphs.in_step() {
+            return Err(BackendError::Device("a read-back inside a graph step (call graph_end first)".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Per-step values of one launch: in eager mode they are the arguments at `value_args`
+/// (or, when that is empty, a list uploaded and passed at `ptr_arg`); in a graph they are
+/// read from the arena through the pointer argument at `ptr_arg`.
+#[derive(Clone, Copy)]
+struct Dynamic<'a> {
+    values: &'a [i32],
+    value_args: &'a [usize],
+    ptr_arg: usize,
+}
+
+fn to_usize_ids(rows: &[usize]) -> Vec<i32> {
+    rows.iter().map(|&r| r as i32).collect()
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type Ids = CudaIds;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
+        Ok(CudaTensor { buf: self.gpu.alloc(rows * cols, "activations")?, rows, cols })
+    }
+
+    fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<CudaTensor, BackendError> {
+        assert!(cols > 0 && data.len() % cols == 0, "tensor_from: {} values are not rows of {cols}", data.len());
+        let buf = self.gpu.alloc(data.len(), "tables")?;
+        self.gpu.upload(data, buf.ptr());
+        Ok(CudaTensor { buf, rows: data.len() / cols, cols })
+    }
+
+    fn ids(&self, len: usize) -> Result<CudaIds, BackendError> {
+        Ok(CudaIds { buf: self.gpu.alloc(len, "ids")? })
+    }
+
+    fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<CudaWeight, BackendError> {
+        let what = || format!("weight {}", view.name);
+        let (buf, shape) = match contiguous_bf16(view, shard, self.rank) {
+            Some((range, shape)) => {
+                let buf = self.gpu.alloc::<bf16>(range.len() / 2, &what())?;
+                self.gpu.upload(&view.data[range], buf.ptr());
+                (buf, shape)
+            }
+            None => {
+                let (data, shape) = shard_weight(view, shard, self.rank)?;
+                let buf = self.gpu.alloc::<bf16>(data.len(), &what())?;
+                self.gpu.upload(&data, buf.ptr());
+                (buf, shape)
+            }
+        };
+        self.gpu.take_error()?;
+        Ok(CudaWeight { buf, shape })
+    }
+
+    fn weight_shape<'w>(&self, w: &'w CudaWeight) -> &'w [usize] {
+        &w.shape
+    }
+
+    fn weight_bytes(&self, w: &CudaWeight) -> u64 {
+        w.buf.len() as u64 * 2
+    }
+
+    fn write_ids(&self, dst: &mut CudaIds, src: &[i32]) {
+        assert!(src.len() <= dst.buf.len(), "write_ids: {} values into {}", src.len(), dst.buf.len());
+        let sig = signature("write_ids", (src.len() as u32, 1), 0, &[Arg::Ptr(dst.buf.ptr())], &[]);
+        match self.graphs.gate(sig, src) {
+            Gate::Eager => self.gpu.upload(src, dst.buf.ptr()),
+            Gate::Device(staged) => {
+                self.gpu.bind();
+                // SAFETY: both ranges hold src.len() ints (the arena slot was sized for them).
+                let r = unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(dst.buf.ptr(), staged, std::mem::size_of_val(src), self.gpu.stream.cu_stream())
+                };
+                if let Err(e) = r {
+                    self.gpu.record(|| format!("staged id copy: {e}"));
+                }
+            }
+            Gate::Skip => {}
+        }
+    }
+
+    fn read_ids(&self, src: &CudaIds, len: usize) -> Result<Vec<i32>, BackendError> {
+        self.readable()?;
+        self.gpu.download(&src.buf, 0, len)
+    }
+
+    fn read_rows(&self, src: &CudaTensor, start: usize, n: usize) -> Result<Vec<f32>, BackendError> {
+        self.readable()?;
+        self.gpu.download(&src.buf, start * src.cols, n * src.cols)
+    }
+
+    fn read_elements(&self, src: &CudaTensor, coords: &[(usize, usize)]) -> Result<Vec<f32>, BackendError> {
+        // Few coordinates, usually in a couple of rows: read the rows they span.
+        let (Some(lo), Some(hi)) = (coords.iter().map(|c| c.0).min(), coords.iter().map(|c| c.0).max()) else {
+            return Ok(Vec::new());
+        };
+        let rows = self.read_rows(src, lo, hi - lo + 1)?;
+        Ok(coords.iter().map(|&(r, c)| rows[(r - lo) * src.cols + c]).collect())
+    }
+
+    fn sync(&self) -> Result<(), BackendError> {
+        self.readable()?;
+        self.gpu.sync()?;
+        let bad = self.gpu.download(&self.bad_id, 0, 1)?[0];
+        if bad != i32::MIN {
+            self.reset_bad_id();
+            return Err(BackendError::Device(format!("token id {bad} is outside the embedding table")));
+        }
+        Ok(())
+    }
+
+    fn embed(&self, table: &CudaWeight, ids: &CudaIds, n: usize, out: &mut CudaTensor) {
+        let (vocab, hidden) = (table.shape[0], table.shape[1]);
+        let args = vec![
+            Arg::Ptr(ids.buf.ptr()),
+            Arg::Ptr(table.buf.ptr()),
+            Arg::Ptr(out.buf.ptr()),
+            Arg::I32(hidden as i32),
+            Arg::I32(vocab as i32),
+            Arg::Ptr(self.bad_id.ptr()),
+        ];
+        self.launch_rows("embedding_f32", n, hidden, args);
+    }
+
+    fn matmul(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, n: usize, out: &mut CudaTensor) {
+        let (n_out, k_in) = (w.shape[0], w.shape[1]);
+        assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
+        let a = MatmulArgs { x: x.buf.ptr(), w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), rows: n, n_out, k_in };
+        let sig = signature("matmul", (n as u32, 1), 0, &[Arg::Ptr(a.x), Arg::Ptr(a.w), Arg::Ptr(a.bias.unwrap_or(0)), Arg::Ptr(a.out)], &[]);
+        match self.graphs.gate(sig, &[]) {
+            Gate::Skip => {}
+            _ => self.matmuls.run(&self.gpu, a),
+        }
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {
+        let c = x.cols;
+        let args = vec![Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I32(c as i32), Arg::F32(eps)];
+        self.launch_rows("rmsnorm_f32", n, c, args);
+    }
+
+    fn add_rms_norm(&self, residual: &mut CudaTensor, delta: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {
+        let c = residual.cols;
+        let args = vec![
+            Arg::Ptr(residual.buf.ptr()),
+            Arg::Ptr(delta.buf.ptr()),
+            Arg::Ptr(w.buf.ptr()),
+            Arg::Ptr(out.buf.ptr()),
+            Arg::I32(c as i32),
+            Arg::F32(eps),
+        ];
+        self.launch_rows("add_rmsnorm_f32", n, c, args);
+    }
+
+    fn head_rms_norm(&self, x: &mut CudaTensor, w: &CudaWeight, eps: f32, n: usize) {
+        let hd = w.buf.len();
+        let p = x.buf.ptr();
+        let args = vec![Arg::Ptr(p), Arg::Ptr(w.buf.ptr()), Arg::Ptr(p), Arg::I32(hd as i32), Arg::F32(eps)];
+        self.launch_rows("rmsnorm_f32", n * x.cols / hd, hd, args);
+    }
+
+    fn rope(&self, x: &mut CudaTensor, table: &RopeTable<Self>, positions: &CudaIds, n: usize) {
+        let hd = table.head_dim;
+        if n == 0 {
+            return;
+        }
+        let block = (hd / 2).next_power_of_two().clamp(32, 256) as u32;
+        let args = vec![
+            Arg::Ptr(x.buf.ptr()),
+            Arg::I32(x.cols as i32),
+            Arg::I32(hd as i32),
+            Arg::Ptr(table.cos.buf.ptr()),
+            Arg::Ptr(table.sin.buf.ptr()),
+            Arg::Ptr(positions.buf.ptr()),
+            Arg::I32((table.style == RopeStyle::Interleaved) as i32),
+        ];
+        self.kernel("rope_f32", (n as u32, (x.cols / hd) as u32), block, 0, args, None);
+    }
+
+    fn attention(&self, q: &CudaTensor, k: &CudaTensor, v: &CudaTensor, g: &AttnGeometry, window: AttnWindow, mask: Mask<'_, Self>, out: &mut CudaTensor) {
+        if window.queries == 0 {
+            return;
+        }
+        if g.head_dim > 256 {
+            return self.gpu.record(|| format!("attention: head_dim {} is over the kernel's 256", g.head_dim));
+        }
+        let mask_ptr = match mask {
+            Mask::Causal => NULL,
+            Mask::Explicit(ids) => Arg::Ptr(ids.buf.ptr()),
+        };
+        let args = vec![
+            Arg::Ptr(q.buf.ptr()),
+            Arg::Ptr(k.buf.ptr()),
+            Arg::Ptr(v.buf.ptr()),
+            Arg::Ptr(out.buf.ptr()),
+            Arg::I32(g.heads as i32),
+            Arg::I32(g.kv_heads as i32),
+            Arg::I32(g.head_dim as i32),
+            Arg::F32(g.scale),
+            Arg::I32(window.prefix as i32),
+            Arg::I32(window.region as i32),
+            Arg::I32(window.queries as i32),
+            NULL,
+            mask_ptr,
+        ];
+        let values = [window.prefix as i32, window.region as i32];
+        let dynamic = Dynamic { values: &values, value_args: &[8, 9], ptr_arg: 11 };
+        let shared = ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
+        self.kernel("attention_f32", (window.queries as u32, g.heads as u32), ATTENTION_WARPS * 32, shared, args, Some(dynamic));
+    }
+
+    fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, n: usize, out: &mut CudaTensor) {
+        let len = n * out.cols;
+        let args = vec![Arg::Ptr(gate.buf.ptr()), Arg::Ptr(up.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I64(len as i64)];
+        self.launch_elems("silu_mul_f32", len, args, None);
+    }
+
+    fn add(&self, dst: &mut CudaTensor, src: &CudaTensor, n: usize) {
+        let len = n * dst.cols;
+        self.launch_elems("add_f32", len, vec![Arg::Ptr(dst.buf.ptr()), Arg::Ptr(src.buf.ptr()), Arg::I64(len as i64)], None);
+    }
+
+    fn all_reduce(&self, x: &mut CudaTensor, n: usize) {
+        let Some(comm) = &self.nccl else { return };
+        let sig = signature("all_reduce", (n as u32, 1), 0, &[Arg::Ptr(x.buf.ptr())], &[]);
+        if !matches!(self.graphs.gate(sig, &[]), Gate::Skip) {
+            comm.all_reduce_sum(&self.gpu, &mut x.buf.slice, n * x.cols);
+        }
+    }
+
+    fn copy_rows(&self, src: &CudaTensor, src_start: usize, dst: &mut CudaTensor, dst_start: usize, n: usize) {
+        assert_eq!(src.cols, dst.cols, "copy_rows: widths differ");
+        let args = vec![
+            Arg::Ptr(src.buf.ptr()),
+            Arg::Ptr(dst.buf.ptr()),
+            Arg::I32(src.cols as i32),
+            Arg::I32(n as i32),
+            Arg::I32(src_start as i32),
+            Arg::I32(dst_start as i32),
+            NULL,
+        ];
+        let values = [src_start as i32, dst_start as i32];
+        self.launch_elems("copy_rows_f32", n * src.cols, args, Some(Dynamic { values: &values, value_args: &[4, 5], ptr_arg: 6 }));
+    }
+
+    fn copy_cols(&self, src: &CudaTensor, n: usize, dst: &mut CudaTensor, dst_col: usize) {
+        assert!(dst_col + src.cols <= dst.cols, "copy_cols: {} + {} > {}", dst_col, src.cols, dst.cols);
+        let args = vec![
+            Arg::Ptr(src.buf.ptr()),
+            Arg::I32(src.cols as i32),
+            Arg::Ptr(dst.buf.ptr()),
+            Arg::I32(dst.cols as i32),
+            Arg::I32(dst_col as i32),
+            Arg::I32(n as i32),
+        ];
+        self.launch_elems("copy_cols_f32", n * src.cols, args, None);
+    }
+
+    fn gather_rows(&self, src: &CudaTensor, rows: &[usize], dst: &mut CudaTensor) {
+        assert_eq!(src.cols, dst.cols, "gather_rows: widths differ");
+        if rows.is_empty() {
+            return;
+        }
+        let list = to_usize_ids(rows);
+        let args = vec![Arg::Ptr(src.buf.ptr()), Arg::Ptr(dst.buf.ptr()), Arg::I32(src.cols as i32), NULL];
+        let block = row_block(src.cols * 8);
+        self.kernel("gather_rows_f32", (rows.len() as u32, 1), block, 0, args, Some(Dynamic { values: &list, value_args: &[], ptr_arg: 3 }));
+    }
+
+    fn move_rows(&self, t: &mut CudaTensor, src_rows: &[usize], dst_start: usize) {
+        if src_rows.is_empty() {
+            return;
+        }
+        // The list and the start travel together in the list buffer (or the arena): the
+        // start first, then the source rows.
+        let mut values = vec![dst_start as i32];
+        values.extend(to_usize_ids(src_rows));
+        let args = vec![Arg::Ptr(t.buf.ptr()), Arg::I32(t.cols as i32), NULL, Arg::I32(src_rows.len() as i32)];
+        let block = row_block(t.cols * 8);
+        self.kernel("move_rows_f32", (1, 1), block, 0, args, Some(Dynamic { values: &values, value_args: &[], ptr_arg: 2 }));
+    }
+
+    fn argmax(&self, x: &CudaTensor, n: usize, out: &mut CudaIds) {
+        self.launch_rows("argmax_f32", n, x.cols * 8, vec![Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::Ptr(out.buf.ptr())]);
+    }
+
+    fn softmax(&self, x: &mut CudaTensor, n: usize, temperature: f32) {
+        self.launch_rows("softmax_f32", n, x.cols * 8, vec![Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::F32(temperature)]);
+    }
+
+    fn topk(&self, x: &CudaTensor, n: usize, k: usize, values: &mut CudaTensor, indices: &mut CudaIds) {
+        let args = vec![
+            Arg::Ptr(x.buf.ptr()),
+            Arg::I32(x.cols as i32),
+            Arg::I32(k as i32),
+            Arg::Ptr(values.buf.ptr()),
+            Arg::I32(values.cols as i32),
+            Arg::Ptr(indices.buf.ptr()),
+        ];
+        self.launch_rows("topk_f32", n, x.cols * 8, args);
+    }
+
+    fn sample(&self, probs: &CudaTensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError> {
+        self.readable()?;
+        if excluded.len() > MAX_LIST {
+            return Err(BackendError::Device(format!("sample: {} excluded ids exceed {MAX_LIST}", excluded.len())));
+        }
+        let excluded: Vec<i32> = excluded.iter().map(|&e| e as i32).collect();
+        let list = self.upload_list(&excluded).unwrap_or(0);
+        let args = [
+            Arg::Ptr(probs.buf.ptr()),
+            Arg::I32(probs.cols as i32),
+            Arg::I32(row as i32),
+            Arg::Ptr(list),
+            Arg::I32(excluded.len() as i32),
+            Arg::F32(coin),
+            Arg::Ptr(self.picked.ptr()),
+        ];
+        self.gpu.launch("sample_probs_f32", (1, 1), 1024, 0, &args);
+        let picked = self.gpu.download(&self.picked, 0, 1)?[0];
+        u32::try_from(picked).map_err(|_| BackendError::Device(format!("row {row} has no probability mass")))
+    }
+
+    fn graph_begin(&self, key: &str) -> Result<(), BackendError> {
+        self.graphs.begin(&self.gpu, key)
+    }
+
+    fn graph_end(&self) -> Result<(), BackendError> {
+        self.graphs.end(&self.gpu)?;
+        self.gpu.take_error()
+    }
+}

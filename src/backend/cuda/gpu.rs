@@ -1,0 +1,254 @@
+//! One GPU as the backend drives it: its context and stream, the loaded kernels, cuBLAS,
+//! an account of the device memory it holds, and the first asynchronous error (ops only
+//! enqueue work; errors surface at the next call that returns a `Result`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::nvrtc::Ptx;
+
+use super::compile::CompiledModule;
+use crate::backend::BackendError;
+
+/// Bytes of device memory held through this backend, by what holds them.
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    live: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MemoryLedger {
+    fn add(&self, bytes: u64) {
+        let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.live.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// A device allocation counted in its GPU's ledger until dropped.
+#[derive(Debug)]
+pub struct DeviceBuf<T> {
+    pub(crate) slice: CudaSlice<T>,
+    ledger: Arc<MemoryLedger>,
+}
+
+impl<T> DeviceBuf<T> {
+    /// The raw device address of element `offset`.
+    pub fn ptr_at(&self, offset: usize) -> u64 {
+        debug_assert!(offset <= self.slice.len());
+        let (base, _sync) = self.slice.device_ptr(self.slice.stream());
+        base + (offset * std::mem::size_of::<T>()) as u64
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr_at(0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
+    }
+}
+
+impl<T> Drop for DeviceBuf<T> {
+    fn drop(&mut self) {
+        self.ledger.sub(self.slice.num_bytes() as u64);
+    }
+}
+
+/// A kernel argument. Device pointers travel as raw addresses: one stream per GPU and
+/// event tracking off, so ordering is the stream's.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// A null device pointer, for the optional pointer arguments of the kernels.
+pub const NULL: Arg = Arg::Ptr(0);
+
+pub struct Gpu {
+    pub ordinal: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: CudaBlas,
+    kernels: HashMap<&'static str, CudaFunction>,
+    pub ledger: Arc<MemoryLedger>,
+    error: Mutex<Option<String>>,
+}
+
+impl Gpu {
+    /// Open GPU `ordinal`: context, a non-default stream (graph capture needs one), cuBLAS
+    /// on that stream, and the compiled kernels loaded.
+    pub fn open(ordinal: usize, modules: &[CompiledModule]) -> Result<Gpu, BackendError> {
+        let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {ordinal}: {e}"));
+        let ctx = CudaContext::new(ordinal).map_err(dev)?;
+        // One stream per GPU orders everything; cudarc's per-allocation events would only add
+        // work, and they break CUDA graph capture. Must precede every allocation.
+        // SAFETY: all work of this context goes through the single stream created below.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(dev)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| BackendError::Device(format!("GPU {ordinal}: cuBLAS: {e:?}")))?;
+        let mut kernels = HashMap::new();
+        for m in modules {
+            let module = ctx.load_module(Ptx::from_src(m.ptx.clone())).map_err(|e| {
+                BackendError::Device(format!("GPU {ordinal}: loading {}: {e}", m.source.file))
+            })?;
+            for f in m.source.functions {
+                let func = module
+                    .load_function(f)
+                    .map_err(|e| BackendError::Device(format!("GPU {ordinal}: kernel {f} in {}: {e}", m.source.file)))?;
+                kernels.insert(*f, func);
+            }
+        }
+        Ok(Gpu { ordinal, ctx, stream, blas, kernels, ledger: Arc::default(), error: Mutex::new(None) })
+    }
+
+    /// Keep the first asynchronous error; later ones are usually its consequences.
+    pub fn record(&self, what: impl FnOnce() -> String) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(what());
+        }
+    }
+
+    /// The recorded error, if any (cleared), else the context's own deferred error.
+    pub fn take_error(&self) -> Result<(), BackendError> {
+        if let Some(e) = self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(BackendError::Device(format!("GPU {}: {e}", self.ordinal)));
+        }
+        self.ctx.check_err().map_err(|e| BackendError::Device(format!("GPU {}: {e}", self.ordinal)))
+    }
+
+    pub fn sync(&self) -> Result<(), BackendError> {
+        if let Err(e) = self.stream.synchronize() {
+            self.record(|| format!("synchronize: {e}"));
+        }
+        self.take_error()
+    }
+
+    /// (free, total) device memory, as the driver reports it.
+    pub fn mem_info(&self) -> (u64, u64) {
+        self.ctx.mem_get_info().map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
+    }
+
+    /// A zeroed allocation, counted in the ledger; running out of memory names `what` and
+    /// the free and total memory.
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize, what: &str) -> Result<DeviceBuf<T>, BackendError> {
+        let bytes = (len.max(1) * std::mem::size_of::<T>()) as u64;
+        match self.stream.alloc_zeros::<T>(len.max(1)) {
+            Ok(slice) => {
+                self.ledger.add(slice.num_bytes() as u64);
+                Ok(DeviceBuf { slice, ledger: self.ledger.clone() })
+            }
+            Err(e) => {
+                let (free, total) = self.mem_info();
+                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+                Err(if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                    BackendError::OutOfMemory {
+                        bytes,
+                        what: format!(
+                            "{what} on GPU {} ({:.2} GiB free of {:.2} GiB; {:.2} GiB held by specdeck)",
+                            self.ordinal,
+                            gib(free),
+                            gib(total),
+                            gib(self.ledger.live_bytes())
+                        ),
+                    }
+                } else {
+                    BackendError::Device(format!("GPU {}: allocating {bytes} bytes for {what}: {e}", self.ordinal))
+                })
+            }
+        }
+    }
+
+    /// Make this GPU's context current on the calling thread (raw driver calls need it; a
+    /// backend may be driven from a thread other than the one that opened it).
+    pub fn bind(&self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            self.record(|| format!("binding the context: {e}"));
+        }
+    }
+
+    /// Copy host data to device address `dst` (stream-ordered; pageable sources are
+    /// staged by the driver before this returns, so `src` may go away at once).
+    pub fn upload<T>(&self, src: &[T], dst: u64) {
+        if src.is_empty() {
+            return;
+        }
+        self.bind();
+        // SAFETY: callers pass the address of a live buffer with room for `src`.
+        if let Err(e) = unsafe { cudarc::driver::result::memcpy_htod_async(dst, src, self.stream.cu_stream()) } {
+            self.record(|| format!("upload of {} bytes: {e}", std::mem::size_of_val(src)));
+        }
+    }
+
+    /// Read `len` elements starting at `offset`, waiting for the stream.
+    pub fn download<T: Default + Clone>(&self, src: &DeviceBuf<T>, offset: usize, len: usize) -> Result<Vec<T>, BackendError> {
+        assert!(offset + len <= src.len(), "download of [{offset}, {}) from {} elements", offset + len, src.len());
+        let mut out = vec![T::default(); len];
+        self.bind();
+        if len > 0 {
+            // SAFETY: the range was checked against the buffer above; `out` outlives the
+            // copy because the stream is synchronised before returning.
+            if let Err(e) = unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut out, src.ptr_at(offset), self.stream.cu_stream()) } {
+                self.record(|| format!("download of {len} elements: {e}"));
+            }
+        }
+        self.sync()?;
+        Ok(out)
+    }
+
+    /// Launch kernel `name`; a failure is recorded for the next sync.
+    pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) {
+        let Some(func) = self.kernels.get(name) else {
+            self.record(|| format!("kernel {name} is not loaded"));
+            return;
+        };
+        let cfg = LaunchConfig { grid_dim: (grid.0.max(1), grid.1.max(1), 1), block_dim: (block, 1, 1), shared_mem_bytes: shared_mem };
+        let mut b = self.stream.launch_builder(func);
+        for a in args {
+            match a {
+                Arg::Ptr(p) => b.arg(p),
+                Arg::I32(v) => b.arg(v),
+                Arg::I64(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        // SAFETY: every kernel's argument list is built by the op wrappers from live buffers
+        // whose sizes the model code checked when it sized them.
+        if let Err(e) = unsafe { b.launch(cfg) } {
+            self.record(|| format!("launch of {name}: {e}"));
+        }
+    }
+}
+
+/// Threads for a one-block-per-row kernel over `cols` elements (8 per thread), a power of
+/// two between 32 and 1024.
+pub fn row_block(cols: usize) -> u32 {
+    (cols.div_ceil(8)).next_power_of_two().clamp(32, 1024) as u32
+}
+
+/// Blocks of 256 threads for a grid-stride loop over `len` elements.
+pub fn stride_grid(len: usize) -> (u32, u32) {
+    (len.div_ceil(256).clamp(1, 8192) as u32, 1)
+}

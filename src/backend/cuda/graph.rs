@@ -1,0 +1,335 @@
+//! CUDA graphs for steps that repeat with the same shapes (decode, verify, draft steps).
+//!
+//! The model code is written once over the backend seam and calls the same ops every
+//! step, with host values (attention windows, cache positions, row lists, token ids) that
+//! change from step to step. A step is bracketed by `graph_begin(key)` / `graph_end()`:
+//!
+//! 1. The first time a key is seen the step runs eagerly, and the backend records the
+//!    sequence of kernels (a signature per op) and how many dynamic values it used.
+//! 2. The second time, the step is captured into a graph whose first node copies the
+//!    dynamic values from a pinned host arena to a device arena; kernels read their
+//!    dynamic values from the device arena. The graph is then launched once to do the
+//!    step's work (capture itself runs nothing).
+//! 3. From then on the ops launch nothing: each writes its dynamic values into the pinned
+//!    arena and checks its signature against the recording; `graph_end` launches the graph.
+//!    A step that diverges from its recording is an error at `graph_end`, and the graph is
+//!    dropped so the key is recorded afresh.
+//!
+//! The bookkeeping lives in `graph_book` (tested without a GPU); this file adds the
+//! stream capture, the arenas and the graphs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, PinnedHostSlice};
+
+use super::gpu::{Arg, DeviceBuf, Gpu};
+use super::graph_book::{Begin, End, GraphBook, OpGate};
+use crate::backend::BackendError;
+use crate::event::{Event, EventSink, PhaseId, PhaseState, ProgressUnit};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+
+/// `--cuda-graph-max-bs` when the launch does not set it.
+pub const DEFAULT_MAX_BS: u32 = 8;
+/// Dynamic values one step may use (ints).
+pub const ARENA_LEN: usize = 1 << 16;
+
+/// The batch sizes captured for `--cuda-graph-max-bs max`: 1, 2, 4, 8, then steps of 8
+/// (SGLang's list, cut at max).
+pub fn capture_sizes(max: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|&b| b <= max).collect();
+    v.extend((1..).map(|i| 8 * i).take_while(|&b| b <= max));
+    v
+}
+
+/// What an op should do with its kernel in the current step.
+pub enum Gate {
+    /// Launch with the eager arguments (dynamic values as plain arguments).
+    Eager,
+    /// Launch, reading dynamic values from this device address.
+    Device(u64),
+    /// Replaying a graph: values are staged, launch nothing.
+    Skip,
+}
+
+pub struct Graphs {
+    book: Mutex<GraphBook>,
+    graphs: Mutex<HashMap<String, CudaGraph>>,
+    host: Mutex<PinnedHostSlice<i32>>,
+    device: DeviceBuf<i32>,
+}
+
+// SAFETY: the pinned arena and the graphs are only touched under the mutexes above, and a
+// backend's steps run on its one driving thread.
+unsafe impl Send for Graphs {}
+unsafe impl Sync for Graphs {}
+
+/// A signature of an op: its kernel and every argument that is not a per-step value.
+pub fn signature(name: &str, grid: (u32, u32), block: u32, args: &[Arg], dynamic: &[usize]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    let mut mix = |x: u64| {
+        h ^= x;
+        h = h.wrapping_mul(0x100000001b3);
+    };
+    name.bytes().for_each(|b| mix(b as u64));
+    mix(grid.0 as u64);
+    mix(grid.1 as u64);
+    mix(block as u64);
+    for (i, a) in args.iter().enumerate() {
+        if dynamic.contains(&i) {
+            continue;
+        }
+        mix(match a {
+            Arg::Ptr(p) => *p,
+            Arg::I32(v) => *v as u64,
+            Arg::I64(v) => *v as u64,
+            Arg::F32(v) => v.to_bits() as u64,
+        });
+    }
+    h
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Graphs {
+    pub fn new(gpu: &Gpu) -> Result<Graphs, BackendError> {
+        // SAFETY: the arena is written before every read (values are staged by the ops).
+        let host = unsafe { gpu.ctx.alloc_pinned_with_flags::<i32>(ARENA_LEN, 0) }
+            .map_err(|e| BackendError::Device(format!("GPU {}: pinned arena: {e}", gpu.ordinal)))?;
+        Ok(Graphs {
+            book: Mutex::new(GraphBook::new(ARENA_LEN)),
+            graphs: Mutex::default(),
+            host: Mutex::new(host),
+            device: gpu.alloc::<i32>(ARENA_LEN, "graph arena")?,
+        })
+    }
+
+    /// True between `begin` and `end` (reads are not allowed then).
+    pub fn in_step(&self) -> bool {
+        locked(&self.book).in_step()
+    }
+
+    pub fn begin(&self, gpu: &Gpu, key: &str) -> Result<(), BackendError> {
+        let err = |what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
+        let mut book = locked(&self.book);
+        match book.begin(key).map_err(err)? {
+            Begin::Record => Ok(()),
+            // The previous launch's first node must have read the arena before it is
+            // overwritten; steps end in a read-back anyway, so this rarely waits.
+            Begin::Replay => gpu.stream.synchronize().map_err(|e| {
+                book.abandon();
+                err(e.to_string())
+            }),
+            Begin::Capture { used } => {
+                let started = gpu
+                    .stream
+                    .synchronize()
+                    .and_then(|_| gpu.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+                if let Err(e) = started {
+                    book.abandon();
+                    return Err(err(format!("capture did not start: {e}")));
+                }
+                if used > 0 {
+                    gpu.bind();
+                    let host = locked(&self.host);
+                    let copied = host.as_slice().map_err(|e| e.to_string()).and_then(|staged| {
+                        // SAFETY: both arenas hold ARENA_LEN ints and used <= ARENA_LEN; the
+                        // node reads the pinned arena when the graph runs.
+                        unsafe { cudarc::driver::result::memcpy_htod_async(self.device.ptr(), &staged[..used], gpu.stream.cu_stream()) }
+                            .map_err(|e| e.to_string())
+                    });
+                    if let Err(e) = copied {
+                        let _ = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+                        book.abandon();
+                        return Err(err(format!("arena copy in capture: {e}")));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Called by every op before it launches: returns what to do, staging `values` (the
+    /// op's per-step values) in the arena when a graph is involved.
+    pub fn gate(&self, sig: u64, values: &[i32]) -> Gate {
+        let stage = |at: usize| {
+            if let Ok(slot) = locked(&self.host).as_mut_slice() {
+                slot[at..at + values.len()].copy_from_slice(values);
+            }
+        };
+        match locked(&self.book).gate(sig, values.len()) {
+            OpGate::Eager | OpGate::Overflow => Gate::Eager,
+            OpGate::Stage(at) => {
+                stage(at);
+                Gate::Device(self.device.ptr_at(at))
+            }
+            OpGate::Skip(at) => {
+                stage(at);
+                Gate::Skip
+            }
+        }
+    }
+
+    /// End the step: keep the recording, instantiate the capture (and run it once: a
+    /// capture itself runs nothing), or launch the replay.
+    pub fn end(&self, gpu: &Gpu) -> Result<(), BackendError> {
+        let mut book = locked(&self.book);
+        let Some(key) = book.current_key().map(str::to_string) else { return Ok(()) };
+        let err = |what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
+        let captured = if book.is_capturing() {
+            match gpu.stream.end_capture(CUgraphInstantiate_flags(0)) {
+                Ok(Some(g)) => Some(Ok(g)),
+                Ok(None) => Some(Err("capture produced no graph".to_string())),
+                Err(e) => Some(Err(e.to_string())),
+            }
+        } else {
+            None
+        };
+        let capture_ok = !matches!(captured, Some(Err(_)));
+        match book.end(capture_ok) {
+            End::Nothing | End::Recorded => Ok(()),
+            End::Captured => {
+                let Some(Ok(graph)) = captured else { return Err(err("no graph after a capture".into())) };
+                graph.upload().map_err(|e| err(format!("upload: {e}")))?;
+                graph.launch().map_err(|e| err(format!("launch: {e}")))?;
+                locked(&self.graphs).insert(key, graph);
+                Ok(())
+            }
+            End::Replay => match locked(&self.graphs).get(&key) {
+                Some(graph) => graph.launch().map_err(|e| err(format!("launch: {e}"))),
+                None => {
+                    book.forget(&key);
+                    Err(err("the graph is gone".into()))
+                }
+            },
+            End::Failed(why) => {
+                locked(&self.graphs).remove(&key);
+                let detail = match captured {
+                    Some(Err(e)) => format!("{why}: {e}"),
+                    _ => why,
+                };
+                Err(err(detail))
+            }
+        }
+    }
+
+    /// Drop every graph (teardown, or buffers going away).
+    pub fn clear(&self) {
+        locked(&self.book).clear();
+        locked(&self.graphs).clear();
+    }
+
+    pub fn captured(&self) -> usize {
+        locked(&self.graphs).len()
+    }
+}
+
+/// The finding for a capture that failed at batch size `bs`.
+pub fn capture_finding(phase: PhaseId, bs: u32, max_bs: u32, err: &BackendError) -> Finding {
+    let lower = bs.saturating_sub(1).max(1).min(max_bs.saturating_sub(1).max(1));
+    let lower = capture_sizes(lower).last().copied().unwrap_or(1);
+    Finding::new(
+        "cuda-graph-capture-failed",
+        Severity::Error,
+        phase,
+        format!("CUDA graph capture failed at batch size {bs}: {err}"),
+    )
+    .with_evidence(Evidence::new(Side::Launch, "--cuda-graph-max-bs", "--cuda-graph-max-bs", max_bs))
+    .with_evidence(Evidence::new(Side::Launch, "graph capture", "batch size", bs))
+    .with_remedy(Remedy::new(
+        "reduce-cuda-graph-max-bs",
+        "--cuda-graph-max-bs",
+        format!("capture graphs up to batch size {lower} only"),
+        vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: lower.to_string() }],
+    ))
+}
+
+/// A capture phase: Started, one Progress per batch size as `capture(bs)` returns, Done;
+/// or the failing batch size's Finding and Failed. `capture(bs)` runs the step twice in
+/// graph brackets (record, then capture).
+pub fn capture_phase(
+    events: &EventSink,
+    phase: PhaseId,
+    max_bs: u32,
+    mut capture: impl FnMut(u32) -> Result<(), BackendError>,
+) -> Result<(), Finding> {
+    events.phase(phase, PhaseState::Started);
+    let sizes = capture_sizes(max_bs);
+    for (i, &bs) in sizes.iter().enumerate() {
+        if let Err(e) = capture(bs) {
+            let f = match super::launch::memory_finding(&e, phase, &crate::spec::LaunchSpec { cuda_graph_max_bs: Some(max_bs), ..Default::default() }) {
+                Some(f) => f,
+                None => capture_finding(phase, bs, max_bs, &e),
+            };
+            events.emit(Event::Finding(f.clone()));
+            events.emit(Event::Phase { phase, state: PhaseState::Failed, detail: Some(format!("batch size {bs}")) });
+            return Err(f);
+        }
+        events.emit(Event::Progress {
+            phase,
+            unit: ProgressUnit::BatchSize,
+            gpu: None,
+            label: bs.to_string(),
+            done: i as u64 + 1,
+            total: sizes.len() as u64,
+        });
+    }
+    events.emit(Event::Phase { phase, state: PhaseState::Done, detail: Some(format!("{} batch sizes", sizes.len())) });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_sizes_follow_sglang_and_stop_at_max() {
+        assert_eq!(capture_sizes(1), vec![1]);
+        assert_eq!(capture_sizes(8), vec![1, 2, 4, 8]);
+        assert_eq!(capture_sizes(20), vec![1, 2, 4, 8, 16]);
+        assert_eq!(capture_sizes(24), vec![1, 2, 4, 8, 16, 24]);
+    }
+
+    #[test]
+    fn signatures_ignore_per_step_values_only() {
+        let args = [Arg::Ptr(0x1000), Arg::I32(41), Arg::I32(5), Arg::Ptr(0)];
+        let moved = [Arg::Ptr(0x1000), Arg::I32(97), Arg::I32(5), Arg::Ptr(0)];
+        let other = [Arg::Ptr(0x2000), Arg::I32(41), Arg::I32(5), Arg::Ptr(0)];
+        let s = signature("attention_f32", (1, 32), 256, &args, &[1, 3]);
+        assert_eq!(s, signature("attention_f32", (1, 32), 256, &moved, &[1, 3]));
+        assert_ne!(s, signature("attention_f32", (1, 32), 256, &other, &[1, 3]));
+        assert_ne!(s, signature("attention_f32", (2, 32), 256, &args, &[1, 3]));
+        assert_ne!(s, signature("attention_f32", (1, 32), 256, &moved, &[3]));
+    }
+
+    #[test]
+    fn a_failed_capture_names_the_batch_size_and_lowers_the_max() {
+        let f = capture_finding(PhaseId::TargetGraphCapture, 16, 24, &BackendError::Device("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED".into()));
+        assert_eq!(f.message, "CUDA graph capture failed at batch size 16: device error: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED");
+        assert_eq!(f.evidence[1].value, 16);
+        assert_eq!(
+            f.remedy("reduce-cuda-graph-max-bs").unwrap().changes,
+            vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "8".into() }]
+        );
+        let (sink, mut rx) = EventSink::channel();
+        let mut seen = Vec::new();
+        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, 8, |bs| {
+            seen.push(bs);
+            if bs == 4 { Err(BackendError::Device("boom".into())) } else { Ok(()) }
+        });
+        assert_eq!(r.unwrap_err().remedies[0].changes[0], SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "2".into() });
+        assert_eq!(seen, vec![1, 2, 4]);
+        let kinds: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| match e.event {
+                Event::Phase { state, .. } => format!("{state:?}"),
+                Event::Progress { label, .. } => format!("bs {label}"),
+                Event::Finding(f) => f.id,
+                _ => "other".into(),
+            })
+            .collect();
+        assert_eq!(kinds, vec!["Started", "bs 1", "bs 2", "cuda-graph-capture-failed", "Failed"]);
+    }
+}

@@ -1,0 +1,402 @@
+//! `specdeck cuda-check`: the CUDA backend's checks and timings on the GPU machine, each
+//! section independent (a failure is recorded and the next section runs). Results go to
+//! `<out>/cuda-check.json`; a short table is printed last.
+//!
+//! Sections: probe; kernel-compile (cold and cached); conformance (every seam op against
+//! the CPU reference); graphs (a decode step replayed from a CUDA graph equals the eager
+//! step, and its time per step); bandwidth (device-to-device copy); gemm (skinny kernel
+//! and cuBLAS on Llama-3.1-8B shapes); model-logits and speculative-greedy (the engine's
+//! model code on CUDA against the CPU reference and against itself, `modelcheck`);
+//! large-model-steps and large-model-engine (with `--large-model`: decode tokens/s against
+//! the HBM floor, graphs, verify/decode step cost, cold start and relaunch);
+//! tensor-parallel (2+ GPUs, `tpcheck`); teardown (NVML memory back at its baseline once
+//! everything is dropped).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::backend::CudaBackend;
+use super::compile::{compile_phase, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
+use super::conformance::compare_backends;
+use super::gemm::{MatmulArgs, MatmulPath};
+use super::gpu::Gpu;
+use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
+use super::tpcheck::tp_check;
+use super::probe::{probe, CudaInventory};
+use super::shard::RankInfo;
+use super::sources::SOURCES;
+use super::step::{Dims, ToyStep};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::BackendError;
+use crate::event::EventSink;
+use crate::model::checkpoint::Checkpoint;
+
+/// One line of the closing table.
+struct Row {
+    name: String,
+    value: String,
+    verdict: &'static str,
+}
+
+struct Report {
+    sections: serde_json::Map<String, Value>,
+    rows: Vec<Row>,
+    /// Sections to run (all when `None`); probe, kernel-compile and teardown always run.
+    only: Option<Vec<String>>,
+}
+
+impl Report {
+    fn row(&mut self, name: impl Into<String>, value: impl Into<String>, ok: Option<bool>) {
+        let verdict = match ok {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "-",
+        };
+        self.rows.push(Row { name: name.into(), value: value.into(), verdict });
+    }
+
+    fn section(&mut self, name: &str, f: impl FnOnce(&mut Report) -> anyhow::Result<Value>) {
+        let always = ["probe", "kernel-compile", "teardown"].contains(&name);
+        if !always && self.only.as_ref().is_some_and(|only| !only.iter().any(|s| s == name)) {
+            return;
+        }
+        let started = Instant::now();
+        // A panic in one section (an engine assertion, say) is that section's failure; the
+        // next sections still run.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)))
+            .unwrap_or_else(|p| Err(anyhow::anyhow!("panicked: {}", panic_text(&p))));
+        let value = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                self.row(name, format!("error: {e:#}"), Some(false));
+                json!({ "error": format!("{e:#}") })
+            }
+        };
+        eprintln!("cuda-check: {name} done in {:.1} s", started.elapsed().as_secs_f64());
+        self.sections.insert(name.to_string(), json!({ "seconds": started.elapsed().as_secs_f64(), "result": value }));
+    }
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "(no message)".into())
+}
+
+/// Median milliseconds of `reps` runs of `f` on the GPU's stream, after one warm-up run.
+pub fn time_ms(gpu: &Gpu, reps: usize, mut f: impl FnMut()) -> Result<f64, BackendError> {
+    let dev = |e: cudarc::driver::DriverError| BackendError::Device(e.to_string());
+    f();
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = gpu.ctx.new_event(None).map_err(dev)?;
+        let end = gpu.ctx.new_event(None).map_err(dev)?;
+        start.record(&gpu.stream).map_err(dev)?;
+        f();
+        end.record(&gpu.stream).map_err(dev)?;
+        end.synchronize().map_err(dev)?;
+        samples.push(start.elapsed_ms(&end).map_err(dev)? as f64);
+    }
+    gpu.take_error()?;
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// NVML's used-memory figure per GPU (empty when NVML is absent).
+pub fn nvml_used() -> Vec<u64> {
+    let Ok(nvml) = nvml_wrapper::Nvml::init() else { return Vec::new() };
+    let n = nvml.device_count().unwrap_or(0);
+    (0..n).filter_map(|i| nvml.device_by_index(i).ok()?.memory_info().ok().map(|m| m.used)).collect()
+}
+
+/// What to check beyond the always-run sections.
+pub struct CheckOptions<'a> {
+    pub out: Option<&'a Path>,
+    /// A large checkpoint (the GPU script writes an 8B-shaped one) for the decode, start-up
+    /// and step-cost figures.
+    pub large_model: Option<&'a Path>,
+    pub new_tokens: usize,
+    /// Run only these sections (besides probe, kernel-compile and teardown).
+    pub sections: Option<Vec<String>>,
+}
+
+/// The `cuda-check` subcommand.
+pub fn command(args: &crate::cli::CudaCheckArgs) -> anyhow::Result<i32> {
+    run(&CheckOptions {
+        out: args.out.as_deref(),
+        large_model: args.large_model.as_deref(),
+        new_tokens: args.new_tokens,
+        sections: args.sections.clone(),
+    })
+}
+
+pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
+    let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new(), only: opts.sections.clone() };
+    let baseline = nvml_used();
+    let inventory = match probe() {
+        Ok(inv) => inv,
+        Err(e) => {
+            eprintln!("specdeck cuda-check: CUDA is not usable here: {e}");
+            return Ok(2);
+        }
+    };
+    r.section("probe", |r| {
+        let g = &inventory.gpus[0];
+        r.row("gpu", format!("{} x{} ({})", g.name, inventory.gpus.len(), g.arch()), None);
+        Ok(json!({ "gpus": inventory.gpus.iter().map(|g| json!({"name": g.name, "arch": g.arch(), "memory": g.total_memory_bytes})).collect::<Vec<_>>(), "nvml_used_baseline": baseline }))
+    });
+    let mut modules: Vec<CompiledModule> = Vec::new();
+    let mut compile_s = 0.0;
+    r.section("kernel-compile", |r| {
+        let (m, cold) = compile_twice(r, &inventory)?;
+        modules = m;
+        compile_s = cold;
+        Ok(json!({ "modules": modules.len(), "cold_s": cold }))
+    });
+    if modules.is_empty() {
+        return finish(r, opts.out);
+    }
+    match CudaBackend::open(0, &modules, RankInfo::single(), None) {
+        Err(e) => r.row("open GPU 0", format!("error: {e}"), Some(false)),
+        Ok(backend) => gpu_sections(&mut r, Arc::new(backend), &modules, opts),
+    }
+    if let Some(dir) = opts.large_model {
+        r.section("large-model-engine", |r| verdicts(r, large_model_engine(&modules, dir, compile_s, opts.new_tokens)?));
+    }
+    if inventory.gpus.len() >= 2 && inventory.nccl_present {
+        r.section("tensor-parallel", |r| verdicts(r, tp_check(&modules, inventory.gpus.len())?));
+    }
+    drop(modules);
+    r.section("teardown", |r| {
+        let after = nvml_used();
+        let ok = !after.is_empty() && after.iter().zip(&baseline).all(|(a, b)| a.abs_diff(*b) <= 64 << 20);
+        r.row("NVML used after drop vs baseline (MiB)", format!("{:?} vs {:?}", mib(&after), mib(&baseline)), Some(ok));
+        Ok(json!({ "baseline": baseline, "after": after }))
+    });
+    finish(r, opts.out)
+}
+
+/// Bytes of weights a decode step must read: the checkpoint less the embedding table (one
+/// row of it is gathered), unless that table is also the lm_head.
+fn decode_read_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
+    let embed = match (ck.meta("model.embed_tokens.weight"), ck.contains("lm_head.weight")) {
+        (Some(m), true) => (m.end - m.start) as u64,
+        _ => 0,
+    };
+    Ok(ck.total_bytes() - embed)
+}
+
+/// The sections that share one backend on GPU 0.
+fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledModule], opts: &CheckOptions<'_>) {
+    let mut gbps = 0.0;
+    r.section("conformance", |r| conformance(r, &backend));
+    r.section("graphs", |r| graphs(r, &backend));
+    r.section("bandwidth", |r| {
+        let (v, g) = bandwidth(r, backend.gpu())?;
+        gbps = g;
+        Ok(v)
+    });
+    r.section("gemm", |r| gemm(r, &backend));
+    let small = std::env::temp_dir().join(format!("specdeck-small-models-{}", std::process::id()));
+    let write_small = || -> anyhow::Result<()> {
+        if !small.join("target").is_dir() {
+            write_small_models(&small)?;
+        }
+        Ok(())
+    };
+    r.section("model-logits", |r| {
+        write_small()?;
+        verdicts(r, logits_check(backend.clone(), &small.join("target"))?)
+    });
+    r.section("speculative-greedy", |r| {
+        write_small()?;
+        let engine_backend = CudaBackend::open(0, modules, RankInfo::single(), None)?;
+        verdicts(r, spec_equality(engine_backend, &small, 48)?)
+    });
+    let _ = std::fs::remove_dir_all(&small);
+    if let Some(dir) = opts.large_model {
+        let floor_gbps = gbps;
+        r.section("large-model-steps", |r| {
+            anyhow::ensure!(floor_gbps > 0.0, "the HBM floor needs the bandwidth section in the same run");
+            let bytes = decode_read_bytes(dir)? as f64;
+            verdicts(r, large_model_steps(backend.clone(), dir, floor_gbps * 1e9 / bytes.max(1.0), opts.new_tokens)?)
+        });
+    }
+}
+
+fn verdicts(r: &mut Report, (list, value): (Vec<Verdict>, Value)) -> anyhow::Result<Value> {
+    for v in list {
+        r.row(v.name, v.value, v.ok);
+    }
+    Ok(value)
+}
+
+fn mib(v: &[u64]) -> Vec<u64> {
+    v.iter().map(|b| b >> 20).collect()
+}
+
+fn finish(mut r: Report, out: Option<&Path>) -> anyhow::Result<i32> {
+    let failed = r.rows.iter().filter(|row| row.verdict == "FAIL").count();
+    let table: Vec<Value> = r.rows.iter().map(|row| json!({ "check": row.name, "verdict": row.verdict, "value": row.value })).collect();
+    r.sections.insert("table".into(), Value::Array(table));
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir)?;
+        let path: PathBuf = dir.join("cuda-check.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(r.sections.clone()))?)?;
+        eprintln!("cuda-check: wrote {}", path.display());
+    }
+    let w = r.rows.iter().map(|row| row.name.len()).max().unwrap_or(10);
+    for row in &r.rows {
+        println!("{:<w$}  {:<4}  {}", row.name, row.verdict, row.value);
+    }
+    println!("cuda-check: {} checks, {failed} failed", r.rows.iter().filter(|row| row.verdict != "-").count());
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The modules, and the cold compile's seconds.
+fn compile_twice(r: &mut Report, inventory: &CudaInventory) -> anyhow::Result<(Vec<CompiledModule>, f64)> {
+    let target = CompileTarget {
+        arch: inventory.gpus[0].arch(),
+        include_paths: default_include_paths(),
+        nvrtc_version: nvrtc_version().map_err(anyhow::Error::msg)?,
+    };
+    // A fresh cache folder, so the first compile is really cold.
+    let dir = std::env::temp_dir().join(format!("specdeck-cuda-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = PtxCache::new(&dir);
+    let (sink, _rx) = EventSink::channel();
+    let t0 = Instant::now();
+    compile_phase(SOURCES, &target, Some(&cache), &sink).map_err(|f| anyhow::anyhow!(f.message))?;
+    let cold = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let modules = compile_phase(SOURCES, &target, Some(&cache), &sink).map_err(|f| anyhow::anyhow!(f.message))?;
+    let warm = t1.elapsed().as_secs_f64();
+    let all_cached = modules.iter().all(|m| m.from_cache);
+    let _ = std::fs::remove_dir_all(&dir);
+    r.row("kernel-compile cold / cached (s)", format!("{cold:.3} / {warm:.3}"), Some(all_cached));
+    Ok((modules, cold))
+}
+
+fn conformance(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
+    let checks = compare_backends(&CpuBackend, backend, 11)?;
+    let failed: Vec<String> = checks.iter().filter(|c| !c.ok).map(|c| format!("{} ({:.2e})", c.op, c.rel_err)).collect();
+    let worst = checks.iter().map(|c| c.rel_err).fold(0.0, f64::max);
+    r.row(
+        format!("ops vs CPU reference ({} checks)", checks.len()),
+        if failed.is_empty() { format!("worst rel. error {worst:.2e}") } else { failed.join(", ") },
+        Some(failed.is_empty()),
+    );
+    Ok(serde_json::to_value(&checks)?)
+}
+
+fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
+    let dims = || Dims { hidden: 2048, heads: 16, kv_heads: 4, head_dim: 128, vocab: 32000, slots: 256 };
+    let steps = 64;
+    let mut eager = ToyStep::new(backend, dims())?;
+    let t = Instant::now();
+    let (tokens_eager, a_eager) = eager.decode(backend, 7, steps, false)?;
+    let eager_ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let mut graphed = ToyStep::new(backend, dims())?;
+    let t = Instant::now();
+    let (tokens_graph, a_graph) = graphed.decode(backend, 7, steps, true)?;
+    let graph_ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let same = tokens_eager == tokens_graph && a_eager == a_graph;
+    let captured = backend.graphs.captured();
+    // The graph points into `graphed`'s buffers, which go away with this section.
+    backend.graphs.clear();
+    r.row("graph replay == eager (64 toy decode steps)", if same { "identical" } else { "DIFFERENT" }, Some(same));
+    r.row("toy decode step eager / graph (ms)", format!("{eager_ms:.3} / {graph_ms:.3}"), None);
+    let cpu = ToyStep::new(&CpuBackend, dims())?.decode(&CpuBackend, 7, steps, false)?;
+    let agree = cpu.0.iter().zip(&tokens_eager).take_while(|(a, b)| a == b).count();
+    r.row("toy greedy tokens agreeing with CPU", format!("{agree} of {}", steps + 1), None);
+    Ok(json!({ "tokens_eager": tokens_eager, "tokens_graph": tokens_graph, "tokens_cpu": cpu.0, "eager_ms": eager_ms, "graph_ms": graph_ms, "captured": captured }))
+}
+
+/// Device-to-device copy bandwidth, counting bytes read plus bytes written (GB/s).
+fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<(Value, f64)> {
+    let bytes = 2usize << 30;
+    let src = gpu.alloc::<u8>(bytes, "bandwidth source")?;
+    let dst = gpu.alloc::<u8>(bytes, "bandwidth destination")?;
+    gpu.bind();
+    let ms = time_ms(gpu, 10, || {
+        // SAFETY: both buffers hold `bytes` bytes.
+        let res = unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr(), src.ptr(), bytes, gpu.stream.cu_stream()) };
+        if let Err(e) = res {
+            gpu.record(|| format!("copy: {e}"));
+        }
+    })?;
+    let gbps = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
+    r.row("device copy bandwidth (GB/s, read+write)", format!("{gbps:.0}"), None);
+    Ok((json!({ "bytes": bytes, "ms": ms, "gb_per_s": gbps }), gbps))
+}
+
+/// The Llama-3.1-8B matmul shapes at decode (1 row) and verify (5 rows): time per path,
+/// and the weight-read rate of the faster one against the copy bandwidth.
+fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
+    let gpu = backend.gpu();
+    let shapes = [(4096usize, 4096usize), (1024, 4096), (14336, 4096), (4096, 14336)];
+    let max_w = shapes.iter().map(|(n, k)| n * k).max().unwrap_or(0);
+    let w = gpu.alloc::<half::bf16>(max_w, "gemm weights")?;
+    let noise: Vec<half::bf16> = (0..max_w).map(|i| half::bf16::from_f32(((i * 2654435761) % 1000) as f32 * 1e-3 - 0.5)).collect();
+    gpu.upload(&noise, w.ptr());
+    let x = gpu.alloc::<f32>(8 * 14336, "gemm input")?;
+    let y = gpu.alloc::<f32>(8 * 14336, "gemm output")?;
+    let mut rows = Vec::new();
+    for rows_n in [1usize, 5] {
+        for &(n_out, k_in) in &shapes {
+            let a = MatmulArgs { x: x.ptr(), w: w.ptr(), bias: None, out: y.ptr(), rows: rows_n, n_out, k_in };
+            let gemv = time_ms(gpu, 20, || backend.matmuls.run_path(gpu, a, MatmulPath::Gemv))?;
+            let cublas = time_ms(gpu, 20, || backend.matmuls.run_path(gpu, a, MatmulPath::Cublas))?;
+            let best = gemv.min(cublas);
+            let gbps = (n_out * k_in * 2) as f64 / (best * 1e-3) / 1e9;
+            rows.push(json!({ "rows": rows_n, "n": n_out, "k": k_in, "gemv_ms": gemv, "cublas_ms": cublas, "weight_gb_per_s": gbps }));
+            r.row(format!("matmul {rows_n}x{k_in} -> {n_out}: gemv / cublas (us)"), format!("{:.1} / {:.1}  ({gbps:.0} GB/s)", gemv * 1e3, cublas * 1e3), None);
+        }
+    }
+    Ok(Value::Array(rows))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sections are independent: an error or a panic becomes a FAIL row and the next
+    /// section runs; `--sections` skips the others; the JSON carries the closing table.
+    #[test]
+    fn sections_fail_alone_and_the_table_lands_in_the_json() {
+        let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new(), only: Some(vec!["a".into(), "b".into(), "c".into()]) };
+        r.section("a", |r| {
+            r.row("first", "1", Some(true));
+            Ok(json!(1))
+        });
+        r.section("b", |_| Err(anyhow::anyhow!("no GPU memory")));
+        r.section("c", |_| panic!("index out of bounds"));
+        r.section("d", |r| {
+            r.row("never", "", Some(true));
+            Ok(json!(0))
+        });
+        r.section("teardown", |r| {
+            r.row("last", "2", Some(true));
+            Ok(json!(2))
+        });
+        let names: Vec<(&str, &str, &str)> = r.rows.iter().map(|x| (x.name.as_str(), x.verdict, x.value.as_str())).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("first", "PASS", "1"),
+                ("b", "FAIL", "error: no GPU memory"),
+                ("c", "FAIL", "error: panicked: index out of bounds"),
+                ("last", "PASS", "2"),
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(finish(r, Some(dir.path())).unwrap(), 1);
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("cuda-check.json")).unwrap()).unwrap();
+        assert_eq!(json["table"][1]["verdict"], "FAIL");
+        assert_eq!(json["b"]["result"]["error"], "no GPU memory");
+        assert!(json.get("d").is_none());
+    }
+}

@@ -1,0 +1,106 @@
+//! The kernel sources, embedded in the binary so a lone binary can compile them on any
+//! GPU machine. Each module is `kernels/common.cuh` followed by one `kernels/*.cu`, with
+//! `#line` directives so NVRTC reports errors against the real file and line.
+
+use std::fmt::Write as _;
+
+/// One `kernels/*.cu` file and the kernels the backend loads from it.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    /// The repository path, as NVRTC will report it (`kernels/rmsnorm.cu`).
+    pub file: &'static str,
+    pub text: &'static str,
+    pub functions: &'static [&'static str],
+}
+
+pub const COMMON_FILE: &str = "kernels/common.cuh";
+pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
+
+macro_rules! kernel_source {
+    ($name:literal, [$($f:literal),* $(,)?]) => {
+        KernelSource {
+            file: concat!("kernels/", $name),
+            text: include_str!(concat!("../../../kernels/", $name)),
+            functions: &[$($f),*],
+        }
+    };
+}
+
+pub const SOURCES: &[KernelSource] = &[
+    kernel_source!("embedding.cu", ["embedding_f32"]),
+    kernel_source!("rmsnorm.cu", ["rmsnorm_f32", "add_rmsnorm_f32"]),
+    kernel_source!("rope.cu", ["rope_f32"]),
+    kernel_source!("attention.cu", ["attention_f32"]),
+    kernel_source!(
+        "elementwise.cu",
+        [
+            "silu_mul_f32",
+            "add_f32",
+            "add_bias_f32",
+            "f32_to_bf16",
+            "copy_rows_f32",
+            "copy_cols_f32",
+            "gather_rows_f32",
+            "move_rows_f32"
+        ]
+    ),
+    kernel_source!("sampling.cu", ["argmax_f32", "softmax_f32", "topk_f32", "sample_probs_f32"]),
+    kernel_source!("gemv.cu", ["gemv_f32", "gemv4_f32"]),
+];
+
+impl KernelSource {
+    /// The text NVRTC compiles: the common header, then this file, each under its own
+    /// `#line` so diagnostics name `kernels/<file>(<line>)`.
+    pub fn program_text(&self) -> String {
+        let mut s = String::with_capacity(COMMON.len() + self.text.len() + 96);
+        let _ = writeln!(s, "#line 1 \"{COMMON_FILE}\"");
+        s.push_str(COMMON);
+        let _ = writeln!(s, "\n#line 1 \"{}\"", self.file);
+        s.push_str(self.text);
+        s
+    }
+
+    /// The module name: the file name without folder and extension.
+    pub fn module_name(&self) -> &'static str {
+        let base = self.file.rsplit('/').next().unwrap_or(self.file);
+        base.strip_suffix(".cu").unwrap_or(base)
+    }
+}
+
+/// The source that defines kernel `function`, if any.
+pub fn source_of(function: &str) -> Option<&'static KernelSource> {
+    SOURCES.iter().find(|s| s.functions.contains(&function))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `extern "C" __global__` kernel in a file is listed for loading, and nothing
+    /// else: a kernel added to a .cu without its entry here would never be loaded.
+    #[test]
+    fn listed_functions_match_the_kernel_files() {
+        let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\("#).unwrap();
+        for src in SOURCES {
+            let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).collect();
+            let mut listed = src.functions.to_vec();
+            found.sort();
+            listed.sort();
+            assert_eq!(found, listed, "{}", src.file);
+        }
+        assert!(!COMMON.contains("__global__"), "common.cuh must hold helpers only");
+    }
+
+    #[test]
+    fn program_text_maps_lines_back_to_the_file() {
+        let src = source_of("rope_f32").unwrap();
+        assert_eq!(src.module_name(), "rope");
+        let text = src.program_text();
+        let marker = "#line 1 \"kernels/rope.cu\"\n";
+        let at = text.find(marker).expect("line directive for the kernel file");
+        // The line after the directive is line 1 of the file itself.
+        assert!(text[at + marker.len()..].starts_with(src.text.lines().next().unwrap()));
+        assert!(text.starts_with(&format!("#line 1 \"{COMMON_FILE}\"\n{COMMON}")));
+        assert!(source_of("no_such_kernel").is_none());
+    }
+}

@@ -1,0 +1,124 @@
+//! `cuda-check`'s tensor-parallel section: a Llama-3.1-8B-sized MLP block (gate and up
+//! column-parallel, down row-parallel, then the NCCL all-reduce) on 1 GPU and on `world`
+//! GPUs, one thread per rank: the outputs must agree, and the time per block says what
+//! tensor parallelism buys on this machine's links.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use super::backend::CudaBackend;
+use super::compile::CompiledModule;
+use super::modelcheck::Verdict;
+use super::tp::open_group;
+use crate::backend::{Backend, BackendError, Shard};
+use crate::model::checkpoint::TensorView;
+
+const HIDDEN: usize = 4096;
+const INTER: usize = 14336;
+const ROWS: usize = 1;
+const ITERS: usize = 50;
+
+fn bf16_noise(n: usize, seed: u64) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| {
+            let z = (i as u64).wrapping_mul(0x9e3779b97f4a7c15) ^ seed;
+            let u = ((z >> 33) % 2001) as f32 / 1000.0 - 1.0;
+            half::bf16::from_f32(u * 0.02).to_le_bytes()
+        })
+        .collect()
+}
+
+struct Block {
+    gate: <CudaBackend as Backend>::Weight,
+    up: <CudaBackend as Backend>::Weight,
+    down: <CudaBackend as Backend>::Weight,
+    x: <CudaBackend as Backend>::Tensor,
+    g: <CudaBackend as Backend>::Tensor,
+    u: <CudaBackend as Backend>::Tensor,
+    a: <CudaBackend as Backend>::Tensor,
+    out: <CudaBackend as Backend>::Tensor,
+}
+
+fn block(b: &CudaBackend, world: usize, weights: &[Vec<u8>; 3], x: &[f32]) -> Result<Block, BackendError> {
+    let view = |i: usize, shape: &'static [usize]| TensorView {
+        name: ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"][i],
+        file: std::path::Path::new("(generated)"),
+        dtype: safetensors::tensor::Dtype::BF16,
+        shape,
+        data: &weights[i],
+    };
+    let local = INTER / world;
+    Ok(Block {
+        gate: b.load_weight(&view(0, &[INTER, HIDDEN]), Shard::Column)?,
+        up: b.load_weight(&view(1, &[INTER, HIDDEN]), Shard::Column)?,
+        down: b.load_weight(&view(2, &[HIDDEN, INTER]), Shard::Row)?,
+        x: b.tensor_from(HIDDEN, x)?,
+        g: b.tensor(ROWS, local)?,
+        u: b.tensor(ROWS, local)?,
+        a: b.tensor(ROWS, local)?,
+        out: b.tensor(ROWS, HIDDEN)?,
+    })
+}
+
+fn run_block(b: &CudaBackend, k: &mut Block) {
+    b.matmul(&k.x, &k.gate, None, ROWS, &mut k.g);
+    b.matmul(&k.x, &k.up, None, ROWS, &mut k.u);
+    b.silu_mul(&k.g, &k.u, ROWS, &mut k.a);
+    b.matmul(&k.a, &k.down, None, ROWS, &mut k.out);
+    b.all_reduce(&mut k.out, ROWS);
+}
+
+/// Run the block on every rank of a group (one thread each); rank 0's output and the
+/// seconds per block.
+fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32]) -> anyhow::Result<(Vec<f32>, f64)> {
+    let world = group.len();
+    let results: Vec<anyhow::Result<(Vec<f32>, f64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .iter()
+            .map(|b| {
+                s.spawn(move || -> anyhow::Result<(Vec<f32>, f64)> {
+                    let mut k = block(b, world, weights, x)?;
+                    run_block(b, &mut k);
+                    b.sync()?;
+                    let t = Instant::now();
+                    for _ in 0..ITERS {
+                        run_block(b, &mut k);
+                    }
+                    b.sync()?;
+                    let per = t.elapsed().as_secs_f64() / ITERS as f64;
+                    Ok((b.read_rows(&k.out, 0, ROWS)?, per))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a rank thread panicked")))).collect()
+    });
+    let mut out = None;
+    let mut slowest: f64 = 0.0;
+    for r in results {
+        let (y, per) = r?;
+        slowest = slowest.max(per);
+        out.get_or_insert(y);
+    }
+    Ok((out.unwrap_or_default(), slowest))
+}
+
+pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
+    let weights = [bf16_noise(INTER * HIDDEN, 1), bf16_noise(INTER * HIDDEN, 2), bf16_noise(HIDDEN * INTER, 3)];
+    let x: Vec<f32> = (0..ROWS * HIDDEN).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
+    let (y1, t1) = time_group(&open_group(modules, 1)?, &weights, &x)?;
+    let (yn, tn) = time_group(&open_group(modules, world)?, &weights, &x)?;
+    let num: f64 = y1.iter().zip(&yn).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let den: f64 = y1.iter().map(|a| (*a as f64).powi(2)).sum();
+    let err = (num / den.max(1e-30)).sqrt();
+    let speedup = t1 / tn;
+    let verdicts = vec![
+        Verdict { name: format!("TP{world} MLP block == TP1 (rel. error)"), value: format!("{err:.2e}"), ok: Some(err < 1e-4) },
+        Verdict {
+            name: format!("TP{world} vs TP1 MLP block time (us)"),
+            value: format!("{:.1} vs {:.1} = {speedup:.2}x", tn * 1e6, t1 * 1e6),
+            ok: None,
+        },
+    ];
+    Ok((verdicts, json!({ "world": world, "rel_err": err, "tp1_us": t1 * 1e6, "tpn_us": tn * 1e6, "speedup": speedup })))
+}

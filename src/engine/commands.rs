@@ -1,0 +1,239 @@
+//! The headless `generate` and `bench` commands: launch the engine in this thread, serve
+//! prompts, print figures (JSON with `--json`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context};
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use crate::backend::cpu::CpuBackend;
+use crate::cli::{BenchArgs, GenerateArgs, LaunchFlags};
+use crate::engine::handle::{GenerateRequest, PreflightFn};
+use crate::engine::lifecycle::{Engine, LaunchOutcome};
+use crate::engine::spec_decode::Generation;
+use crate::event::{Event, EventReceiver, EventSink, PhaseId, PhaseState};
+use crate::finding::{exit_code, Finding};
+use crate::model::config::ModelConfig;
+use crate::preflight::context;
+use crate::spec::{Algorithm, Device, LaunchSpec};
+
+/// The preflight the engine runs: the context-length rule over both configs. (The full rule
+/// set, `preflight::check_spec`, replaces it when the preflight module lands.)
+pub fn preflight_fn() -> PreflightFn {
+    Arc::new(|spec: &LaunchSpec| {
+        let (Some(t), Some(d)) = (&spec.model_path, &spec.draft_model_path) else { return Vec::new() };
+        if spec.speculative_algorithm.unwrap_or(Algorithm::None) == Algorithm::None {
+            return Vec::new();
+        }
+        let (Ok(target), Ok(draft)) = (ModelConfig::load_dir(Path::new(t)), ModelConfig::load_dir(Path::new(d))) else {
+            // Unreadable configs are reported by the load phases, with the file named.
+            return Vec::new();
+        };
+        context::check(&target, &draft, spec).ok().flatten().into_iter().collect()
+    })
+}
+
+/// Build the spec from flags and apply `--apply FIX_ID` remedies offered by preflight.
+fn launch_spec(flags: &LaunchFlags, preflight: &PreflightFn) -> anyhow::Result<LaunchSpec> {
+    let mut spec = flags.to_spec(LaunchSpec::default())?;
+    for id in &flags.apply {
+        let findings = preflight(&spec);
+        let remedy = findings
+            .iter()
+            .find_map(|f| f.remedy(id))
+            .ok_or_else(|| anyhow!("--apply {id}: no finding offers this remedy for this launch"))?
+            .clone();
+        spec.apply_remedy(id, &remedy.changes)?;
+    }
+    Ok(spec)
+}
+
+/// Seconds per phase that ran, in order, from the launch's events.
+fn phase_seconds(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
+    let mut started = BTreeMap::new();
+    let mut out = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        if let Event::Phase { phase, state, .. } = ev.event {
+            match state {
+                PhaseState::Started => {
+                    started.insert(phase, ev.t);
+                }
+                PhaseState::Done | PhaseState::Failed => {
+                    if let Some(t0) = started.remove(&phase) {
+                        out.push((phase, ev.t - t0));
+                    }
+                }
+                PhaseState::Skipped => {}
+            }
+        }
+    }
+    out
+}
+
+fn phases_json(phases: &[(PhaseId, f64)]) -> Value {
+    phases.iter().map(|(p, s)| json!({"phase": p.name(), "seconds": s})).collect()
+}
+
+/// A launched engine, or the exit status of a failed launch (after printing why).
+fn start(spec: &LaunchSpec, preflight: &PreflightFn) -> Result<(Engine<CpuBackend>, EventReceiver), i32> {
+    if spec.device == Device::Cuda {
+        eprintln!("specdeck: --device cuda: the CUDA backend is not available in this build; use --device cpu");
+        return Err(2);
+    }
+    let (sink, rx) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    if matches!(engine.launch(spec, &**preflight), LaunchOutcome::Ready { .. }) {
+        return Ok((engine, rx));
+    }
+    let mut rx = rx;
+    let mut findings: Vec<Finding> = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        if let Event::Finding(f) = ev.event {
+            eprintln!("specdeck: {} [{}] in {}: {}", f.severity.name(), f.id, f.phase, f.message);
+            for e in &f.evidence {
+                eprintln!("    {} {} {} = {}", e.side.name(), e.file, e.key, e.value);
+            }
+            findings.push(f);
+        }
+    }
+    Err(exit_code(&findings).max(1))
+}
+
+pub fn generate(args: &GenerateArgs) -> anyhow::Result<i32> {
+    let preflight = preflight_fn();
+    let spec = launch_spec(&args.flags, &preflight)?;
+    let (mut engine, mut rx) = match start(&spec, &preflight) {
+        Ok(e) => e,
+        Err(code) => return Ok(code),
+    };
+    let req = GenerateRequest {
+        prompt: args.prompt.clone(),
+        max_new_tokens: args.max_new_tokens,
+        chat: args.chat,
+        temperature: args.temperature,
+        seed: args.seed,
+    };
+    let g = engine.generate(&req)?;
+    let phases = phase_seconds(&mut rx);
+    let text = engine.tokenizer().expect("a ready engine has a tokenizer").decode(&g.tokens)?;
+    if args.json {
+        let out = json!({
+            "tokens": g.tokens,
+            "text": text,
+            "accept_lengths": g.accept_lengths,
+            "mean_accept_length": g.mean_accept_length(),
+            "tokens_per_s": g.tokens_per_s(),
+            "phases": phases_json(&phases),
+        });
+        println!("{out}");
+    } else {
+        println!("{text}");
+        eprintln!(
+            "{} tokens, {:.2} tokens/s, mean accept length {:.2}",
+            g.tokens.len(),
+            g.tokens_per_s(),
+            g.mean_accept_length()
+        );
+    }
+    Ok(0)
+}
+
+fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).with_context(|| format!("{}: line {}: invalid JSON", path.display(), i + 1))?;
+        let p = v.get("prompt").and_then(Value::as_str);
+        out.push(p.ok_or_else(|| anyhow!("{}: line {}: no \"prompt\" string", path.display(), i + 1))?.to_string());
+    }
+    Ok(out)
+}
+
+/// Figures over a set of generations.
+fn aggregate(gens: &[Generation]) -> Value {
+    let tokens: usize = gens.iter().map(|g| g.tokens.len()).sum();
+    let seconds: f64 = gens.iter().map(|g| g.seconds).sum();
+    let decode: f64 = gens.iter().map(|g| g.seconds - g.prefill_seconds).sum();
+    let lengths: Vec<usize> = gens.iter().flat_map(|g| g.accept_lengths.iter().copied()).collect();
+    let all = Generation { accept_lengths: lengths, ..Generation::default() };
+    json!({
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens as f64 / seconds,
+        "decode_tokens_per_s": tokens as f64 / decode,
+        "verify_steps": all.accept_lengths.len(),
+        "mean_accept_length": all.mean_accept_length(),
+        "accept_histogram": all.accept_histogram(),
+    })
+}
+
+fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs) -> anyhow::Result<Vec<Generation>> {
+    prompts
+        .iter()
+        .map(|p| {
+            let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
+            engine.generate(&req).map_err(anyhow::Error::from)
+        })
+        .collect()
+}
+
+/// Read bandwidth of this machine: the best of several parallel passes over a buffer far
+/// larger than the caches, in bytes per second.
+pub fn memory_bandwidth() -> f64 {
+    const LEN: usize = 64 << 20; // 256 MiB of f32, 8× this machine's L3
+    let data: Vec<f32> = (0..LEN).into_par_iter().map(|i| (i % 7) as f32).collect();
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let sum: f32 = data.par_chunks(1 << 16).map(|c| crate::backend::cpu::dot(c, c)).sum();
+        let s = t.elapsed().as_secs_f64();
+        std::hint::black_box(sum);
+        best = best.max((LEN * 4) as f64 / s);
+    }
+    best
+}
+
+pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
+    let preflight = preflight_fn();
+    let spec = launch_spec(&args.flags, &preflight)?;
+    let prompts = read_prompts(&args.prompts)?;
+    let (mut engine, mut rx) = match start(&spec, &preflight) {
+        Ok(e) => e,
+        Err(code) => return Ok(code),
+    };
+    let phases = phase_seconds(&mut rx);
+    let gens = run_all(&mut engine, &prompts, args)?;
+    let (target_bytes, draft_bytes) = engine.weight_bytes();
+    let mut out = aggregate(&gens);
+    out["prompts"] = json!(prompts.len());
+    out["phases"] = phases_json(&phases);
+    let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
+    if args.compare_target_only && speculative {
+        let mut plain = spec.clone();
+        plain.speculative_algorithm = Some(Algorithm::None);
+        if let LaunchOutcome::Failed(f) = engine.launch(&plain, &*preflight) {
+            return Err(anyhow!("target-only relaunch failed: {}", f.message));
+        }
+        let base = run_all(&mut engine, &prompts, args)?;
+        let mismatches: Vec<usize> = (0..prompts.len()).filter(|&i| base[i].tokens != gens[i].tokens).collect();
+        out["target_only"] = aggregate(&base);
+        out["identical"] = json!(mismatches.is_empty());
+        out["mismatched_prompts"] = json!(mismatches);
+    }
+    let bandwidth = memory_bandwidth();
+    let floor = bandwidth / target_bytes as f64;
+    out["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
+    out["target_weight_bytes"] = json!(target_bytes);
+    out["draft_weight_bytes"] = json!(draft_bytes);
+    out["target_only_floor_tokens_per_s"] = json!(floor);
+    if args.json {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(if out.get("identical") == Some(&json!(false)) { 1 } else { 0 })
+}

@@ -1,0 +1,149 @@
+//! What the speculative loop needs from a drafter, and the STANDALONE drafter (any smaller
+//! Llama-family model with the target's tokenizer).
+//!
+//! A drafter keeps its own KV cache in step with the target's committed sequence (`extend`),
+//! then grows a draft tree one level at a time (`step`) in scratch slots after its committed
+//! ones; the next `extend` overwrites those slots, which is all the rollback a drafter needs.
+
+use crate::backend::{AttnWindow, Backend, BackendError, Mask};
+use crate::engine::kv::KvCache;
+use crate::engine::llama::{LlamaModel, Logits};
+use crate::engine::EngineError;
+
+/// One proposal: a target token id with the drafter's probability for it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub prob: f32,
+    pub token: u32,
+}
+
+/// Rows of the target's captured hidden states (`[rows, 3·hidden]`) for new draft positions.
+pub struct AuxRows<'a, B: Backend> {
+    pub tensor: &'a B::Tensor,
+    /// `rows[i]` holds the target hidden state of the `i`-th new position.
+    pub rows: &'a [usize],
+}
+
+pub trait Drafter<B: Backend>: Send {
+    /// Forget the sequence (a new request).
+    fn reset(&mut self);
+    /// Whether `extend` needs the target's captured hidden states.
+    fn wants_aux(&self) -> bool;
+    /// Bytes of weights one draft forward reads.
+    fn weight_bytes(&self) -> u64;
+    /// The first scratch slot of a draft tree (draft-tree slots are counted from here).
+    fn region_base(&self) -> usize;
+    /// Catch up with the target, whose KV holds `seq[..committed]` (`seq[committed]` is the
+    /// root of the next tree). Returns the top-k candidates for the token after the root, or
+    /// `None` when there was nothing new to read (nothing to draft from).
+    fn extend(&mut self, seq: &[u32], committed: usize, aux: Option<AuxRows<'_, B>>) -> Result<Option<Vec<Candidate>>, EngineError>;
+    /// One draft-tree level: `tokens` sit at `position`; each continues the hidden state of row
+    /// `parents[i]` of the previous forward. The tree so far fills `region` scratch slots, these
+    /// tokens being the last ones; `mask` is `[tokens, region]`. Returns top-k per token.
+    fn step(&mut self, tokens: &[u32], parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError>;
+}
+
+/// Softmax + top-k over logit rows, read back as candidates.
+pub struct TopK<B: Backend> {
+    k: usize,
+    values: B::Tensor,
+    indices: B::Ids,
+}
+
+impl<B: Backend> TopK<B> {
+    pub fn new(b: &B, rows: usize, k: usize) -> Result<Self, BackendError> {
+        Ok(TopK { k, values: b.tensor(rows, k)?, indices: b.ids(rows * k)? })
+    }
+
+    /// Top-k of `softmax(logits)` (no temperature, as SGLang drafts), rows `0..rows`, with
+    /// each index mapped to a target id. The logits are replaced by probabilities.
+    pub fn candidates(&mut self, b: &B, logits: &mut B::Tensor, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<Vec<Candidate>>, BackendError> {
+        b.softmax(logits, rows, 1.0);
+        b.topk(logits, rows, self.k, &mut self.values, &mut self.indices);
+        let p = b.read_rows(&self.values, 0, rows)?;
+        let i = b.read_ids(&self.indices, rows * self.k)?;
+        Ok(p.chunks(self.k)
+            .zip(i.chunks(self.k))
+            .map(|(p, i)| p.iter().zip(i).map(|(&prob, &d)| Candidate { prob, token: to_target(d as usize) }).collect())
+            .collect())
+    }
+}
+
+pub struct StandaloneDrafter<B: Backend> {
+    model: LlamaModel<B>,
+    kv: KvCache<B>,
+    top: TopK<B>,
+    mask: B::Ids,
+    /// Positions `[0, len)` are in the draft KV (the root included).
+    len: usize,
+}
+
+impl<B: Backend> StandaloneDrafter<B> {
+    pub fn new(model: LlamaModel<B>, target_vocab: usize, kv_slots: usize, topk: usize, file: &str) -> Result<Self, EngineError> {
+        if model.config.vocab > target_vocab {
+            return Err(EngineError::Invalid {
+                file: file.to_string(),
+                key: "/vocab_size".into(),
+                message: format!("{} is larger than the target's {target_vocab}: it must share the tokenizer", model.config.vocab),
+            });
+        }
+        let b = model.backend().clone();
+        let cap = model.capacity;
+        Ok(StandaloneDrafter {
+            kv: model.new_kv(kv_slots)?,
+            top: TopK::new(&*b, cap.logit_rows, topk)?,
+            mask: b.ids(cap.logit_rows * cap.rows)?,
+            len: 0,
+            model,
+        })
+    }
+}
+
+impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
+    fn reset(&mut self) {
+        self.len = 0;
+    }
+
+    fn wants_aux(&self) -> bool {
+        false
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        self.model.weight_bytes()
+    }
+
+    fn region_base(&self) -> usize {
+        self.len
+    }
+
+    fn extend(&mut self, seq: &[u32], committed: usize, _aux: Option<AuxRows<'_, B>>) -> Result<Option<Vec<Candidate>>, EngineError> {
+        // Tokens up to and including the root, at their own positions.
+        let end = committed + 1;
+        if end <= self.len {
+            return Ok(None);
+        }
+        let b = self.model.backend().clone();
+        let rows = self.model.capacity.rows;
+        while self.len < end {
+            let n = (end - self.len).min(rows);
+            let positions: Vec<usize> = (self.len..self.len + n).collect();
+            self.model.inputs.set(&*b, &seq[self.len..self.len + n], &positions);
+            let last = self.len + n == end;
+            let window = AttnWindow { prefix: self.len, region: n, queries: n };
+            self.model.forward(&mut self.kv, window, Mask::Causal, if last { Logits::Last } else { Logits::None });
+            self.len += n;
+        }
+        let head = self.top.candidates(&*b, &mut self.model.logits, 1, |d| d as u32)?;
+        Ok(head.into_iter().next())
+    }
+
+    fn step(&mut self, tokens: &[u32], _parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError> {
+        let b = self.model.backend().clone();
+        let n = tokens.len();
+        self.model.inputs.set(&*b, tokens, &vec![position; n]);
+        b.write_ids(&mut self.mask, mask);
+        let window = AttnWindow { prefix: self.len, region, queries: n };
+        self.model.forward(&mut self.kv, window, Mask::Explicit(&self.mask), Logits::All);
+        Ok(self.top.candidates(&*b, &mut self.model.logits, n, |d| d as u32)?)
+    }
+}

@@ -1,0 +1,426 @@
+//! The EAGLE-3 drafter, exactly as eagle3_spec.md §2: `fc` over three concatenated target
+//! hidden states, one decoder layer whose attention input is `[norm(embed); hidden_norm(h)]`
+//! (2×hidden wide), a final norm, an lm_head over the draft vocabulary, and `d2t` offsets
+//! from draft ids to target ids. Embeddings (and, without `draft_vocab_size`, the lm_head)
+//! come from the target when the checkpoint has none. RoPE follows the drafter's own config
+//! (`rope_theta` 10000 when absent), never the target's.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::backend::{AttnGeometry, AttnWindow, Backend, Mask, RopeTable, Shard};
+use crate::engine::drafter::{AuxRows, Candidate, Drafter, TopK};
+use crate::engine::kv::KvCache;
+use crate::engine::llama::{layer_bytes, rope_from_config, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs};
+use crate::engine::weights::Loader;
+use crate::engine::EngineError;
+use crate::model::config::{ConfigError, ModelConfig};
+
+const AUX_IDS_POINTER: &str = "/eagle_config/eagle_aux_hidden_state_layer_ids";
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Eagle3Config {
+    pub file: String,
+    pub hidden: usize,
+    pub target_hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    /// `None`: the drafter predicts over the target vocabulary with the target's lm_head.
+    pub draft_vocab: Option<usize>,
+    pub eps: f32,
+    pub rope: crate::backend::rope::RopeParams,
+    pub fc_bias: bool,
+    pub qkv_bias: bool,
+    pub aux_layer_ids: Option<Vec<i64>>,
+}
+
+fn unsupported(cfg: &ModelConfig, pointer: &str, expected: &'static str) -> ConfigError {
+    let value = cfg.at(pointer).cloned().unwrap_or(Value::Null);
+    cfg.wrong_type(pointer, &value, expected)
+}
+
+impl Eagle3Config {
+    pub fn from_config(cfg: &ModelConfig) -> Result<Eagle3Config, ConfigError> {
+        if cfg.num_hidden_layers()?.is_some_and(|f| f.value != 1) {
+            return Err(unsupported(cfg, "/num_hidden_layers", "1 (a single fused EAGLE-3 layer)"));
+        }
+        for key in ["/fc_norm", "/norm_before_residual"] {
+            if cfg.at(key).and_then(Value::as_bool) == Some(true) {
+                return Err(unsupported(cfg, key, "false (EAGLE3.1 / speculators variants are not supported)"));
+            }
+        }
+        let hidden = cfg.require_u64("hidden_size")?.value as usize;
+        let heads = cfg.require_u64("num_attention_heads")?.value as usize;
+        let kv_heads = cfg.num_key_value_heads()?.map(|f| f.value as usize).unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(unsupported(cfg, "/num_key_value_heads", "a divisor of num_attention_heads"));
+        }
+        let head_dim = cfg.head_dim()?.unwrap_or((hidden / heads) as u64) as usize;
+        Ok(Eagle3Config {
+            file: cfg.file_name(),
+            hidden,
+            target_hidden: cfg.target_hidden_size()?.map(|f| f.value as usize).unwrap_or(hidden),
+            heads,
+            kv_heads,
+            head_dim,
+            intermediate: cfg.require_u64("intermediate_size")?.value as usize,
+            vocab: cfg.require_u64("vocab_size")?.value as usize,
+            draft_vocab: cfg.draft_vocab_size()?.map(|f| f.value as usize),
+            eps: cfg.rms_norm_eps()? as f32,
+            rope: rope_from_config(cfg, head_dim)?,
+            fc_bias: cfg.bool("bias").map(|f| f.value).unwrap_or(false),
+            qkv_bias: cfg.bool("attention_bias").map(|f| f.value).unwrap_or(false),
+            aux_layer_ids: cfg.eagle_aux_layer_ids()?.map(|f| f.value),
+        })
+    }
+
+    /// SGLang's capture layers for an `layers`-deep target: each configured id + 1 (ids are
+    /// output-of-layer indices), else `[2, L/2, L-3]`; ascending, which is the order the
+    /// captured states are concatenated in whatever the config's order.
+    pub fn capture_layers(&self, layers: usize) -> Result<Vec<usize>, EngineError> {
+        let l = layers as i64;
+        let (mut capture, source) = match &self.aux_layer_ids {
+            Some(ids) => (ids.iter().map(|id| id + 1).collect::<Vec<i64>>(), format!("{ids:?} + 1")),
+            None => (vec![2, l / 2, l - 3], format!("the default [2, L/2, L-3] for L = {layers}")),
+        };
+        capture.sort_unstable();
+        let distinct = capture.windows(2).all(|w| w[0] != w[1]);
+        let valid = distinct && capture.len() == 3 && capture.iter().all(|&c| (1..l).contains(&c));
+        if !valid {
+            return Err(EngineError::Invalid {
+                file: self.file.clone(),
+                key: AUX_IDS_POINTER.into(),
+                message: format!(
+                    "capture layers {capture:?} ({source}) must be 3 distinct inputs of target layers 1..={}",
+                    l - 1
+                ),
+            });
+        }
+        Ok(capture.into_iter().map(|c| c as usize).collect())
+    }
+
+    fn layer_shape(&self) -> LayerShape {
+        LayerShape {
+            hidden: self.hidden,
+            attn_in: 2 * self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            intermediate: self.intermediate,
+            qkv_bias: self.qkv_bias,
+            qk_norm: false,
+        }
+    }
+}
+
+/// Map draft-vocabulary ids to target ids: `target = i + d2t[i]`, checked to be strictly
+/// increasing and inside the target vocabulary (SpecForge builds it from sorted ids).
+pub fn hot_tokens(d2t: &[i64], target_vocab: usize, file: &str) -> Result<Vec<u32>, EngineError> {
+    let mut out = Vec::with_capacity(d2t.len());
+    let mut prev: i64 = -1;
+    for (i, off) in d2t.iter().enumerate() {
+        let t = i as i64 + off;
+        if t <= prev || t >= target_vocab as i64 {
+            return Err(EngineError::Invalid {
+                file: file.to_string(),
+                key: "d2t".into(),
+                message: format!(
+                    "entry {i}: {i} + {off} = {t} is not a target id above the previous one ({prev}) and below {target_vocab}"
+                ),
+            });
+        }
+        out.push(t as u32);
+        prev = t;
+    }
+    Ok(out)
+}
+
+struct Buffers<B: Backend> {
+    /// Embeddings, then their norm.
+    e: B::Tensor,
+    en: B::Tensor,
+    /// Concatenated target hiddens `[rows, 3·Ht]`.
+    g: B::Tensor,
+    /// The residual stream (fc output or the previous step's hidden), `[rows, H]`.
+    x: B::Tensor,
+    xn: B::Tensor,
+    /// `[norm(embed); hidden_norm(x)]`, `[rows, 2H]`.
+    u: B::Tensor,
+    y: B::Tensor,
+    /// Pre-norm outputs of the last forward: the hidden each next draft step continues.
+    prev: B::Tensor,
+    last: B::Tensor,
+    logits: B::Tensor,
+}
+
+pub struct Eagle3Drafter<B: Backend> {
+    pub config: Eagle3Config,
+    backend: Arc<B>,
+    embed: Arc<B::Weight>,
+    lm_head: Arc<B::Weight>,
+    fc: B::Weight,
+    fc_bias: Option<B::Weight>,
+    hidden_norm: B::Weight,
+    layer: Layer<B>,
+    norm: B::Weight,
+    /// Draft id → target id (identity when the draft vocabulary is the target's).
+    hot: Vec<u32>,
+    rope: RopeTable<B>,
+    inputs: StepInputs<B>,
+    scratch: LayerScratch<B>,
+    buf: Buffers<B>,
+    /// The draft-tree mask of the current step, `[queries, region]`.
+    mask: B::Ids,
+    kv: KvCache<B>,
+    top: TopK<B>,
+    capacity: Capacity,
+    /// Positions `[0, len)` have draft KV (pairs `(h_p, x_{p+1})`).
+    len: usize,
+    weight_bytes: u64,
+}
+
+impl<B: Backend> Eagle3Drafter<B> {
+    /// Load the drafter, sharing the target's embeddings (and lm_head when the drafter has no
+    /// vocabulary of its own). `kv_slots` covers the committed sequence plus the draft tree.
+    pub fn load(
+        config: Eagle3Config,
+        ld: &mut Loader<'_, B>,
+        target: &LlamaModel<B>,
+        cap: Capacity,
+        kv_slots: usize,
+        topk: usize,
+    ) -> Result<Self, EngineError> {
+        let backend = target.backend().clone();
+        let b = &*backend;
+        let c = &config;
+        let invalid = |key: &str, message: String| EngineError::Invalid { file: c.file.clone(), key: key.into(), message };
+        if c.vocab != target.config.vocab {
+            return Err(invalid("/vocab_size", format!("{} differs from the target's {}", c.vocab, target.config.vocab)));
+        }
+        if c.target_hidden != target.config.hidden {
+            return Err(invalid(
+                "/target_hidden_size",
+                format!("{} differs from the target's hidden size {}", c.target_hidden, target.config.hidden),
+            ));
+        }
+        let embed = match ["embed_tokens.weight", "model.embed_tokens.weight"].into_iter().find(|n| ld.has(n)) {
+            Some(name) => Arc::new(ld.weight(name, &[c.vocab, c.hidden], Shard::Column)?),
+            None if c.hidden == target.config.hidden => target.embed.clone(),
+            None => {
+                return Err(invalid(
+                    "embed_tokens.weight",
+                    format!("absent, and the target's embeddings are {} wide, not {}", target.config.hidden, c.hidden),
+                ))
+            }
+        };
+        let prefix = ["midlayer.", "model.midlayer.", "layers.0."]
+            .into_iter()
+            .find(|p| ld.has(&format!("{p}self_attn.q_proj.weight")))
+            .unwrap_or("midlayer.");
+        let fc = ld.weight("fc.weight", &[c.hidden, 3 * c.target_hidden], Shard::Column)?;
+        let fc_bias = if c.fc_bias { Some(ld.weight("fc.bias", &[c.hidden], Shard::Column)?) } else { None };
+        let hidden_norm = ld.weight(&format!("{prefix}hidden_norm.weight"), &[c.hidden], Shard::Replicated)?;
+        let layer = Layer::load(ld, prefix, &c.layer_shape())?;
+        let norm = ld.weight("norm.weight", &[c.hidden], Shard::Replicated)?;
+        let (lm_head, hot) = match c.draft_vocab {
+            Some(vd) => {
+                let head = Arc::new(ld.weight("lm_head.weight", &[vd, c.hidden], Shard::Column)?);
+                let hot = if ld.has("d2t") || vd != c.vocab {
+                    hot_tokens(&ld.host_i64("d2t", vd)?, c.vocab, &ld.file_of("d2t"))?
+                } else {
+                    (0..vd as u32).collect()
+                };
+                (head, hot)
+            }
+            None if c.hidden == target.config.hidden => (target.lm_head.clone(), (0..c.vocab as u32).collect()),
+            None => return Err(invalid("/draft_vocab_size", "absent, and the target's lm_head has another width".into())),
+        };
+        let vd = hot.len();
+        let own = [&fc, &hidden_norm, &norm].into_iter().chain(fc_bias.as_ref()).map(|w| b.weight_bytes(w)).sum::<u64>();
+        let weight_bytes = own + layer_bytes(b, &layer) + b.weight_bytes(&lm_head);
+        let shape = c.layer_shape();
+        let rows = cap.rows;
+        let buf = Buffers {
+            e: b.tensor(rows, c.hidden)?,
+            en: b.tensor(rows, c.hidden)?,
+            g: b.tensor(rows, 3 * c.target_hidden)?,
+            x: b.tensor(rows, c.hidden)?,
+            xn: b.tensor(rows, c.hidden)?,
+            u: b.tensor(rows, 2 * c.hidden)?,
+            y: b.tensor(rows, c.hidden)?,
+            prev: b.tensor(rows, c.hidden)?,
+            last: b.tensor(1, c.hidden)?,
+            logits: b.tensor(cap.logit_rows, vd)?,
+        };
+        Ok(Eagle3Drafter {
+            rope: c.rope.table(b, cap.positions)?,
+            inputs: StepInputs::new(b, rows)?,
+            scratch: LayerScratch::new(b, rows, &shape)?,
+            kv: KvCache::new(b, 1, kv_slots, c.kv_heads * c.head_dim)?,
+            embed,
+            lm_head,
+            fc,
+            fc_bias,
+            hidden_norm,
+            layer,
+            norm,
+            hot,
+            buf,
+            mask: b.ids(cap.logit_rows * cap.rows)?,
+            top: TopK::new(b, cap.logit_rows, topk)?,
+            capacity: cap,
+            len: 0,
+            weight_bytes,
+            config,
+            backend,
+        })
+    }
+
+    /// One forward of `window.queries` rows whose residual input is already in `buf.x`;
+    /// `mask` is `[queries, region]` (causal when `None`).
+    fn forward(&mut self, window: AttnWindow, mask: Option<&[i32]>, all_logits: bool) -> Result<Vec<Vec<Candidate>>, EngineError> {
+        let b = &*self.backend;
+        let c = &self.config;
+        let n = window.queries;
+        let mask = match mask {
+            Some(m) => {
+                b.write_ids(&mut self.mask, m);
+                Mask::Explicit(&self.mask)
+            }
+            None => Mask::Causal,
+        };
+        let buf = &mut self.buf;
+        b.embed(&self.embed, &self.inputs.ids, n, &mut buf.e);
+        b.rms_norm(&buf.e, &self.layer.input_ln, c.eps, n, &mut buf.en);
+        b.rms_norm(&buf.x, &self.hidden_norm, c.eps, n, &mut buf.xn);
+        b.copy_cols(&buf.en, n, &mut buf.u, 0);
+        b.copy_cols(&buf.xn, n, &mut buf.u, c.hidden);
+        let step = LayerStep {
+            geometry: AttnGeometry {
+                heads: c.heads,
+                kv_heads: c.kv_heads,
+                head_dim: c.head_dim,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            },
+            eps: c.eps,
+            rope: &self.rope,
+            positions: &self.inputs.positions,
+            window,
+            mask,
+        };
+        // The layer's attention reads `u` and its residual is `x` (the fc output).
+        self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), &buf.u, &mut buf.x, &mut self.scratch);
+        b.add_rms_norm(&mut buf.x, &self.scratch.delta, &self.norm, c.eps, n, &mut buf.y);
+        let rows = if all_logits { n } else { 1 };
+        if all_logits {
+            b.matmul(&buf.y, &self.lm_head, None, n, &mut buf.logits);
+            b.copy_rows(&buf.x, 0, &mut buf.prev, 0, n);
+        } else {
+            b.copy_rows(&buf.y, n - 1, &mut buf.last, 0, 1);
+            b.matmul(&buf.last, &self.lm_head, None, 1, &mut buf.logits);
+            b.copy_rows(&buf.x, n - 1, &mut buf.prev, 0, 1);
+        }
+        let hot = &self.hot;
+        Ok(self.top.candidates(b, &mut buf.logits, rows, |d| hot[d])?)
+    }
+}
+
+impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
+    fn reset(&mut self) {
+        self.len = 0;
+    }
+
+    fn wants_aux(&self) -> bool {
+        true
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    fn region_base(&self) -> usize {
+        self.len
+    }
+
+    fn extend(&mut self, seq: &[u32], committed: usize, aux: Option<AuxRows<'_, B>>) -> Result<Option<Vec<Candidate>>, EngineError> {
+        // Pairs (h_p, x_{p+1}) for the new positions p, at position p.
+        let n = committed.saturating_sub(self.len);
+        if n == 0 {
+            return Ok(None);
+        }
+        let aux = aux.ok_or_else(|| EngineError::Request("the EAGLE-3 drafter needs the target's hidden states".into()))?;
+        assert!(aux.rows.len() == n && n <= self.capacity.rows, "extend of {n} pairs with {} hidden rows", aux.rows.len());
+        let positions: Vec<usize> = (self.len..committed).collect();
+        self.inputs.set(&*self.backend, &seq[self.len + 1..=committed], &positions);
+        let b = &*self.backend;
+        b.gather_rows(aux.tensor, aux.rows, &mut self.buf.g);
+        b.matmul(&self.buf.g, &self.fc, self.fc_bias.as_ref(), n, &mut self.buf.x);
+        let window = AttnWindow { prefix: self.len, region: n, queries: n };
+        let head = self.forward(window, None, false)?;
+        self.len = committed;
+        Ok(head.into_iter().next())
+    }
+
+    fn step(&mut self, tokens: &[u32], parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError> {
+        let n = tokens.len();
+        self.inputs.set(&*self.backend, tokens, &vec![position; n]);
+        let b = &*self.backend;
+        b.gather_rows(&self.buf.prev, parents, &mut self.buf.x);
+        let window = AttnWindow { prefix: self.len, region, queries: n };
+        self.forward(window, Some(mask), true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(extra: Value) -> Eagle3Config {
+        let mut v = json!({"hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64});
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        Eagle3Config::from_config(&ModelConfig::from_value("d/config.json", v)).unwrap()
+    }
+
+    #[test]
+    fn capture_layers_follow_sglang() {
+        // eagle3_spec §2.1 worked examples (ids + 1, ascending; default [2, L/2, L-3]).
+        let ids = |v: Vec<i64>| config(json!({"eagle_config": {"eagle_aux_hidden_state_layer_ids": v}}));
+        assert_eq!(ids(vec![2, 30, 58]).capture_layers(61).unwrap(), [3, 31, 59]);
+        assert_eq!(ids(vec![1, 17, 33]).capture_layers(36).unwrap(), [2, 18, 34]);
+        assert_eq!(ids(vec![5, 1, 4]).capture_layers(8).unwrap(), [2, 5, 6]);
+        assert_eq!(config(json!({})).capture_layers(32).unwrap(), [2, 16, 29]);
+        assert_eq!(config(json!({})).capture_layers(80).unwrap(), [2, 40, 77]);
+        // The last layer's output is no layer's input; duplicates would leave fc short.
+        let e = ids(vec![1, 4, 7]).capture_layers(8).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "d/config.json: /eagle_config/eagle_aux_hidden_state_layer_ids: capture layers [2, 5, 8] ([1, 4, 7] + 1) \
+             must be 3 distinct inputs of target layers 1..=7"
+        );
+        assert!(config(json!({})).capture_layers(6).is_err(), "[2, 3, 3] for L = 6");
+    }
+
+    #[test]
+    fn drafter_rope_defaults_to_theta_10000_not_the_targets() {
+        let c = config(json!({}));
+        assert_eq!(c.rope.theta, 10000.0);
+        assert_eq!(c.head_dim, 8);
+        assert!(Eagle3Config::from_config(&ModelConfig::from_value(
+            "d/config.json",
+            json!({"hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64, "num_hidden_layers": 2})
+        ))
+        .is_err());
+    }
+
+    #[test]
+    fn d2t_offsets_map_to_increasing_target_ids() {
+        assert_eq!(hot_tokens(&[0, 0, 3, 5], 10, "d").unwrap(), [0, 1, 5, 8]);
+        let e = hot_tokens(&[0, 2, 0], 10, "d/model.safetensors").unwrap_err().to_string();
+        assert_eq!(e, "d/model.safetensors: d2t: entry 2: 2 + 0 = 2 is not a target id above the previous one (3) and below 10");
+    }
+}

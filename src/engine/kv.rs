@@ -1,0 +1,38 @@
+//! A model's KV cache: per layer, K and V as `[slots, kv_heads * head_dim]` buffers allocated
+//! once. Slot `p` holds the token at position `p` of the committed sequence; the slots after the
+//! committed length are scratch for a verify tree or draft-tree levels.
+
+use crate::backend::{Backend, BackendError};
+
+pub struct KvCache<B: Backend> {
+    pub k: Vec<B::Tensor>,
+    pub v: Vec<B::Tensor>,
+    pub slots: usize,
+    width: usize,
+}
+
+impl<B: Backend> KvCache<B> {
+    pub fn new(backend: &B, layers: usize, slots: usize, width: usize) -> Result<Self, BackendError> {
+        let mut k = Vec::with_capacity(layers);
+        let mut v = Vec::with_capacity(layers);
+        for _ in 0..layers {
+            k.push(backend.tensor(slots, width)?);
+            v.push(backend.tensor(slots, width)?);
+        }
+        Ok(KvCache { k, v, slots, width })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        2 * (self.k.len() * self.slots * self.width) as u64 * 4
+    }
+
+    /// Keep one root-to-leaf path of a verify tree written at `base + node`: the slot of
+    /// `path[i]` becomes `base + i`. Nodes are numbered parents first, so each move reads a slot
+    /// at or after the one it writes; the rejected nodes' slots are simply reused later.
+    pub fn commit_path(&mut self, backend: &B, base: usize, path: &[usize]) {
+        let src: Vec<usize> = path.iter().map(|n| base + n).collect();
+        for t in self.k.iter_mut().chain(self.v.iter_mut()) {
+            backend.move_rows(t, &src, base);
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! A launch, phase by phase, as events: preflight → (kernel-compile) → target-load →
+//! kv-alloc → (target-graph-capture) → drafter-load → drafter-init → (draft-graph-capture)
+//! → warmup → ready. Phases the CPU backend does not have are `Skipped`. A failure emits its
+//! `Finding` and `Phase{failed}` and leaves the engine not ready; a relaunch keeps the target
+//! resident when the new spec names the same target (only drafter, decoding or context
+//! settings changed) and says so with `target-load` `Skipped` "kept resident".
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::backend::{Backend, BackendError};
+use crate::engine::drafter::{Drafter, StandaloneDrafter};
+use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
+use crate::engine::handle::GenerateRequest;
+use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
+use crate::engine::spec_decode::{self, Decoding, Generation, Sampling, Target};
+use crate::engine::tree::TreeShape;
+use crate::engine::verify;
+use crate::engine::weights::{FileProgress, Loader};
+use crate::engine::EngineError;
+use crate::event::{Event, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit};
+use crate::event::EventSink;
+use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
+use crate::model::checkpoint::Checkpoint;
+use crate::model::config::ModelConfig;
+use crate::model::tokenizer::{TextStream, TextTokenizer};
+use crate::preflight::context;
+use crate::spec::{Algorithm, Device, LaunchSpec};
+
+/// The CPU reference caps its KV cache (and so prompt + output) at this many tokens.
+pub const CPU_MAX_TOKENS: usize = 4096;
+/// Tokens per prefill forward.
+pub const PREFILL_CHUNK: usize = 128;
+/// The largest verify tree (`--speculative-num-draft-tokens`).
+pub const MAX_TREE_TOKENS: usize = 64;
+
+pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
+pub const UNSUPPORTED_ALGORITHM: &str = "unsupported-algorithm";
+pub const OUT_OF_MEMORY: &str = "out-of-memory";
+pub const BACKEND_ERROR: &str = "backend-error";
+
+const SOURCE: &str = "engine";
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum LaunchOutcome {
+    Ready { elapsed_s: f64, reused_target: bool },
+    Failed(Finding),
+}
+
+/// What identifies a loaded target: a relaunch with the same key keeps the weights.
+#[derive(Clone, Debug, PartialEq)]
+struct TargetKey {
+    dir: PathBuf,
+    dtype: Option<String>,
+    tp: u32,
+    device: Device,
+}
+
+struct LoadedTarget<B: Backend> {
+    key: TargetKey,
+    config: ModelConfig,
+    tokenizer: TextTokenizer,
+    /// The model alone between launches; with its KV cache once kv-alloc ran.
+    model: Option<LlamaModel<B>>,
+    target: Option<Target<B>>,
+}
+
+/// The tree shape a spec asks for, SGLang's defaults filled in (S=3, K=1, N=S+1 for a chain).
+pub fn tree_shape(spec: &LaunchSpec, events: &EventSink) -> TreeShape {
+    let steps = spec.speculative_num_steps.unwrap_or(3).max(1) as usize;
+    let topk = spec.speculative_eagle_topk.unwrap_or(1).max(1) as usize;
+    let most = (TreeShape { steps, topk, draft_tokens: 0 }.candidates() + 1).min(MAX_TREE_TOKENS);
+    let asked = spec.speculative_num_draft_tokens.map(|n| n as usize);
+    let draft_tokens = match (topk, asked) {
+        (1, _) => steps + 1,
+        (_, Some(n)) => n.clamp(2, most),
+        (_, None) => (steps * topk + 1).min(most),
+    };
+    if let Some(n) = asked.filter(|&n| n != draft_tokens) {
+        events.log(
+            LogLevel::Warning,
+            SOURCE,
+            format!("--speculative-num-draft-tokens {n} does not fit steps {steps} × topk {topk}; using {draft_tokens}"),
+        );
+    }
+    TreeShape { steps, topk, draft_tokens }
+}
+
+/// A finding for an engine error in `phase`, citing the file and key or tensor it names.
+pub fn error_finding(side: Side, phase: PhaseId, e: &EngineError) -> Finding {
+    let id = match e {
+        EngineError::Backend(BackendError::OutOfMemory { .. }) => OUT_OF_MEMORY,
+        EngineError::Backend(BackendError::Device(_)) | EngineError::Request(_) => BACKEND_ERROR,
+        _ => UNREADABLE_INPUT,
+    };
+    let mut f = Finding::new(id, Severity::Error, phase, e.to_string());
+    if let Some((file, key)) = e.location() {
+        f = f.with_evidence(Evidence::new(side, file, key, Value::Null));
+    }
+    f
+}
+
+fn missing_flag(flag: &str, what: &str) -> Finding {
+    Finding::new(UNREADABLE_INPUT, Severity::Error, PhaseId::Preflight, format!("{flag} is required: the {what}"))
+        .with_evidence(Evidence::new(Side::Launch, flag, flag, Value::Null))
+}
+
+fn phase(events: &EventSink, phase: PhaseId, state: PhaseState, detail: Option<String>) {
+    events.emit(Event::Phase { phase, state, detail });
+}
+
+/// Emit a failure: the finding, then `Phase{failed}`.
+fn fail(events: &EventSink, phase_id: PhaseId, finding: Finding) -> Finding {
+    events.emit(Event::Finding(finding.clone()));
+    phase(events, phase_id, PhaseState::Failed, None);
+    finding
+}
+
+/// Run one phase: `Started`, then `Done`, or the finding and `Failed`.
+fn run_phase<T>(events: &EventSink, id: PhaseId, side: Side, work: impl FnOnce() -> Result<T, EngineError>) -> Result<T, Finding> {
+    phase(events, id, PhaseState::Started, None);
+    match work() {
+        Ok(v) => {
+            phase(events, id, PhaseState::Done, None);
+            Ok(v)
+        }
+        Err(e) => Err(fail(events, id, error_finding(side, id, &e))),
+    }
+}
+
+pub struct Engine<B: Backend> {
+    backend: Arc<B>,
+    events: EventSink,
+    attempt: u32,
+    target: Option<LoadedTarget<B>>,
+    drafter: Option<Box<dyn Drafter<B>>>,
+    shape: TreeShape,
+    ready: bool,
+}
+
+impl<B: Backend> Engine<B> {
+    pub fn new(backend: B, events: EventSink) -> Engine<B> {
+        Engine {
+            backend: Arc::new(backend),
+            events,
+            attempt: 0,
+            target: None,
+            drafter: None,
+            shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 },
+            ready: false,
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    /// Bytes of weights one target step and one draft step read.
+    pub fn weight_bytes(&self) -> (u64, Option<u64>) {
+        let target = self.target.as_ref().and_then(|t| t.target.as_ref()).map_or(0, |t| t.model.weight_bytes());
+        (target, self.drafter.as_ref().map(|d| d.weight_bytes()))
+    }
+
+    /// Start (or restart) with `spec`. `preflight` is the full rule set (`check_spec`).
+    pub fn launch(&mut self, spec: &LaunchSpec, preflight: &dyn Fn(&LaunchSpec) -> Vec<Finding>) -> LaunchOutcome {
+        let start = Instant::now();
+        let events = self.events.clone();
+        self.attempt += 1;
+        self.ready = false;
+        self.events.emit(Event::Launch { attempt: self.attempt, spec: spec.clone() });
+        match self.launch_phases(spec, preflight) {
+            Ok(reused_target) => {
+                let elapsed_s = start.elapsed().as_secs_f64();
+                self.ready = true;
+                phase(&events, PhaseId::Ready, PhaseState::Done, None);
+                self.events.emit(Event::Ready { elapsed_s, reused_target });
+                LaunchOutcome::Ready { elapsed_s, reused_target }
+            }
+            Err(f) => LaunchOutcome::Failed(f),
+        }
+    }
+
+    fn launch_phases(&mut self, spec: &LaunchSpec, preflight: &dyn Fn(&LaunchSpec) -> Vec<Finding>) -> Result<bool, Finding> {
+        let events = self.events.clone();
+        phase(&events, PhaseId::Preflight, PhaseState::Started, None);
+        let mut findings = preflight(spec);
+        findings.extend(self.device_findings(spec));
+        for f in &findings {
+            self.events.emit(Event::Finding(f.clone()));
+        }
+        if let Some(f) = findings.into_iter().find(Finding::is_error) {
+            phase(&events, PhaseId::Preflight, PhaseState::Failed, None);
+            return Err(f);
+        }
+        let Some(model_path) = spec.model_path.as_deref() else {
+            return Err(fail(&events, PhaseId::Preflight, missing_flag("--model-path", "target model folder")));
+        };
+        phase(&events, PhaseId::Preflight, PhaseState::Done, None);
+        phase(&events, PhaseId::KernelCompile, PhaseState::Skipped, Some(format!("the {} backend compiles no kernels", self.backend.name())));
+
+        // The old drafter goes first so its memory is free for the new one.
+        self.drafter = None;
+        let key = TargetKey { dir: PathBuf::from(model_path), dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
+        let reused = self.target.as_ref().is_some_and(|t| t.key == key);
+        if reused {
+            phase(&events, PhaseId::TargetLoad, PhaseState::Skipped, Some("kept resident".into()));
+        } else {
+            self.target = None;
+            let loaded = run_phase(&events, PhaseId::TargetLoad, Side::Target, || self.load_target(key))?;
+            self.target = Some(loaded);
+        }
+        self.shape = tree_shape(spec, &self.events);
+        let algorithm = spec.speculative_algorithm.unwrap_or(Algorithm::None);
+        let shape = self.shape;
+        let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
+        let tokens = run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(spec, tree_slots))?;
+        phase(&events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+
+        let draft_dir = match algorithm {
+            Algorithm::None => None,
+            Algorithm::Eagle => {
+                let f = Finding::new(
+                    UNSUPPORTED_ALGORITHM,
+                    Severity::Error,
+                    PhaseId::DrafterLoad,
+                    "EAGLE (1/2) drafters are not implemented by this engine; use EAGLE3 or STANDALONE.",
+                )
+                .with_evidence(Evidence::new(Side::Launch, "launch flags", "--speculative-algorithm", "EAGLE"));
+                return Err(fail(&events, PhaseId::DrafterLoad, f));
+            }
+            Algorithm::Eagle3 | Algorithm::Standalone => match spec.draft_model_path.as_deref() {
+                Some(d) => Some(PathBuf::from(d)),
+                None => return Err(fail(&events, PhaseId::DrafterLoad, missing_flag("--speculative-draft-model-path", "drafter folder"))),
+            },
+        };
+        match &draft_dir {
+            None => {
+                phase(&events, PhaseId::DrafterLoad, PhaseState::Skipped, Some("no drafter (--speculative-algorithm NONE)".into()));
+                phase(&events, PhaseId::DrafterInit, PhaseState::Skipped, None);
+                let t = self.target.as_mut().expect("target loaded above");
+                t.target.as_mut().expect("kv allocated above").model.set_capture(None).map_err(|e| {
+                    error_finding(Side::Target, PhaseId::DrafterInit, &e.into())
+                })?;
+            }
+            Some(dir) => {
+                let (drafter, draft_cfg) =
+                    run_phase(&events, PhaseId::DrafterLoad, Side::Draft, || self.load_drafter(dir, spec, algorithm, tokens))?;
+                self.drafter = Some(drafter);
+                self.drafter_init(spec, algorithm, &draft_cfg)?;
+            }
+        }
+        phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+        run_phase(&events, PhaseId::Warmup, Side::Target, || {
+            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
+            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
+        })?;
+        Ok(reused)
+    }
+
+    fn device_findings(&self, spec: &LaunchSpec) -> Vec<Finding> {
+        match spec.device {
+            Device::Cpu => Vec::new(),
+            Device::Auto => {
+                self.events.log(LogLevel::Info, SOURCE, "--device auto: this build has no CUDA backend; running on the CPU reference");
+                Vec::new()
+            }
+            Device::Cuda => vec![Finding::new(
+                DEVICE_UNAVAILABLE,
+                Severity::Error,
+                PhaseId::Preflight,
+                "The CUDA backend is not available in this build; use --device cpu (or auto).",
+            )
+            .with_evidence(Evidence::new(Side::Launch, "launch flags", "--device", "cuda"))],
+        }
+    }
+
+    fn load_target(&self, key: TargetKey) -> Result<LoadedTarget<B>, EngineError> {
+        let dir = key.dir.clone();
+        let config = ModelConfig::load_dir(&dir)?;
+        let llama = LlamaConfig::from_config(&config)?;
+        let tokenizer = TextTokenizer::load_dir(&dir)?;
+        let ck = Checkpoint::open(&dir).map_err(BackendError::from)?;
+        let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
+        let model = self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(LlamaModel::load(self.backend.clone(), llama, ld, cap)?))?;
+        Ok(LoadedTarget { key, config, tokenizer, model: Some(model), target: None })
+    }
+
+    /// Load with byte progress events for `phase`.
+    fn load_weights<T>(
+        &self,
+        ck: &Checkpoint,
+        phase: PhaseId,
+        load: impl FnOnce(&mut Loader<'_, B>) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let events = self.events.clone();
+        let mut progress = |p: FileProgress| {
+            events.emit(Event::Progress { phase, unit: ProgressUnit::Bytes, gpu: None, label: p.file, done: p.done, total: p.total })
+        };
+        let mut ld = Loader::new(&*self.backend, ck, &mut progress);
+        let out = load(&mut ld)?;
+        ld.finish();
+        Ok(out)
+    }
+
+    /// Allocate the target's KV cache for this launch's context; returns the token capacity.
+    fn alloc_kv(&mut self, spec: &LaunchSpec, tree_slots: usize) -> Result<usize, EngineError> {
+        let t = self.target.as_mut().expect("target loaded before kv-alloc");
+        let model = match t.target.take() {
+            Some(old) => old.into_model(),
+            None => t.model.take().expect("a loaded target has its model"),
+        };
+        let context = context::target_context(&t.config, spec)?.length as usize;
+        let tokens = context.min(CPU_MAX_TOKENS);
+        if tokens < context {
+            self.events.log(
+                LogLevel::Info,
+                SOURCE,
+                format!("context length {context}: the CPU reference keeps a KV cache of {tokens} tokens"),
+            );
+        }
+        let target = Target::new(model, tokens + tree_slots, tree_slots)?;
+        self.events.log(
+            LogLevel::Info,
+            SOURCE,
+            format!("target KV cache: {} slots, {:.1} MiB", target.kv.slots, target.kv.bytes() as f64 / (1 << 20) as f64),
+        );
+        t.target = Some(target);
+        Ok(tokens)
+    }
+
+    fn load_drafter(
+        &self,
+        dir: &Path,
+        spec: &LaunchSpec,
+        algorithm: Algorithm,
+        tokens: usize,
+    ) -> Result<(Box<dyn Drafter<B>>, ModelConfig), EngineError> {
+        let on_disk = ModelConfig::load_dir(dir)?;
+        let cfg = on_disk.with_overrides(&spec.draft_overrides);
+        let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
+        let target = self.target.as_ref().and_then(|t| t.target.as_ref()).expect("target ready before the drafter");
+        let shape = self.shape;
+        let kv_slots = tokens + 1 + shape.draft_slots();
+        let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
+        let drafter: Box<dyn Drafter<B>> = match algorithm {
+            Algorithm::Eagle3 => {
+                let config = Eagle3Config::from_config(&cfg)?;
+                Box::new(self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
+                    Eagle3Drafter::load(config, ld, &target.model, cap, kv_slots, shape.topk)
+                })?)
+            }
+            _ => {
+                let config = LlamaConfig::from_config(&cfg)?;
+                let model = self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
+                    LlamaModel::load(self.backend.clone(), config, ld, cap).map_err(EngineError::from)
+                })?;
+                let file = cfg.file_name();
+                Box::new(StandaloneDrafter::new(model, target.model.config.vocab, kv_slots, shape.topk, &file)?)
+            }
+        };
+        Ok((drafter, on_disk))
+    }
+
+    /// SGLang's draft-worker check, then the target's hidden-state capture for EAGLE-3.
+    fn drafter_init(&mut self, spec: &LaunchSpec, algorithm: Algorithm, draft_on_disk: &ModelConfig) -> Result<(), Finding> {
+        let events = self.events.clone();
+        phase(&events, PhaseId::DrafterInit, PhaseState::Started, None);
+        let t = self.target.as_mut().expect("target loaded");
+        let side_err = |side, e: EngineError| error_finding(side, PhaseId::DrafterInit, &e);
+        let checked = context::check(&t.config, draft_on_disk, spec).map_err(|e| side_err(Side::Draft, e.into()));
+        let finding = match checked {
+            Ok(f) => f,
+            Err(f) => return Err(fail(&events, PhaseId::DrafterInit, f)),
+        };
+        if let Some(f) = finding {
+            if f.is_error() {
+                return Err(fail(&events, PhaseId::DrafterInit, f));
+            }
+            self.events.emit(Event::Finding(f));
+            self.events.log(LogLevel::Warning, SOURCE, "drafter positions extended to the target's context length");
+        }
+        let t = self.target.as_mut().expect("target loaded");
+        let target = t.target.as_mut().expect("kv allocated");
+        let capture = match algorithm {
+            Algorithm::Eagle3 => Eagle3Config::from_config(&draft_on_disk.with_overrides(&spec.draft_overrides))
+                .map_err(EngineError::from)
+                .and_then(|c| c.capture_layers(target.model.config.layers))
+                .map(Some),
+            _ => Ok(None),
+        };
+        let result = capture.and_then(|layers| {
+            if let Some(l) = &layers {
+                self.events.log(LogLevel::Info, SOURCE, format!("EAGLE-3 capture: inputs of target layers {l:?}"));
+            }
+            target.model.set_capture(layers).map_err(EngineError::from)
+        });
+        match result {
+            Ok(()) => {
+                phase(&events, PhaseId::DrafterInit, PhaseState::Done, None);
+                Ok(())
+            }
+            Err(e) => Err(fail(&events, PhaseId::DrafterInit, side_err(Side::Draft, e))),
+        }
+    }
+
+    fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: &mut dyn FnMut(&[u32], bool)) -> Result<Generation, EngineError> {
+        let t = self.target.as_mut().and_then(|t| t.target.as_mut()).ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
+        spec_decode::generate(t, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
+    }
+
+    pub fn tokenizer(&self) -> Option<&TextTokenizer> {
+        self.target.as_ref().map(|t| &t.tokenizer)
+    }
+
+    /// Decoding settings for a request on the launched engine.
+    pub fn decoding(&self, max_new_tokens: usize, sampling: Option<Sampling>) -> Decoding {
+        let stop = self.tokenizer().map(|t| t.stop_ids().to_vec()).unwrap_or_default();
+        Decoding { shape: self.shape, sampling, max_new_tokens, stop }
+    }
+
+    /// Generate from token ids (no events): the engine's core, for tests and benchmarks.
+    pub fn generate_ids(&mut self, prompt: &[u32], decoding: &Decoding) -> Result<Generation, EngineError> {
+        if !self.ready {
+            return Err(EngineError::Request("the engine is not ready: launch it first".into()));
+        }
+        self.run_generation(prompt, decoding, &mut |_, _| {})
+    }
+
+    /// Serve a request: `Token` events per committed group, then `Stats`.
+    pub fn generate(&mut self, req: &GenerateRequest) -> Result<Generation, EngineError> {
+        if !self.ready {
+            return Err(EngineError::Request("the engine is not ready: launch it first".into()));
+        }
+        let tok = &self.target.as_ref().expect("ready implies a target").tokenizer;
+        let text = if req.chat { tok.chat_prompt(&req.prompt)? } else { req.prompt.clone() };
+        let prompt = tok.encode(&text, !req.chat)?;
+        let sampling = (req.temperature > 0.0).then_some(Sampling { temperature: req.temperature, seed: req.seed, rule: verify::lossless });
+        let decoding = self.decoding(req.max_new_tokens, sampling);
+        let t = self.target.as_mut().expect("ready implies a target");
+        let target = t.target.as_mut().expect("ready implies a KV cache");
+        let (tok, events) = (&t.tokenizer, &self.events);
+        let mut stream = TextStream::default();
+        let mut failed = None;
+        let mut on_tokens = |ids: &[u32], drafted: bool| {
+            let text = stream.push(tok, ids).unwrap_or_else(|e| {
+                failed.get_or_insert(e);
+                String::new()
+            });
+            events.emit(Event::Token { ids: ids.to_vec(), text, drafted });
+        };
+        let g = spec_decode::generate(target, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), &prompt, &decoding, &mut on_tokens)?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        self.events.emit(Event::Stats(GenerationStats {
+            tokens: g.tokens.len(),
+            tokens_per_s: g.tokens_per_s(),
+            mean_accept_length: g.mean_accept_length(),
+            accept_histogram: g.accept_histogram(),
+        }));
+        Ok(g)
+    }
+}

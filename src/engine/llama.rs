@@ -1,0 +1,525 @@
+//! Llama-family decoder models over the backend seam: Llama (with llama3 or YaRN rope
+//! scaling), Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm); tied or separate lm_head;
+//! GQA. Used as the target and as a STANDALONE drafter. A target can capture the residual
+//! stream at the input of chosen layers for an EAGLE-3 drafter.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use crate::engine::kv::KvCache;
+use crate::engine::weights::Loader;
+use crate::model::config::{ConfigError, ModelConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    pub family: Family,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub eps: f32,
+    pub rope: RopeParams,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    pub tie_embeddings: bool,
+}
+
+fn required(cfg: &ModelConfig, key: &str) -> Result<usize, ConfigError> {
+    let f = cfg.require_u64(key)?;
+    if f.value == 0 {
+        return Err(cfg.wrong_type(&f.pointer, &Value::from(0), "a positive integer"));
+    }
+    Ok(f.value as usize)
+}
+
+/// The model's RoPE from `rope_theta` (default 10000) and `rope_scaling`/`rope_parameters`.
+pub fn rope_from_config(cfg: &ModelConfig, head_dim: usize) -> Result<RopeParams, ConfigError> {
+    let theta = cfg.rope_theta()?.map(|f| f.value).unwrap_or(10000.0);
+    let scaling = match cfg.rope_scaling() {
+        None => RopeScaling::None,
+        Some(s) => {
+            let num = |key: &str, default: Option<f64>| -> Result<f64, ConfigError> {
+                let pointer = format!("{}/{key}", s.pointer);
+                match s.raw.get(key).filter(|v| !v.is_null()) {
+                    Some(v) => v.as_f64().ok_or_else(|| cfg.wrong_type(&pointer, v, "a number")),
+                    None => default.ok_or_else(|| ConfigError::Missing { file: cfg.file.clone(), key: pointer }),
+                }
+            };
+            match s.kind.as_str() {
+                "default" => RopeScaling::None,
+                "linear" => RopeScaling::Linear { factor: num("factor", None)? },
+                "llama3" => RopeScaling::Llama3 {
+                    factor: num("factor", None)?,
+                    low_freq_factor: num("low_freq_factor", Some(1.0))?,
+                    high_freq_factor: num("high_freq_factor", Some(4.0))?,
+                    original_max_positions: num("original_max_position_embeddings", Some(8192.0))?,
+                },
+                "yarn" => {
+                    let factor = num("factor", None)?;
+                    let max_pos = cfg.u64("max_position_embeddings")?.map(|f| f.value as f64);
+                    let attn_factor = num("attn_factor", Some(1.0))?;
+                    // DeepSeek-style configs give both mscales; SGLang divides one by the other.
+                    let mscale = match (s.raw.get("mscale"), s.raw.get("mscale_all_dim")) {
+                        (Some(_), Some(_)) => {
+                            yarn_mscale(factor, num("mscale", None)?) / yarn_mscale(factor, num("mscale_all_dim", None)?)
+                        }
+                        _ => yarn_mscale(factor, 1.0),
+                    };
+                    RopeScaling::Yarn {
+                        factor,
+                        original_max_positions: num("original_max_position_embeddings", max_pos)?,
+                        beta_fast: num("beta_fast", Some(32.0))?,
+                        beta_slow: num("beta_slow", Some(1.0))?,
+                        mscale: mscale * attn_factor,
+                    }
+                }
+                _ => {
+                    return Err(cfg.wrong_type(
+                        &format!("{}/rope_type", s.pointer),
+                        &Value::from(s.kind.clone()),
+                        "a supported rope scaling (default, linear, llama3, yarn)",
+                    ))
+                }
+            }
+        }
+    };
+    Ok(RopeParams { theta, head_dim, scaling, style: RopeStyle::NeoX })
+}
+
+impl LlamaConfig {
+    pub fn from_config(cfg: &ModelConfig) -> Result<LlamaConfig, ConfigError> {
+        let model_type = cfg.model_type().ok_or_else(|| ConfigError::Missing { file: cfg.file.clone(), key: "/model_type".into() })?;
+        let family = match model_type.value.as_str() {
+            "llama" | "mistral" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            other => {
+                return Err(cfg.wrong_type(&model_type.pointer, &Value::from(other), "llama, mistral, qwen2 or qwen3"))
+            }
+        };
+        if let Some(act) = cfg.str("hidden_act") {
+            if act.value != "silu" {
+                return Err(cfg.wrong_type(&act.pointer, &Value::from(act.value.clone()), "silu"));
+            }
+        }
+        let hidden = required(cfg, "hidden_size")?;
+        let heads = required(cfg, "num_attention_heads")?;
+        let kv_heads = cfg.num_key_value_heads()?.map(|f| f.value as usize).unwrap_or(heads);
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            let f = cfg.value("num_key_value_heads").map(|f| (f.pointer, f.value)).unwrap_or(("/num_key_value_heads".into(), Value::Null));
+            return Err(cfg.wrong_type(&f.0, &f.1, "a divisor of num_attention_heads"));
+        }
+        let head_dim = cfg.head_dim()?.unwrap_or((hidden / heads) as u64) as usize;
+        let bias_default = family == Family::Qwen2;
+        Ok(LlamaConfig {
+            family,
+            hidden,
+            layers: required(cfg, "num_hidden_layers")?,
+            heads,
+            kv_heads,
+            head_dim,
+            intermediate: required(cfg, "intermediate_size")?,
+            vocab: required(cfg, "vocab_size")?,
+            eps: cfg.rms_norm_eps()? as f32,
+            rope: rope_from_config(cfg, head_dim)?,
+            qkv_bias: cfg.bool("attention_bias").map(|f| f.value).unwrap_or(bias_default),
+            qk_norm: family == Family::Qwen3,
+            tie_embeddings: cfg.tie_word_embeddings(),
+        })
+    }
+
+    pub fn geometry(&self) -> AttnGeometry {
+        AttnGeometry {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// SGLang's default EAGLE-3 capture layers `[2, L/2, L-3]` (inputs of those layers).
+    pub fn default_capture_layers(&self) -> Vec<usize> {
+        let l = self.layers;
+        vec![2, l / 2, l.saturating_sub(3)]
+    }
+}
+
+/// Buffer sizes fixed at load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// Most tokens in one forward (a prefill chunk, a verify tree, a draft level).
+    pub rows: usize,
+    /// Most rows that need logits in one forward.
+    pub logit_rows: usize,
+    /// Positions covered by the RoPE table.
+    pub positions: usize,
+}
+
+/// Which rows of a forward get logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    None,
+    Last,
+    All,
+}
+
+pub(crate) struct Attention<B: Backend> {
+    pub q: B::Weight,
+    pub k: B::Weight,
+    pub v: B::Weight,
+    pub o: B::Weight,
+    pub q_bias: Option<B::Weight>,
+    pub k_bias: Option<B::Weight>,
+    pub v_bias: Option<B::Weight>,
+    pub q_norm: Option<B::Weight>,
+    pub k_norm: Option<B::Weight>,
+}
+
+pub(crate) struct Mlp<B: Backend> {
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
+}
+
+pub(crate) struct Layer<B: Backend> {
+    pub input_ln: B::Weight,
+    pub attn: Attention<B>,
+    pub post_ln: B::Weight,
+    pub mlp: Mlp<B>,
+}
+
+/// Shapes of one decoder layer's tensors, for loading.
+pub(crate) struct LayerShape {
+    pub hidden: usize,
+    /// Width of the attention input (2×hidden for EAGLE-3's fused layer).
+    pub attn_in: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+}
+
+impl<B: Backend> Layer<B> {
+    pub(crate) fn load(ld: &mut Loader<'_, B>, prefix: &str, s: &LayerShape) -> Result<Self, BackendError> {
+        let (q_out, kv_out) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+        let name = |t: &str| format!("{prefix}{t}");
+        let bias = |ld: &mut Loader<'_, B>, t: &str, len: usize| -> Result<Option<B::Weight>, BackendError> {
+            if s.qkv_bias {
+                ld.weight(&name(t), &[len], Shard::Column).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let norm = |ld: &mut Loader<'_, B>, t: &str| -> Result<Option<B::Weight>, BackendError> {
+            if s.qk_norm {
+                ld.weight(&name(t), &[s.head_dim], Shard::Replicated).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Layer {
+            input_ln: ld.weight(&name("input_layernorm.weight"), &[s.hidden], Shard::Replicated)?,
+            attn: Attention {
+                q: ld.weight(&name("self_attn.q_proj.weight"), &[q_out, s.attn_in], Shard::Column)?,
+                k: ld.weight(&name("self_attn.k_proj.weight"), &[kv_out, s.attn_in], Shard::Column)?,
+                v: ld.weight(&name("self_attn.v_proj.weight"), &[kv_out, s.attn_in], Shard::Column)?,
+                o: ld.weight(&name("self_attn.o_proj.weight"), &[s.hidden, q_out], Shard::Row)?,
+                q_bias: bias(ld, "self_attn.q_proj.bias", q_out)?,
+                k_bias: bias(ld, "self_attn.k_proj.bias", kv_out)?,
+                v_bias: bias(ld, "self_attn.v_proj.bias", kv_out)?,
+                q_norm: norm(ld, "self_attn.q_norm.weight")?,
+                k_norm: norm(ld, "self_attn.k_norm.weight")?,
+            },
+            post_ln: ld.weight(&name("post_attention_layernorm.weight"), &[s.hidden], Shard::Replicated)?,
+            mlp: Mlp {
+                gate: ld.weight(&name("mlp.gate_proj.weight"), &[s.intermediate, s.hidden], Shard::Column)?,
+                up: ld.weight(&name("mlp.up_proj.weight"), &[s.intermediate, s.hidden], Shard::Column)?,
+                down: ld.weight(&name("mlp.down_proj.weight"), &[s.hidden, s.intermediate], Shard::Row)?,
+            },
+        })
+    }
+}
+
+/// Scratch buffers for the attention and MLP halves of a layer, sized at load.
+pub(crate) struct LayerScratch<B: Backend> {
+    pub q: B::Tensor,
+    pub k: B::Tensor,
+    pub v: B::Tensor,
+    pub attn: B::Tensor,
+    pub gate: B::Tensor,
+    pub up: B::Tensor,
+    pub act: B::Tensor,
+    /// The post-attention norm of the residual: the MLP's input, `[rows, hidden]`.
+    pub mlp_in: B::Tensor,
+    /// Output of o_proj / down_proj, `[rows, hidden]`.
+    pub delta: B::Tensor,
+}
+
+impl<B: Backend> LayerScratch<B> {
+    pub(crate) fn new(b: &B, rows: usize, s: &LayerShape) -> Result<Self, BackendError> {
+        let (q_out, kv_out) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+        Ok(LayerScratch {
+            q: b.tensor(rows, q_out)?,
+            k: b.tensor(rows, kv_out)?,
+            v: b.tensor(rows, kv_out)?,
+            attn: b.tensor(rows, q_out)?,
+            gate: b.tensor(rows, s.intermediate)?,
+            up: b.tensor(rows, s.intermediate)?,
+            act: b.tensor(rows, s.intermediate)?,
+            mlp_in: b.tensor(rows, s.hidden)?,
+            delta: b.tensor(rows, s.hidden)?,
+        })
+    }
+}
+
+/// Everything one layer's forward needs besides the weights.
+pub(crate) struct LayerStep<'a, B: Backend> {
+    pub geometry: AttnGeometry,
+    pub eps: f32,
+    pub rope: &'a RopeTable<B>,
+    pub positions: &'a B::Ids,
+    pub window: AttnWindow,
+    pub mask: Mask<'a, B>,
+}
+
+impl<B: Backend> Layer<B> {
+    /// Attention on the normed input `x` (`[n, attn_in]`), then the residual add into `h`
+    /// and the MLP. On return `s.delta` holds the MLP output, not yet added to `h`: the caller
+    /// adds it fused with the next norm. `x` is only read.
+    pub(crate) fn forward(
+        &self,
+        b: &B,
+        st: &LayerStep<'_, B>,
+        kv: (&mut B::Tensor, &mut B::Tensor),
+        x: &B::Tensor,
+        h: &mut B::Tensor,
+        s: &mut LayerScratch<B>,
+    ) {
+        let n = st.window.queries;
+        let a = &self.attn;
+        b.matmul(x, &a.q, a.q_bias.as_ref(), n, &mut s.q);
+        b.matmul(x, &a.k, a.k_bias.as_ref(), n, &mut s.k);
+        b.matmul(x, &a.v, a.v_bias.as_ref(), n, &mut s.v);
+        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
+            b.head_rms_norm(&mut s.q, qn, st.eps, n);
+            b.head_rms_norm(&mut s.k, kn, st.eps, n);
+        }
+        b.rope(&mut s.q, st.rope, st.positions, n);
+        b.rope(&mut s.k, st.rope, st.positions, n);
+        let slot = st.window.first_new_slot();
+        b.copy_rows(&s.k, 0, kv.0, slot, n);
+        b.copy_rows(&s.v, 0, kv.1, slot, n);
+        b.attention(&s.q, kv.0, kv.1, &st.geometry, st.window, st.mask, &mut s.attn);
+        b.matmul(&s.attn, &a.o, None, n, &mut s.delta);
+        b.all_reduce(&mut s.delta, n);
+        b.add_rms_norm(h, &s.delta, &self.post_ln, st.eps, n, &mut s.mlp_in);
+        b.matmul(&s.mlp_in, &self.mlp.gate, None, n, &mut s.gate);
+        b.matmul(&s.mlp_in, &self.mlp.up, None, n, &mut s.up);
+        b.silu_mul(&s.gate, &s.up, n, &mut s.act);
+        b.matmul(&s.act, &self.mlp.down, None, n, &mut s.delta);
+        b.all_reduce(&mut s.delta, n);
+    }
+}
+
+/// Token ids and positions of the next forward, written by the caller before `forward`.
+pub struct StepInputs<B: Backend> {
+    pub ids: B::Ids,
+    pub positions: B::Ids,
+}
+
+impl<B: Backend> StepInputs<B> {
+    pub fn new(b: &B, rows: usize) -> Result<Self, BackendError> {
+        Ok(StepInputs { ids: b.ids(rows)?, positions: b.ids(rows)? })
+    }
+
+    pub fn set(&mut self, b: &B, ids: &[u32], positions: &[usize]) {
+        let ids: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
+        let pos: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+        b.write_ids(&mut self.ids, &ids);
+        b.write_ids(&mut self.positions, &pos);
+    }
+}
+
+/// The residual stream captured at the input of chosen layers, side by side: `[rows, k·hidden]`.
+pub struct Capture<B: Backend> {
+    /// Input-of-layer indices, ascending (the concatenation order).
+    pub layers: Vec<usize>,
+    pub aux: B::Tensor,
+}
+
+pub struct LlamaModel<B: Backend> {
+    pub config: LlamaConfig,
+    pub capacity: Capacity,
+    backend: Arc<B>,
+    pub(crate) embed: Arc<B::Weight>,
+    pub(crate) lm_head: Arc<B::Weight>,
+    layers: Vec<Layer<B>>,
+    norm: B::Weight,
+    rope: RopeTable<B>,
+    pub inputs: StepInputs<B>,
+    h: B::Tensor,
+    x: B::Tensor,
+    last: B::Tensor,
+    scratch: LayerScratch<B>,
+    pub logits: B::Tensor,
+    pub capture: Option<Capture<B>>,
+    weight_bytes: u64,
+}
+
+impl<B: Backend> LlamaModel<B> {
+    pub fn load(backend: Arc<B>, config: LlamaConfig, ld: &mut Loader<'_, B>, cap: Capacity) -> Result<Self, BackendError> {
+        let c = &config;
+        let embed = Arc::new(ld.weight("model.embed_tokens.weight", &[c.vocab, c.hidden], Shard::Column)?);
+        let shape = layer_shape(c);
+        let mut layers = Vec::with_capacity(c.layers);
+        for i in 0..c.layers {
+            layers.push(Layer::load(ld, &format!("model.layers.{i}."), &shape)?);
+        }
+        let norm = ld.weight("model.norm.weight", &[c.hidden], Shard::Replicated)?;
+        // A separate lm_head wins when present (GGUF conversions keep `output.weight` even
+        // for tied models); otherwise tied embeddings stand in.
+        let lm_head = match ld.optional("lm_head.weight", &[c.vocab, c.hidden], Shard::Column)? {
+            Some(w) => Arc::new(w),
+            None if c.tie_embeddings => embed.clone(),
+            None => ld.weight("lm_head.weight", &[c.vocab, c.hidden], Shard::Column).map(Arc::new)?,
+        };
+        let b = &*backend;
+        let mut weight_bytes = b.weight_bytes(&embed) + b.weight_bytes(&norm);
+        if !Arc::ptr_eq(&lm_head, &embed) {
+            weight_bytes += b.weight_bytes(&lm_head);
+        }
+        for l in &layers {
+            weight_bytes += layer_bytes(b, l);
+        }
+        Ok(LlamaModel {
+            rope: c.rope.table(b, cap.positions)?,
+            inputs: StepInputs::new(b, cap.rows)?,
+            h: b.tensor(cap.rows, c.hidden)?,
+            x: b.tensor(cap.rows, c.hidden)?,
+            last: b.tensor(1, c.hidden)?,
+            scratch: LayerScratch::new(b, cap.rows, &shape)?,
+            logits: b.tensor(cap.logit_rows, c.vocab)?,
+            capture: None,
+            embed,
+            lm_head,
+            layers,
+            norm,
+            weight_bytes,
+            capacity: cap,
+            config,
+            backend,
+        })
+    }
+
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// Bytes of weights one decode step reads (the embedding gather aside).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    pub fn new_kv(&self, slots: usize) -> Result<KvCache<B>, BackendError> {
+        KvCache::new(&*self.backend, self.config.layers, slots, self.config.kv_width())
+    }
+
+    /// Capture the inputs of `layers` (ascending) from now on; `None` stops capturing.
+    pub fn set_capture(&mut self, layers: Option<Vec<usize>>) -> Result<(), BackendError> {
+        self.capture = match layers {
+            Some(layers) => {
+                let aux = self.backend.tensor(self.capacity.rows, layers.len() * self.config.hidden)?;
+                Some(Capture { layers, aux })
+            }
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// Run `window.queries` tokens (ids and positions already in `self.inputs`).
+    pub fn forward(&mut self, kv: &mut KvCache<B>, window: AttnWindow, mask: Mask<'_, B>, logits: Logits) {
+        let n = window.queries;
+        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
+        assert!(window.prefix + window.region <= kv.slots, "KV cache of {} slots is too small", kv.slots);
+        let b = &*self.backend;
+        let c = &self.config;
+        b.embed(&self.embed, &self.inputs.ids, n, &mut self.h);
+        b.rms_norm(&self.h, &self.layers[0].input_ln, c.eps, n, &mut self.x);
+        let step = LayerStep {
+            geometry: c.geometry(),
+            eps: c.eps,
+            rope: &self.rope,
+            positions: &self.inputs.positions,
+            window,
+            mask,
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            if let Some(cap) = &mut self.capture {
+                if let Some(slot) = cap.layers.iter().position(|&l| l == i) {
+                    b.copy_cols(&self.h, n, &mut cap.aux, slot * c.hidden);
+                }
+            }
+            layer.forward(b, &step, (&mut kv.k[i], &mut kv.v[i]), &self.x, &mut self.h, &mut self.scratch);
+            let next_norm = self.layers.get(i + 1).map(|l| &l.input_ln).unwrap_or(&self.norm);
+            b.add_rms_norm(&mut self.h, &self.scratch.delta, next_norm, c.eps, n, &mut self.x);
+        }
+        match logits {
+            Logits::None => {}
+            Logits::Last => {
+                b.copy_rows(&self.x, n - 1, &mut self.last, 0, 1);
+                b.matmul(&self.last, &self.lm_head, None, 1, &mut self.logits);
+            }
+            Logits::All => {
+                assert!(n <= self.capacity.logit_rows, "logits for {n} rows (capacity {})", self.capacity.logit_rows);
+                b.matmul(&self.x, &self.lm_head, None, n, &mut self.logits);
+            }
+        }
+    }
+
+    /// The final pre-norm hidden states of the last forward, `[rows, hidden]`.
+    pub fn final_hidden(&self) -> &B::Tensor {
+        &self.h
+    }
+}
+
+pub(crate) fn layer_shape(c: &LlamaConfig) -> LayerShape {
+    LayerShape {
+        hidden: c.hidden,
+        attn_in: c.hidden,
+        heads: c.heads,
+        kv_heads: c.kv_heads,
+        head_dim: c.head_dim,
+        intermediate: c.intermediate,
+        qkv_bias: c.qkv_bias,
+        qk_norm: c.qk_norm,
+    }
+}
+
+pub(crate) fn layer_bytes<B: Backend>(b: &B, l: &Layer<B>) -> u64 {
+    let a = &l.attn;
+    let optional = [&a.q_bias, &a.k_bias, &a.v_bias, &a.q_norm, &a.k_norm];
+    [&l.input_ln, &a.q, &a.k, &a.v, &a.o, &l.post_ln, &l.mlp.gate, &l.mlp.up, &l.mlp.down]
+        .into_iter()
+        .chain(optional.into_iter().flatten())
+        .map(|w| b.weight_bytes(w))
+        .sum()
+}

@@ -1,0 +1,248 @@
+//! The speculative decoding loop (one request), after SGLang's EAGLE worker:
+//!
+//! 1. Prefill the prompt except its last token, which becomes the root of the first tree; the
+//!    drafter reads each prefill chunk (with the target's captured hiddens for EAGLE-3).
+//! 2. Repeat: draft a tree from the drafter's top-k after the root; run the target once over
+//!    the whole tree (positions `committed + depth`, tree mask); accept a path (greedy or
+//!    rejection sampling) plus one token of the target's own; keep the path's KV and drop
+//!    the rest; let the drafter read the accepted tokens; the target's token is the next root.
+//!
+//! Without a drafter every tree is the root alone, which is plain target-only decoding
+//! through the same code. The first generated token already goes through verification, so
+//! even it is sampled by the speculative rule.
+
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::{AttnWindow, Backend, Mask};
+use crate::engine::drafter::{AuxRows, Candidate, Drafter};
+use crate::engine::kv::KvCache;
+use crate::engine::llama::{LlamaModel, Logits};
+use crate::engine::tree::{self, Tree, TreeShape};
+use crate::engine::verify::{self, AcceptRule, Walk};
+use crate::engine::EngineError;
+
+/// The target with its KV cache and verify buffers.
+pub struct Target<B: Backend> {
+    pub model: LlamaModel<B>,
+    pub kv: KvCache<B>,
+    /// Verify-tree slots reserved after the committed tokens.
+    pub tree_slots: usize,
+    mask: B::Ids,
+    argmax: B::Ids,
+}
+
+impl<B: Backend> Target<B> {
+    /// `kv_slots` = the longest sequence plus `tree_slots`.
+    pub fn new(model: LlamaModel<B>, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
+        let b = model.backend().clone();
+        let rows = model.capacity.logit_rows;
+        Ok(Target {
+            kv: model.new_kv(kv_slots)?,
+            mask: b.ids(rows * rows)?,
+            argmax: b.ids(rows)?,
+            tree_slots,
+            model,
+        })
+    }
+
+    /// Give the KV cache back and keep the model (a relaunch sizes a new cache).
+    pub fn into_model(self) -> LlamaModel<B> {
+        self.model
+    }
+
+    /// The longest sequence (prompt + output) a request may reach.
+    pub fn max_tokens(&self) -> usize {
+        self.kv.slots - self.tree_slots
+    }
+
+    /// Run the target over a verify tree rooted at position `base` and accept a path.
+    fn verify(&mut self, tree: &Tree, base: usize, sampling: Option<(&Sampling, &mut ChaCha8Rng)>) -> Result<(Walk, u32), EngineError> {
+        let b = self.model.backend().clone();
+        let n = tree.len();
+        self.model.inputs.set(&*b, &tree.tokens, &tree.positions(base));
+        let mask = if tree.is_chain() {
+            Mask::Causal
+        } else {
+            b.write_ids(&mut self.mask, &tree.mask());
+            Mask::Explicit(&self.mask)
+        };
+        self.model.forward(&mut self.kv, AttnWindow { prefix: base, region: n, queries: n }, mask, Logits::All);
+        let Some((s, rng)) = sampling else {
+            b.argmax(&self.model.logits, n, &mut self.argmax);
+            let argmax: Vec<u32> = b.read_ids(&self.argmax, n)?.into_iter().map(|t| t as u32).collect();
+            return Ok(verify::greedy(tree, &argmax));
+        };
+        let coins: Vec<f32> = (0..n).map(|_| rng.random::<f32>()).collect();
+        let final_coin: f32 = rng.random();
+        b.softmax(&mut self.model.logits, n, s.temperature);
+        let coords: Vec<(usize, usize)> =
+            (1..n).map(|i| (tree.parent[i].expect("non-root nodes have parents"), tree.tokens[i] as usize)).collect();
+        let mut child_prob = vec![0.0];
+        child_prob.extend(b.read_elements(&self.model.logits, &coords)?);
+        let walk = verify::sample(tree, &child_prob, &coins, s.rule);
+        let next = b.sample(&self.model.logits, walk.last(), &walk.rejected, final_coin)?;
+        Ok((walk, next))
+    }
+
+    fn aux(&self) -> Option<&B::Tensor> {
+        self.model.capture.as_ref().map(|c| &c.aux)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub seed: u64,
+    pub rule: AcceptRule,
+}
+
+#[derive(Clone, Debug)]
+pub struct Decoding {
+    /// The draft tree shape (ignored without a drafter).
+    pub shape: TreeShape,
+    /// `None`: greedy.
+    pub sampling: Option<Sampling>,
+    pub max_new_tokens: usize,
+    /// Token ids that end generation (not emitted).
+    pub stop: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    /// Tokens each verify step produced (accepted drafts + the target's own, a stop token
+    /// counted), so 1 ..= steps + 1.
+    pub accept_lengths: Vec<usize>,
+    /// Accepted draft tokens in `tokens`.
+    pub drafted: usize,
+    pub stopped: bool,
+    pub prefill_seconds: f64,
+    pub seconds: f64,
+}
+
+impl Generation {
+    pub fn mean_accept_length(&self) -> f64 {
+        if self.accept_lengths.is_empty() {
+            0.0
+        } else {
+            self.accept_lengths.iter().sum::<usize>() as f64 / self.accept_lengths.len() as f64
+        }
+    }
+
+    pub fn tokens_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.tokens.len() as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Verify steps that emitted `n` tokens, indexed by `n`.
+    pub fn accept_histogram(&self) -> Vec<u64> {
+        let mut h = vec![0u64; self.accept_lengths.iter().max().map_or(0, |m| m + 1)];
+        for &a in &self.accept_lengths {
+            h[a] += 1;
+        }
+        h
+    }
+}
+
+fn extend<B: Backend>(
+    drafter: &mut dyn Drafter<B>,
+    target: &Target<B>,
+    seq: &[u32],
+    committed: usize,
+    rows: &[usize],
+) -> Result<Option<Vec<Candidate>>, EngineError> {
+    let aux = match (drafter.wants_aux(), target.aux()) {
+        (true, Some(tensor)) => Some(AuxRows { tensor, rows }),
+        (true, None) => return Err(EngineError::Request("the target is not capturing hidden states for the drafter".into())),
+        (false, _) => None,
+    };
+    drafter.extend(seq, committed, aux)
+}
+
+/// Generate from `prompt`; `on_tokens(ids, drafted)` sees each committed group as it lands.
+pub fn generate<B: Backend>(
+    target: &mut Target<B>,
+    mut drafter: Option<&mut dyn Drafter<B>>,
+    prompt: &[u32],
+    d: &Decoding,
+    on_tokens: &mut dyn FnMut(&[u32], bool),
+) -> Result<Generation, EngineError> {
+    let start = Instant::now();
+    if prompt.is_empty() {
+        return Err(EngineError::Request("the prompt has no tokens".into()));
+    }
+    if prompt.len() + d.max_new_tokens > target.max_tokens() {
+        return Err(EngineError::Request(format!(
+            "the prompt ({} tokens) plus --max-new-tokens ({}) exceed the KV cache ({} tokens)",
+            prompt.len(),
+            d.max_new_tokens,
+            target.max_tokens()
+        )));
+    }
+    let b = target.model.backend().clone();
+    if let Some(dr) = drafter.as_deref_mut() {
+        dr.reset();
+    }
+    let mut seq = prompt.to_vec();
+    let mut committed = 0;
+    let mut head = None;
+    let rows = target.model.capacity.rows;
+    while committed + 1 < seq.len() {
+        let n = (seq.len() - 1 - committed).min(rows);
+        let positions: Vec<usize> = (committed..committed + n).collect();
+        target.model.inputs.set(&*b, &seq[committed..committed + n], &positions);
+        let window = AttnWindow { prefix: committed, region: n, queries: n };
+        target.model.forward(&mut target.kv, window, Mask::Causal, Logits::None);
+        committed += n;
+        if let Some(dr) = drafter.as_deref_mut() {
+            head = extend(dr, target, &seq, committed, &(0..n).collect::<Vec<_>>())?;
+        }
+    }
+    b.sync()?;
+    let mut out = Generation { prefill_seconds: start.elapsed().as_secs_f64(), ..Generation::default() };
+    let mut rng = ChaCha8Rng::seed_from_u64(d.sampling.map_or(0, |s| s.seed));
+    while out.tokens.len() < d.max_new_tokens {
+        let root = seq[committed];
+        let tree = match (drafter.as_deref_mut(), head.take()) {
+            (Some(dr), Some(h)) => tree::draft(dr, root, committed, h, d.shape)?,
+            _ => Tree::root(root),
+        };
+        let (walk, next) = target.verify(&tree, committed, d.sampling.as_ref().map(|s| (s, &mut rng)))?;
+        target.kv.commit_path(&*b, committed, &walk.path);
+        committed += walk.path.len();
+        let produced: Vec<u32> = walk.path[1..].iter().map(|&i| tree.tokens[i]).chain([next]).collect();
+        seq.extend_from_slice(&produced);
+        let room = d.max_new_tokens - out.tokens.len();
+        let stop_at = produced.iter().position(|t| d.stop.contains(t)).filter(|&s| s < room);
+        let keep = stop_at.unwrap_or(produced.len()).min(room);
+        out.accept_lengths.push(stop_at.map_or(keep, |s| s + 1));
+        let accepted = keep.min(walk.path.len() - 1);
+        if accepted > 0 {
+            on_tokens(&produced[..accepted], true);
+        }
+        if keep > accepted {
+            on_tokens(&produced[accepted..keep], false);
+        }
+        out.drafted += accepted;
+        out.tokens.extend_from_slice(&produced[..keep]);
+        if stop_at.is_some() {
+            out.stopped = true;
+            break;
+        }
+        if out.tokens.len() >= d.max_new_tokens {
+            break;
+        }
+        if let Some(dr) = drafter.as_deref_mut() {
+            head = extend(dr, target, &seq, committed, &walk.path)?;
+        }
+    }
+    b.sync()?;
+    out.seconds = start.elapsed().as_secs_f64();
+    Ok(out)
+}

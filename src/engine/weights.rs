@@ -1,0 +1,94 @@
+//! Loading named checkpoint tensors onto a backend, with shape checks and byte progress per file.
+
+use crate::backend::{Backend, BackendError, Shard};
+use crate::model::checkpoint::{Checkpoint, CheckpointError};
+
+/// Bytes of one checkpoint file read so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileProgress {
+    /// The file name (no folder).
+    pub file: String,
+    pub done: u64,
+    pub total: u64,
+}
+
+pub struct Loader<'a, B: Backend> {
+    backend: &'a B,
+    ck: &'a Checkpoint,
+    done: Vec<u64>,
+    progress: &'a mut dyn FnMut(FileProgress),
+}
+
+impl<'a, B: Backend> Loader<'a, B> {
+    pub fn new(backend: &'a B, ck: &'a Checkpoint, progress: &'a mut dyn FnMut(FileProgress)) -> Self {
+        Loader { backend, ck, done: vec![0; ck.files.len()], progress }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.ck.contains(name)
+    }
+
+    /// A tensor with its shape checked (the error names the file and the tensor).
+    pub fn weight(&mut self, name: &str, shape: &[usize], shard: Shard) -> Result<B::Weight, BackendError> {
+        let view = self.ck.view(name)?;
+        view.expect_shape(shape)?;
+        let w = self.backend.load_weight(&view, shard)?;
+        self.advance(name);
+        Ok(w)
+    }
+
+    pub fn optional(&mut self, name: &str, shape: &[usize], shard: Shard) -> Result<Option<B::Weight>, BackendError> {
+        if self.has(name) {
+            self.weight(name, shape, shard).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// An integer tensor of `len` entries, read to the host (EAGLE-3's `d2t`).
+    pub fn host_i64(&mut self, name: &str, len: usize) -> Result<Vec<i64>, BackendError> {
+        let view = self.ck.view(name)?;
+        view.expect_shape(&[len])?;
+        let v = view.to_i64()?;
+        self.advance(name);
+        Ok(v)
+    }
+
+    /// The path of the file holding `name` (for error messages).
+    pub fn file_of(&self, name: &str) -> String {
+        self.ck.file_of(name).map(|p| p.display().to_string()).unwrap_or_else(|| self.ck.dir.display().to_string())
+    }
+
+    fn advance(&mut self, name: &str) {
+        let Some(meta) = self.ck.meta(name) else { return };
+        let i = meta.file_index;
+        self.done[i] += (meta.end - meta.start) as u64;
+        self.report(i);
+    }
+
+    fn report(&mut self, i: usize) {
+        let f = &self.ck.files[i];
+        let file = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        (self.progress)(FileProgress { file, done: self.done[i].min(f.len), total: f.len });
+    }
+
+    /// Mark every file fully read (headers and unused tensors count too).
+    pub fn finish(mut self) {
+        for i in 0..self.ck.files.len() {
+            self.done[i] = self.ck.files[i].len;
+            self.report(i);
+        }
+    }
+}
+
+/// The checkpoint file and tensor an error is about, when it names one.
+pub fn error_location(e: &BackendError) -> Option<(String, String)> {
+    match e {
+        BackendError::Load(CheckpointError::MissingTensor { dir, name }) => Some((dir.display().to_string(), name.clone())),
+        BackendError::Load(CheckpointError::WrongShape { file, name, .. })
+        | BackendError::Load(CheckpointError::WrongDtype { file, name, .. }) => {
+            Some((file.display().to_string(), name.clone()))
+        }
+        _ => None,
+    }
+}
