@@ -1,7 +1,7 @@
 use clap::Parser;
 
-use specdeck::cli::{Cli, Command, ConvertCommand, LaunchArgs};
-use specdeck::console::session::{run_session, SessionConfig};
+use specdeck::cli::{Cli, Command, ConvertCommand, LaunchArgs, ReplayArgs};
+use specdeck::console::session::{has_tty, run_session, SessionConfig};
 use specdeck::console::EngineControl;
 use specdeck::demo;
 use specdeck::event::EventSink;
@@ -12,7 +12,7 @@ fn main() {
     let result: anyhow::Result<i32> = match cli.command {
         Some(Command::Check(args)) => specdeck::preflight::command::run(&args),
         Some(Command::Launch(args)) => launch(args, cli.headless),
-        Some(Command::Replay(args)) => specdeck::replay::command(&args),
+        Some(Command::Replay(args)) => replay(args, cli.headless),
         Some(Command::Generate(args)) => specdeck::engine::commands::generate(&args),
         Some(Command::Bench(args)) => specdeck::engine::commands::bench(&args),
         Some(Command::Convert(ConvertCommand::Gguf { input, out_dir, dtype })) => {
@@ -45,6 +45,25 @@ fn launch(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
         headless,
     };
     run_session(config, start_engine)
+}
+
+/// `specdeck replay LOG`: the console on a TTY (the same panes a live launch shows, fed by
+/// the replay producer), else the headless timeline or `--json`.
+fn replay(args: ReplayArgs, headless: bool) -> anyhow::Result<i32> {
+    if args.json || headless || !has_tty() {
+        return specdeck::replay::command(&args);
+    }
+    let source = specdeck::replay::Source::parse(&args.log);
+    let opts = specdeck::replay::ReplayOptions { follow: args.follow, speed: args.speed, logs: true };
+    let config = SessionConfig { max_new_tokens: 64, ..SessionConfig::default() };
+    run_session(config, move |sink| {
+        std::thread::spawn(move || {
+            if let Err(e) = specdeck::replay::produce(&source, &opts, &sink) {
+                sink.log(specdeck::event::LogLevel::Error, "replay", format!("{e:#}"));
+            }
+        });
+        Ok(None)
+    })
 }
 
 /// `specdeck` with no arguments: the embedded demo pair, its default prompt once ready.
