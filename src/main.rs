@@ -1,9 +1,12 @@
+use std::sync::Arc;
+
 use clap::Parser;
 
 use specdeck::cli::{Cli, Command, ConvertCommand, LaunchArgs, ReplayArgs};
 use specdeck::console::session::{has_tty, run_session, SessionConfig};
 use specdeck::console::EngineControl;
 use specdeck::demo;
+use specdeck::engine::handle::{EngineHandle, PreflightFn};
 use specdeck::event::EventSink;
 use specdeck::spec::LaunchSpec;
 
@@ -82,8 +85,9 @@ fn run_demo(cli: &Cli) -> anyhow::Result<i32> {
     run_session(config, start_engine)
 }
 
-/// The in-process engine behind the console (CONTRACTS.md 1 and 2). The engine lands with
-/// its own issue; the merge puts `EngineHandle::spawn(sink, preflight)` here.
-fn start_engine(_sink: EventSink) -> anyhow::Result<Option<Box<dyn EngineControl>>> {
-    Err(anyhow::anyhow!("the in-process engine lands with the engine issue (CONTRACTS.md 1); this build cannot launch"))
+/// The in-process engine behind the console (CONTRACTS.md 1 and 2), with the full
+/// preflight rule set run in its preflight phase.
+fn start_engine(sink: EventSink) -> anyhow::Result<Option<Box<dyn EngineControl>>> {
+    let preflight: PreflightFn = Arc::new(specdeck::preflight::check_spec);
+    Ok(Some(Box::new(EngineHandle::spawn(sink, preflight))))
 }

@@ -88,7 +88,6 @@ fn path_str(p: &Path) -> &str {
 }
 
 #[test]
-#[ignore = "needs the engine (lead enables at merge)"]
 fn demo_diagnosis_fix_relaunch_generate_and_quit_in_tmux() {
     if !tmux_present() {
         return;
@@ -135,7 +134,6 @@ fn demo_diagnosis_fix_relaunch_generate_and_quit_in_tmux() {
 }
 
 #[test]
-#[ignore = "needs the engine (lead enables at merge)"]
 fn a_lost_terminal_tears_the_session_down() {
     if !tmux_present() {
         return;
@@ -157,7 +155,6 @@ fn a_lost_terminal_tears_the_session_down() {
 }
 
 #[test]
-#[ignore = "needs the engine (lead enables at merge)"]
 fn without_a_tty_the_demo_prints_the_diagnosis_and_the_apply_hint() {
     let home = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {

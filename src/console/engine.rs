@@ -1,17 +1,11 @@
 //! The console's view of the engine (contract 2): three commands out; everything the
 //! engine says comes back as events through the `EventReceiver`, never through this trait.
 
+use crate::engine::handle::{EngineCommand, EngineHandle};
 use crate::spec::LaunchSpec;
 
-/// A generation request, field for field the engine's `GenerateRequest`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenerateParams {
-    pub prompt: String,
-    pub max_new_tokens: usize,
-    pub chat: bool,
-    pub temperature: f32,
-    pub seed: u64,
-}
+/// A generation request: the engine's own request type, so the two cannot drift.
+pub use crate::engine::handle::GenerateRequest as GenerateParams;
 
 impl GenerateParams {
     /// Greedy decoding of a plain prompt, as the demo and `launch --prompt` use.
@@ -28,4 +22,19 @@ pub trait EngineControl: Send {
     fn generate(&mut self, params: GenerateParams);
     /// Free everything; the engine answers with `Event::Exit`.
     fn shutdown(&mut self);
+}
+
+/// The in-process engine (contract 1) behind the console.
+impl EngineControl for EngineHandle {
+    fn launch(&mut self, spec: LaunchSpec) {
+        self.send(EngineCommand::Launch(spec));
+    }
+
+    fn generate(&mut self, params: GenerateParams) {
+        self.send(EngineCommand::Generate(params));
+    }
+
+    fn shutdown(&mut self) {
+        self.send(EngineCommand::Shutdown);
+    }
 }
