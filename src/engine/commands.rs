@@ -15,7 +15,7 @@ use crate::cli::{BenchArgs, GenerateArgs, LaunchFlags};
 use crate::engine::handle::{GenerateRequest, PreflightFn};
 use crate::engine::lifecycle::{Engine, LaunchOutcome};
 use crate::engine::spec_decode::Generation;
-use crate::event::{Event, EventReceiver, EventSink, PhaseId, PhaseState};
+use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseId, PhaseState};
 use crate::finding::{exit_code, Finding};
 use crate::model::config::ModelConfig;
 use crate::preflight::context;
@@ -52,11 +52,16 @@ fn launch_spec(flags: &LaunchFlags, preflight: &PreflightFn) -> anyhow::Result<L
     Ok(spec)
 }
 
-/// Seconds per phase that ran, in order, from the launch's events.
+/// Seconds per phase that ran, in order, from the launch's events; log lines go to stderr.
 fn phase_seconds(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
     let mut started = BTreeMap::new();
     let mut out = Vec::new();
     while let Ok(ev) = rx.try_recv() {
+        if let Event::Log { level, source, line } = &ev.event {
+            if *level >= LogLevel::Info {
+                eprintln!("specdeck: {source}: {line}");
+            }
+        }
         if let Event::Phase { phase, state, .. } = ev.event {
             match state {
                 PhaseState::Started => {
@@ -230,6 +235,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     out["target_weight_bytes"] = json!(target_bytes);
     out["draft_weight_bytes"] = json!(draft_bytes);
     out["target_only_floor_tokens_per_s"] = json!(floor);
+    // Target-only decoding reads every target weight once per token: its decode rate over
+    // the bandwidth floor says how close the CPU kernels come to the machine's limit.
+    let target_only = if speculative { out.get("target_only").cloned() } else { Some(out.clone()) };
+    if let Some(rate) = target_only.and_then(|t| t["decode_tokens_per_s"].as_f64()) {
+        out["target_only_ratio_to_floor"] = json!(rate / floor);
+    }
     if args.json {
         println!("{out}");
     } else {

@@ -21,8 +21,7 @@ use crate::engine::tree::TreeShape;
 use crate::engine::verify;
 use crate::engine::weights::{FileProgress, Loader};
 use crate::engine::EngineError;
-use crate::event::{Event, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit};
-use crate::event::EventSink;
+use crate::event::{Event, EventSink, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit};
 use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
@@ -68,10 +67,22 @@ struct LoadedTarget<B: Backend> {
     target: Option<Target<B>>,
 }
 
+/// Most draft steps and top-k this engine sizes its buffers for.
+pub const MAX_STEPS: usize = 32;
+pub const MAX_TOPK: usize = 16;
+
 /// The tree shape a spec asks for, SGLang's defaults filled in (S=3, K=1, N=S+1 for a chain).
 pub fn tree_shape(spec: &LaunchSpec, events: &EventSink) -> TreeShape {
-    let steps = spec.speculative_num_steps.unwrap_or(3).max(1) as usize;
-    let topk = spec.speculative_eagle_topk.unwrap_or(1).max(1) as usize;
+    let clamp = |flag: &str, asked: Option<u32>, default: usize, most: usize| {
+        let v = asked.map_or(default, |v| v as usize);
+        let used = v.clamp(1, most);
+        if used != v {
+            events.log(LogLevel::Warning, SOURCE, format!("{flag} {v} is outside 1..={most}; using {used}"));
+        }
+        used
+    };
+    let steps = clamp("--speculative-num-steps", spec.speculative_num_steps, 3, MAX_STEPS);
+    let topk = clamp("--speculative-eagle-topk", spec.speculative_eagle_topk, 1, MAX_TOPK);
     let most = (TreeShape { steps, topk, draft_tokens: 0 }.candidates() + 1).min(MAX_TREE_TOKENS);
     let asked = spec.speculative_num_draft_tokens.map(|n| n as usize);
     let draft_tokens = match (topk, asked) {

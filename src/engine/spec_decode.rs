@@ -185,6 +185,10 @@ pub fn generate<B: Backend>(
             target.max_tokens()
         )));
     }
+    let vocab = target.model.config.vocab;
+    if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(EngineError::Request(format!("prompt token {t} is outside the target's vocabulary ({vocab})")));
+    }
     let b = target.model.backend().clone();
     if let Some(dr) = drafter.as_deref_mut() {
         dr.reset();

@@ -5,6 +5,8 @@
 mod attention;
 mod matmul;
 mod par;
+#[cfg(target_arch = "x86_64")]
+mod skinny;
 
 use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
