@@ -176,14 +176,24 @@ fn aggregate(gens: &[Generation]) -> Value {
     })
 }
 
-fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs) -> anyhow::Result<Vec<Generation>> {
-    prompts
-        .iter()
-        .map(|p| {
-            let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
-            engine.generate(&req).map_err(anyhow::Error::from)
-        })
-        .collect()
+/// Greedy generations of every prompt; with `compare`, each prompt also target-only (the
+/// drafter stays loaded), the two modes alternating first and second from prompt to prompt so
+/// that both see the same machine load.
+fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs, compare: bool) -> anyhow::Result<(Vec<Generation>, Vec<Generation>)> {
+    let (mut main, mut base) = (Vec::new(), Vec::new());
+    for (i, p) in prompts.iter().enumerate() {
+        let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
+        let order: &[bool] = match (compare, i % 2) {
+            (false, _) => &[true],
+            (true, 0) => &[true, false],
+            (true, _) => &[false, true],
+        };
+        for &speculative in order {
+            let g = engine.generate_with(&req, speculative)?;
+            if speculative { main.push(g) } else { base.push(g) }
+        }
+    }
+    Ok((main, base))
 }
 
 /// Read bandwidth of this machine: the best of several parallel passes over a buffer far
@@ -211,19 +221,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         Err(code) => return Ok(code),
     };
     let phases = phase_seconds(&mut rx);
-    let gens = run_all(&mut engine, &prompts, args)?;
+    let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
+    let compare = args.compare_target_only && speculative;
+    let (gens, base) = run_all(&mut engine, &prompts, args, compare)?;
     let (target_bytes, draft_bytes) = engine.weight_bytes();
     let mut out = aggregate(&gens);
     out["prompts"] = json!(prompts.len());
     out["phases"] = phases_json(&phases);
-    let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
-    if args.compare_target_only && speculative {
-        let mut plain = spec.clone();
-        plain.speculative_algorithm = Some(Algorithm::None);
-        if let LaunchOutcome::Failed(f) = engine.launch(&plain, &*preflight) {
-            return Err(anyhow!("target-only relaunch failed: {}", f.message));
-        }
-        let base = run_all(&mut engine, &prompts, args)?;
+    if compare {
         let mismatches: Vec<usize> = (0..prompts.len()).filter(|&i| base[i].tokens != gens[i].tokens).collect();
         out["target_only"] = aggregate(&base);
         out["identical"] = json!(mismatches.is_empty());

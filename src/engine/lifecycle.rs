@@ -446,6 +446,12 @@ impl<B: Backend> Engine<B> {
 
     /// Serve a request: `Token` events per committed group, then `Stats`.
     pub fn generate(&mut self, req: &GenerateRequest) -> Result<Generation, EngineError> {
+        self.generate_with(req, true)
+    }
+
+    /// As `generate`; `use_drafter: false` decodes target-only with the drafter left loaded
+    /// (a benchmark can then alternate both modes under the same machine load).
+    pub fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
         if !self.ready {
             return Err(EngineError::Request("the engine is not ready: launch it first".into()));
         }
@@ -466,7 +472,8 @@ impl<B: Backend> Engine<B> {
             });
             events.emit(Event::Token { ids: ids.to_vec(), text, drafted });
         };
-        let g = spec_decode::generate(target, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), &prompt, &decoding, &mut on_tokens)?;
+        let drafter = self.drafter.as_mut().filter(|_| use_drafter).map(|d| d.as_mut() as &mut dyn Drafter<B>);
+        let g = spec_decode::generate(target, drafter, &prompt, &decoding, &mut on_tokens)?;
         if let Some(e) = failed {
             return Err(e.into());
         }
