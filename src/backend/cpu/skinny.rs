@@ -2,8 +2,8 @@
 //!
 //! A decode or verify step multiplies 1–16 token rows by each weight matrix, so the cost is
 //! reading the weights once. `gemm` packs the weight matrix for every such call (measured
-//! here: 8 rows cost 4× one row), so these shapes get a kernel that streams each block of
-//! four weight rows from memory once and dots it with every token row while it sits in L1.
+//! here: 8 rows cost 4× one row), so these shapes get a kernel that streams each weight row
+//! from memory once and dots it with every token row while it sits in L1.
 
 use std::arch::x86_64::*;
 
@@ -22,8 +22,21 @@ unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum4(v: [__m256; 4]) -> f32 {
+    hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])))
+}
+
+/// The scalar rest `Σ x[t]·w[t]` for `t` in `from..k`.
+unsafe fn tail(x: *const f32, w: *const f32, from: usize, k: usize) -> f32 {
+    (from..k).map(|t| *x.add(t) * *w.add(t)).sum()
+}
+
 /// Rows `c0 .. c0 + cols` of `w` against the first `n` rows of `x`, into columns
 /// `c0 .. c0 + cols` of `out` (row stride `m`).
+///
+/// One weight row at a time (a single sequential stream, which the prefetcher follows best),
+/// dotted with two token rows per pass, four independent accumulators each.
 ///
 /// # Safety
 /// AVX2 and FMA must be available (`available()`); `x` holds `n * k` values, `w` at least
@@ -32,42 +45,34 @@ unsafe fn hsum(v: __m256) -> f32 {
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn block(x: &[f32], w: &[f32], n: usize, k: usize, m: usize, c0: usize, cols: usize, out: *mut f32) {
-    let k8 = k / 8 * 8;
+    let k32 = k / 32 * 32;
     let xp = x.as_ptr();
-    let mut c = c0;
-    while c < c0 + cols {
-        let rows = (c0 + cols - c).min(4);
-        let wp: [*const f32; 4] = std::array::from_fn(|j| w.as_ptr().add((c + j.min(rows - 1)) * k));
-        // Two token rows at a time: 8 independent accumulators keep both FMA ports busy.
+    for c in c0..c0 + cols {
+        let wr = w.as_ptr().add(c * k);
         let mut r = 0;
         while r < n {
-            let pair = (n - r).min(2);
+            let pair = n - r >= 2;
             let x0 = xp.add(r * k);
-            let x1 = xp.add((r + pair - 1) * k);
-            let mut acc = [_mm256_setzero_ps(); 8];
+            let x1 = if pair { x0.add(k) } else { x0 };
+            let mut a = [_mm256_setzero_ps(); 4];
+            let mut b = [_mm256_setzero_ps(); 4];
             let mut i = 0;
-            while i < k8 {
-                let a = _mm256_loadu_ps(x0.add(i));
-                let b = _mm256_loadu_ps(x1.add(i));
+            while i < k32 {
                 for j in 0..4 {
-                    let wv = _mm256_loadu_ps(wp[j].add(i));
-                    acc[j] = _mm256_fmadd_ps(a, wv, acc[j]);
-                    acc[4 + j] = _mm256_fmadd_ps(b, wv, acc[4 + j]);
-                }
-                i += 8;
-            }
-            for j in 0..rows {
-                for (t, xr) in [(0, x0), (1, x1)].into_iter().take(pair) {
-                    let mut s = hsum(acc[4 * t + j]);
-                    for ii in k8..k {
-                        s += *xr.add(ii) * *wp[j].add(ii);
+                    let wv = _mm256_loadu_ps(wr.add(i + 8 * j));
+                    a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x0.add(i + 8 * j)), wv, a[j]);
+                    if pair {
+                        b[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x1.add(i + 8 * j)), wv, b[j]);
                     }
-                    *out.add((r + t) * m + c + j) = s;
                 }
+                i += 32;
             }
-            r += pair;
+            *out.add(r * m + c) = sum4(a) + tail(x0, wr, k32, k);
+            if pair {
+                *out.add((r + 1) * m + c) = sum4(b) + tail(x1, wr, k32, k);
+            }
+            r += if pair { 2 } else { 1 };
         }
-        c += rows;
     }
 }
 
