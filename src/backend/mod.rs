@@ -144,6 +144,13 @@ pub trait Backend: Send + Sync + 'static {
     /// A short name for logs ("cpu", "cuda").
     fn name(&self) -> &'static str;
 
+    /// Run a whole step loop (a generation) where this backend issues work best. The CPU
+    /// backend runs it on a rayon worker, so each parallel op is split with the calling thread
+    /// rather than handed to the pool and waited for; a GPU backend runs it in place.
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        work()
+    }
+
     // ---- memory ----------------------------------------------------------------------------
 
     /// A zeroed `[rows, cols]` buffer.

@@ -16,7 +16,7 @@ use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
-use crate::engine::spec_decode::{self, Decoding, Generation, Sampling, Target};
+use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
 use crate::engine::weights::{FileProgress, Loader};
@@ -421,7 +421,7 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: &mut dyn FnMut(&[u32], bool)) -> Result<Generation, EngineError> {
+    fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: OnTokens<'_>) -> Result<Generation, EngineError> {
         let t = self.target.as_mut().and_then(|t| t.target.as_mut()).ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
         spec_decode::generate(t, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
     }

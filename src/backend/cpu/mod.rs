@@ -84,6 +84,10 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        rayon::scope(|_| work())
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CpuTensor, BackendError> {
         Ok(CpuTensor { data: alloc_f32(rows * cols, "a scratch tensor")?, cols })
     }
