@@ -300,6 +300,9 @@ pub struct TinyEagle3 {
     pub rope_theta: Option<f64>,
     /// Attention sharpness of the self-copying layer.
     pub lambda: f32,
+    /// `true`: the self-copying layer that imitates the target (see the module doc); `false`:
+    /// every weight random, for checking the forward pass against a reference.
+    pub imitate: bool,
     pub seed: u64,
 }
 
@@ -313,6 +316,7 @@ impl TinyEagle3 {
             aux_layer_ids: None,
             rope_theta: None,
             lambda: 3.0,
+            imitate: true,
             seed,
         }
     }
@@ -364,18 +368,29 @@ impl TinyEagle3 {
         let mut r = Init::new(self.seed);
         let h = target.hidden;
         let mut t = Tensors::new();
-        t.insert("fc.weight".into(), r.linear(h, 3 * h, 0.05));
+        let (fc_gain, mlp_gain) = if self.imitate { (0.05, 0.1) } else { (1.0, 1.0) };
+        t.insert("fc.weight".into(), r.linear(h, 3 * h, fc_gain));
         let p = "midlayer.";
-        put(&mut t, format!("{p}input_layernorm.weight"), vec![h], vec![1.0; h]);
-        put(&mut t, format!("{p}hidden_norm.weight"), vec![h], vec![1.0; h]);
-        put(&mut t, format!("{p}self_attn.q_proj.weight"), vec![h, 2 * h], identity_block(h, 2 * h, self.lambda));
-        put(&mut t, format!("{p}self_attn.k_proj.weight"), vec![h, 2 * h], identity_block(h, 2 * h, self.lambda));
-        put(&mut t, format!("{p}self_attn.v_proj.weight"), vec![h, 2 * h], identity_block(h, 2 * h, 1.0));
-        put(&mut t, format!("{p}self_attn.o_proj.weight"), vec![h, h], identity_block(h, h, 1.0));
-        put(&mut t, format!("{p}post_attention_layernorm.weight"), vec![h], vec![1.0; h]);
-        t.insert(format!("{p}mlp.gate_proj.weight"), r.linear(self.intermediate, h, 0.1));
-        t.insert(format!("{p}mlp.up_proj.weight"), r.linear(self.intermediate, h, 0.1));
-        t.insert(format!("{p}mlp.down_proj.weight"), r.linear(h, self.intermediate, 0.1));
+        for norm in ["input_layernorm", "hidden_norm", "post_attention_layernorm"] {
+            let w = if self.imitate { vec![1.0; h] } else { r.norm(h) };
+            put(&mut t, format!("{p}{norm}.weight"), vec![h], w);
+        }
+        for (proj, gain) in [("q_proj", self.lambda), ("k_proj", self.lambda), ("v_proj", 1.0)] {
+            let name = format!("{p}self_attn.{proj}.weight");
+            if self.imitate {
+                put(&mut t, name, vec![h, 2 * h], identity_block(h, 2 * h, gain));
+            } else {
+                t.insert(name, r.linear(h, 2 * h, 1.0));
+            }
+        }
+        if self.imitate {
+            put(&mut t, format!("{p}self_attn.o_proj.weight"), vec![h, h], identity_block(h, h, 1.0));
+        } else {
+            t.insert(format!("{p}self_attn.o_proj.weight"), r.linear(h, h, 1.0));
+        }
+        t.insert(format!("{p}mlp.gate_proj.weight"), r.linear(self.intermediate, h, mlp_gain));
+        t.insert(format!("{p}mlp.up_proj.weight"), r.linear(self.intermediate, h, mlp_gain));
+        t.insert(format!("{p}mlp.down_proj.weight"), r.linear(h, self.intermediate, mlp_gain));
         put(&mut t, "norm.weight", vec![h], f32s(weights, "model.norm.weight"));
         let head = target.lm_head(weights);
         let hot = self.hot_ids(target.vocab);

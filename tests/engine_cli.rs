@@ -176,3 +176,20 @@ fn the_handle_runs_launch_generate_and_shutdown_as_events() {
     assert!(own == steps || own + 1 == steps, "{own} own tokens, {steps} steps");
     assert!(matches!(events.last(), Some(Event::Exit { code: 0, reason }) if reason == "shutdown"));
 }
+
+#[test]
+fn apply_takes_a_remedy_from_the_preflight_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, eagle) = (dir.path().join("t"), dir.path().join("d"));
+    let t = TinyLlama::new(Family::Llama, 8);
+    let w = t.write(&target).unwrap();
+    TinyEagle3 { max_positions: 256, ..TinyEagle3::new(9) }.write(&eagle, &t, &w).unwrap();
+    let mut args = vec!["generate", "--model-path", path(&target), "--speculative-algorithm", "EAGLE3"];
+    args.extend(["--speculative-draft-model-path", path(&eagle), "--prompt", "w4 w5", "--max-new-tokens", "4", "--json"]);
+    let refused = specdeck(&args);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("error [context-length-exceeds-draft] in drafter-init"), "{err}");
+    args.extend(["--apply", "clamp-context-length"]);
+    assert!(!ids(&json_of(&specdeck(&args))["tokens"]).is_empty());
+}

@@ -20,6 +20,10 @@
 //!   of the next step, written into preallocated `Ids` so a captured graph sees new values
 //!   without re-capture), `read_ids` / `read_rows` / `read_elements` (accept decisions, top-k of
 //!   the drafter, a few probabilities), and `sample` (one token id). Logits never cross.
+//!   Per verify step the host reads N argmax ids (greedy) or N-1 probabilities and one sampled
+//!   id (sampling); per draft level it reads K·K top-k values and ids, because the tree is
+//!   built on the host (`engine::tree`). A GPU backend that wants whole draft loops in one
+//!   graph would move that selection on device; for a chain (topk 1) it is a single id.
 //! * Index lists that the host computes between steps (rows of accepted tree nodes, the branch
 //!   each draft step continues) are passed as host slices; a GPU backend copies them up.
 //!
@@ -53,12 +57,18 @@ pub enum BackendError {
 
 /// How a tensor-parallel rank holds a weight. The CPU reference runs at tp = 1 and keeps the
 /// whole tensor whatever the shard says.
+///
+/// The model code marks every weight: q/k/v (+bias), gate and up are `Column`; o_proj and
+/// down_proj are `Row` (followed by `all_reduce`); embeddings, lm_head, norms, q/k norms and
+/// EAGLE-3's `fc` are `Replicated`. A backend running tp > 1 also needs the model code to size
+/// its per-rank buffers and `AttnGeometry` with heads / tp and intermediate / tp: the shapes
+/// the loader checks are the checkpoint's full shapes, before sharding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shard {
     Replicated,
-    /// Split the output features (rows of `[out, in]`): q/k/v, gate, up, lm_head, embedding.
+    /// Split the output features (rows of `[out, in]`).
     Column,
-    /// Split the input features (columns): o_proj, down_proj; an `all_reduce` follows.
+    /// Split the input features (columns); an `all_reduce` follows the matmul.
     Row,
 }
 
@@ -134,6 +144,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// A short name for logs ("cpu", "cuda").
     fn name(&self) -> &'static str;
+
+    /// Run a whole step loop (a generation) where this backend issues work best. The CPU
+    /// backend runs it on a rayon worker, so each parallel op is split with the calling thread
+    /// rather than handed to the pool and waited for; a GPU backend runs it in place.
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        work()
+    }
 
     // ---- memory ----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ use crate::cli::{BenchArgs, GenerateArgs, LaunchFlags};
 use crate::engine::handle::{GenerateRequest, PreflightFn};
 use crate::engine::lifecycle::{Engine, LaunchOutcome};
 use crate::engine::spec_decode::Generation;
-use crate::event::{Event, EventReceiver, EventSink, PhaseId, PhaseState};
+use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseId, PhaseState};
 use crate::finding::{exit_code, Finding};
 use crate::model::config::ModelConfig;
 use crate::preflight::context;
@@ -52,11 +52,16 @@ fn launch_spec(flags: &LaunchFlags, preflight: &PreflightFn) -> anyhow::Result<L
     Ok(spec)
 }
 
-/// Seconds per phase that ran, in order, from the launch's events.
+/// Seconds per phase that ran, in order, from the launch's events; log lines go to stderr.
 fn phase_seconds(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
     let mut started = BTreeMap::new();
     let mut out = Vec::new();
     while let Ok(ev) = rx.try_recv() {
+        if let Event::Log { level, source, line } = &ev.event {
+            if *level >= LogLevel::Info {
+                eprintln!("specdeck: {source}: {line}");
+            }
+        }
         if let Event::Phase { phase, state, .. } = ev.event {
             match state {
                 PhaseState::Started => {
@@ -171,14 +176,24 @@ fn aggregate(gens: &[Generation]) -> Value {
     })
 }
 
-fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs) -> anyhow::Result<Vec<Generation>> {
-    prompts
-        .iter()
-        .map(|p| {
-            let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
-            engine.generate(&req).map_err(anyhow::Error::from)
-        })
-        .collect()
+/// Greedy generations of every prompt; with `compare`, each prompt also target-only (the
+/// drafter stays loaded), the two modes alternating first and second from prompt to prompt so
+/// that both see the same machine load.
+fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs, compare: bool) -> anyhow::Result<(Vec<Generation>, Vec<Generation>)> {
+    let (mut main, mut base) = (Vec::new(), Vec::new());
+    for (i, p) in prompts.iter().enumerate() {
+        let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
+        let order: &[bool] = match (compare, i % 2) {
+            (false, _) => &[true],
+            (true, 0) => &[true, false],
+            (true, _) => &[false, true],
+        };
+        for &speculative in order {
+            let g = engine.generate_with(&req, speculative)?;
+            if speculative { main.push(g) } else { base.push(g) }
+        }
+    }
+    Ok((main, base))
 }
 
 /// Read bandwidth of this machine: the best of several parallel passes over a buffer far
@@ -201,35 +216,41 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     let preflight = preflight_fn();
     let spec = launch_spec(&args.flags, &preflight)?;
     let prompts = read_prompts(&args.prompts)?;
+    let bandwidth_before = memory_bandwidth();
     let (mut engine, mut rx) = match start(&spec, &preflight) {
         Ok(e) => e,
         Err(code) => return Ok(code),
     };
     let phases = phase_seconds(&mut rx);
-    let gens = run_all(&mut engine, &prompts, args)?;
+    let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
+    let compare = args.compare_target_only && speculative;
+    let (gens, base) = run_all(&mut engine, &prompts, args, compare)?;
     let (target_bytes, draft_bytes) = engine.weight_bytes();
     let mut out = aggregate(&gens);
     out["prompts"] = json!(prompts.len());
     out["phases"] = phases_json(&phases);
-    let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
-    if args.compare_target_only && speculative {
-        let mut plain = spec.clone();
-        plain.speculative_algorithm = Some(Algorithm::None);
-        if let LaunchOutcome::Failed(f) = engine.launch(&plain, &*preflight) {
-            return Err(anyhow!("target-only relaunch failed: {}", f.message));
-        }
-        let base = run_all(&mut engine, &prompts, args)?;
+    if compare {
         let mismatches: Vec<usize> = (0..prompts.len()).filter(|&i| base[i].tokens != gens[i].tokens).collect();
         out["target_only"] = aggregate(&base);
         out["identical"] = json!(mismatches.is_empty());
         out["mismatched_prompts"] = json!(mismatches);
     }
-    let bandwidth = memory_bandwidth();
+    // Measured before and after the run; the floor takes the better one, since other load on
+    // the machine can only lower a measurement.
+    let bandwidth_after = memory_bandwidth();
+    let bandwidth = bandwidth_before.max(bandwidth_after);
     let floor = bandwidth / target_bytes as f64;
     out["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
+    out["memory_bandwidth_samples_gb_s"] = json!([bandwidth_before / 1e9, bandwidth_after / 1e9]);
     out["target_weight_bytes"] = json!(target_bytes);
     out["draft_weight_bytes"] = json!(draft_bytes);
     out["target_only_floor_tokens_per_s"] = json!(floor);
+    // Target-only decoding reads every target weight once per token: its decode rate over
+    // the bandwidth floor says how close the CPU kernels come to the machine's limit.
+    let target_only = if speculative { out.get("target_only").cloned() } else { Some(out.clone()) };
+    if let Some(rate) = target_only.and_then(|t| t["decode_tokens_per_s"].as_f64()) {
+        out["target_only_ratio_to_floor"] = json!(rate / floor);
+    }
     if args.json {
         println!("{out}");
     } else {

@@ -208,7 +208,7 @@ impl<B: Backend> Eagle3Drafter<B> {
             ));
         }
         let embed = match ["embed_tokens.weight", "model.embed_tokens.weight"].into_iter().find(|n| ld.has(n)) {
-            Some(name) => Arc::new(ld.weight(name, &[c.vocab, c.hidden], Shard::Column)?),
+            Some(name) => Arc::new(ld.weight(name, &[c.vocab, c.hidden], Shard::Replicated)?),
             None if c.hidden == target.config.hidden => target.embed.clone(),
             None => {
                 return Err(invalid(
@@ -221,14 +221,14 @@ impl<B: Backend> Eagle3Drafter<B> {
             .into_iter()
             .find(|p| ld.has(&format!("{p}self_attn.q_proj.weight")))
             .unwrap_or("midlayer.");
-        let fc = ld.weight("fc.weight", &[c.hidden, 3 * c.target_hidden], Shard::Column)?;
-        let fc_bias = if c.fc_bias { Some(ld.weight("fc.bias", &[c.hidden], Shard::Column)?) } else { None };
+        let fc = ld.weight("fc.weight", &[c.hidden, 3 * c.target_hidden], Shard::Replicated)?;
+        let fc_bias = if c.fc_bias { Some(ld.weight("fc.bias", &[c.hidden], Shard::Replicated)?) } else { None };
         let hidden_norm = ld.weight(&format!("{prefix}hidden_norm.weight"), &[c.hidden], Shard::Replicated)?;
         let layer = Layer::load(ld, prefix, &c.layer_shape())?;
         let norm = ld.weight("norm.weight", &[c.hidden], Shard::Replicated)?;
         let (lm_head, hot) = match c.draft_vocab {
             Some(vd) => {
-                let head = Arc::new(ld.weight("lm_head.weight", &[vd, c.hidden], Shard::Column)?);
+                let head = Arc::new(ld.weight("lm_head.weight", &[vd, c.hidden], Shard::Replicated)?);
                 let hot = if ld.has("d2t") || vd != c.vocab {
                     hot_tokens(&ld.host_i64("d2t", vd)?, c.vocab, &ld.file_of("d2t"))?
                 } else {

@@ -26,6 +26,8 @@ pub struct GenerateRequest {
     pub seed: u64,
 }
 
+// The shape is contract 1's; commands are few, so the spec's size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineCommand {
     /// First launch, or relaunch with a new spec (keeps the loaded target when the new

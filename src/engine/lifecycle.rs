@@ -16,13 +16,12 @@ use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
-use crate::engine::spec_decode::{self, Decoding, Generation, Sampling, Target};
+use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
 use crate::engine::weights::{FileProgress, Loader};
 use crate::engine::EngineError;
-use crate::event::{Event, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit};
-use crate::event::EventSink;
+use crate::event::{Event, EventSink, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit};
 use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
@@ -68,10 +67,22 @@ struct LoadedTarget<B: Backend> {
     target: Option<Target<B>>,
 }
 
+/// Most draft steps and top-k this engine sizes its buffers for.
+pub const MAX_STEPS: usize = 32;
+pub const MAX_TOPK: usize = 16;
+
 /// The tree shape a spec asks for, SGLang's defaults filled in (S=3, K=1, N=S+1 for a chain).
 pub fn tree_shape(spec: &LaunchSpec, events: &EventSink) -> TreeShape {
-    let steps = spec.speculative_num_steps.unwrap_or(3).max(1) as usize;
-    let topk = spec.speculative_eagle_topk.unwrap_or(1).max(1) as usize;
+    let clamp = |flag: &str, asked: Option<u32>, default: usize, most: usize| {
+        let v = asked.map_or(default, |v| v as usize);
+        let used = v.clamp(1, most);
+        if used != v {
+            events.log(LogLevel::Warning, SOURCE, format!("{flag} {v} is outside 1..={most}; using {used}"));
+        }
+        used
+    };
+    let steps = clamp("--speculative-num-steps", spec.speculative_num_steps, 3, MAX_STEPS);
+    let topk = clamp("--speculative-eagle-topk", spec.speculative_eagle_topk, 1, MAX_TOPK);
     let most = (TreeShape { steps, topk, draft_tokens: 0 }.candidates() + 1).min(MAX_TREE_TOKENS);
     let asked = spec.speculative_num_draft_tokens.map(|n| n as usize);
     let draft_tokens = match (topk, asked) {
@@ -410,7 +421,7 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: &mut dyn FnMut(&[u32], bool)) -> Result<Generation, EngineError> {
+    fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: OnTokens<'_>) -> Result<Generation, EngineError> {
         let t = self.target.as_mut().and_then(|t| t.target.as_mut()).ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
         spec_decode::generate(t, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
     }
@@ -435,6 +446,12 @@ impl<B: Backend> Engine<B> {
 
     /// Serve a request: `Token` events per committed group, then `Stats`.
     pub fn generate(&mut self, req: &GenerateRequest) -> Result<Generation, EngineError> {
+        self.generate_with(req, true)
+    }
+
+    /// As `generate`; `use_drafter: false` decodes target-only with the drafter left loaded
+    /// (a benchmark can then alternate both modes under the same machine load).
+    pub fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
         if !self.ready {
             return Err(EngineError::Request("the engine is not ready: launch it first".into()));
         }
@@ -455,7 +472,8 @@ impl<B: Backend> Engine<B> {
             });
             events.emit(Event::Token { ids: ids.to_vec(), text, drafted });
         };
-        let g = spec_decode::generate(target, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), &prompt, &decoding, &mut on_tokens)?;
+        let drafter = self.drafter.as_mut().filter(|_| use_drafter).map(|d| d.as_mut() as &mut dyn Drafter<B>);
+        let g = spec_decode::generate(target, drafter, &prompt, &decoding, &mut on_tokens)?;
         if let Some(e) = failed {
             return Err(e.into());
         }

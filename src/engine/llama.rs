@@ -388,7 +388,7 @@ pub struct LlamaModel<B: Backend> {
 impl<B: Backend> LlamaModel<B> {
     pub fn load(backend: Arc<B>, config: LlamaConfig, ld: &mut Loader<'_, B>, cap: Capacity) -> Result<Self, BackendError> {
         let c = &config;
-        let embed = Arc::new(ld.weight("model.embed_tokens.weight", &[c.vocab, c.hidden], Shard::Column)?);
+        let embed = Arc::new(ld.weight("model.embed_tokens.weight", &[c.vocab, c.hidden], Shard::Replicated)?);
         let shape = layer_shape(c);
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
@@ -397,10 +397,10 @@ impl<B: Backend> LlamaModel<B> {
         let norm = ld.weight("model.norm.weight", &[c.hidden], Shard::Replicated)?;
         // A separate lm_head wins when present (GGUF conversions keep `output.weight` even
         // for tied models); otherwise tied embeddings stand in.
-        let lm_head = match ld.optional("lm_head.weight", &[c.vocab, c.hidden], Shard::Column)? {
+        let lm_head = match ld.optional("lm_head.weight", &[c.vocab, c.hidden], Shard::Replicated)? {
             Some(w) => Arc::new(w),
             None if c.tie_embeddings => embed.clone(),
-            None => ld.weight("lm_head.weight", &[c.vocab, c.hidden], Shard::Column).map(Arc::new)?,
+            None => ld.weight("lm_head.weight", &[c.vocab, c.hidden], Shard::Replicated).map(Arc::new)?,
         };
         let b = &*backend;
         let mut weight_bytes = b.weight_bytes(&embed) + b.weight_bytes(&norm);

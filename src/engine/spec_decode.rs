@@ -165,13 +165,27 @@ fn extend<B: Backend>(
     drafter.extend(seq, committed, aux)
 }
 
+/// The callback that sees each committed group of tokens as it lands.
+pub type OnTokens<'a> = &'a mut (dyn FnMut(&[u32], bool) + Send);
+
 /// Generate from `prompt`; `on_tokens(ids, drafted)` sees each committed group as it lands.
 pub fn generate<B: Backend>(
+    target: &mut Target<B>,
+    drafter: Option<&mut dyn Drafter<B>>,
+    prompt: &[u32],
+    d: &Decoding,
+    on_tokens: OnTokens<'_>,
+) -> Result<Generation, EngineError> {
+    let b = target.model.backend().clone();
+    b.run(|| generate_here(target, drafter, prompt, d, on_tokens))
+}
+
+fn generate_here<B: Backend>(
     target: &mut Target<B>,
     mut drafter: Option<&mut dyn Drafter<B>>,
     prompt: &[u32],
     d: &Decoding,
-    on_tokens: &mut dyn FnMut(&[u32], bool),
+    on_tokens: OnTokens<'_>,
 ) -> Result<Generation, EngineError> {
     let start = Instant::now();
     if prompt.is_empty() {
@@ -184,6 +198,10 @@ pub fn generate<B: Backend>(
             d.max_new_tokens,
             target.max_tokens()
         )));
+    }
+    let vocab = target.model.config.vocab;
+    if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(EngineError::Request(format!("prompt token {t} is outside the target's vocabulary ({vocab})")));
     }
     let b = target.model.backend().clone();
     if let Some(dr) = drafter.as_deref_mut() {

@@ -1,9 +1,9 @@
-//! `x · Wᵀ` on the CPU through the `gemm` crate, split over rayon threads by output columns.
+//! `x · Wᵀ` on the CPU, split over rayon threads by output columns, so every core streams its
+//! own slice of the weight (a decode step is bound by reading the weights).
 //!
-//! Decoding multiplies one row by each weight matrix, which `gemm` handles as a single-threaded
-//! GEMV; the split by output column gives every core its own slice of the weight, which is
-//! what a memory-bound decode step needs. Larger batches use the same split, each slice
-//! being a small GEMM that `gemm` packs and runs with its SIMD microkernels.
+//! Each slice is computed by `gemm` (packed SIMD microkernels) for prefill-sized batches, and
+//! by the `skinny` AVX2 kernel for the 1–16 rows of decode, verify and draft steps, where
+//! `gemm`'s packing of the weight on every call costs more than the product itself.
 
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -20,6 +20,20 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// Through a method, so closures capture the `Send` wrapper rather than its raw field.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+fn skinny_available(n: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return n <= super::skinny::MAX_ROWS && super::skinny::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
+}
+
 /// `out[r][c] = Σ_k x[r][k] · w[c][k] (+ bias[c])` for `r < n`, with `x` `[n, k]`, `w` `[m, k]`
 /// and `out` `[n, m]`, all row-major.
 pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m: usize, out: &mut [f32]) {
@@ -33,19 +47,24 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m:
     let per_task = if parallel { m.div_ceil(threads * TASKS_PER_THREAD).next_multiple_of(COLUMN_ALIGN).min(m) } else { m };
     let tasks = m.div_ceil(per_task);
     let dst = OutPtr(out.as_mut_ptr());
+    let skinny = skinny_available(n);
     let task = |t: usize| {
         let col0 = t * per_task;
         let cols = per_task.min(m - col0);
-        let dst = dst;
         // SAFETY: `x`, `w` and `out` are large enough (asserted above); this task reads rows
         // `col0..col0+cols` of `w` and writes only columns `col0..col0+cols` of `out`, which no
-        // other task touches.
+        // other task touches; the skinny kernel runs only where AVX2 and FMA were detected.
+        #[cfg(target_arch = "x86_64")]
+        if skinny {
+            unsafe { super::skinny::block(x, w, n, k, m, col0, cols, dst.get()) };
+            return;
+        }
         unsafe {
             gemm::gemm(
                 n,
                 cols,
                 k,
-                dst.0.add(col0),
+                dst.get().add(col0),
                 1,
                 m as isize,
                 false,
@@ -90,7 +109,8 @@ mod tests {
 
     #[test]
     fn matches_a_plain_product_for_odd_shapes() {
-        for (n, k, m) in [(1, 7, 5), (1, 576, 1537), (3, 64, 17), (9, 33, 130)] {
+        // Up to 16 rows take the skinny kernel (on AVX2 machines), more take gemm.
+        for (n, k, m) in [(1, 7, 5), (1, 576, 1537), (3, 64, 17), (9, 33, 130), (20, 40, 70), (130, 64, 300)] {
             let x: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0).collect();
             let w: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 17) as f32 - 8.0) / 9.0).collect();
             let bias: Vec<f32> = (0..m).map(|i| i as f32 * 0.5).collect();

@@ -5,6 +5,8 @@
 mod attention;
 mod matmul;
 mod par;
+#[cfg(target_arch = "x86_64")]
+mod skinny;
 
 use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
@@ -80,6 +82,10 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> &'static str {
         "cpu"
+    }
+
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        rayon::scope(|_| work())
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CpuTensor, BackendError> {
