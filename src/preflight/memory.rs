@@ -315,20 +315,9 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     let mut evidence = vec![ctx.launch_evidence("--tp-size", ctx.spec.tp()), tgt_ctx.evidence.clone()];
     evidence.push(ctx.launch_evidence("--max-running-requests", json!(ctx.spec.max_running_requests)));
     evidence.push(ctx.launch_evidence("--mem-fraction-static", json!(fraction)));
-    let Some(memory) = ctx.gpus.memory_bytes.map(|m| m as f64) else {
-        let mut f = Finding::new(
-            ID,
-            Severity::Info,
-            PhaseId::KvAlloc,
-            format!(
-                "Estimated {} per GPU: {breakdown}. The fit was not checked: {}. Pass --gpu-memory-gib to check it.",
-                gib(need),
-                ctx.gpus.source
-            ),
-        );
-        f.evidence = evidence;
-        return Ok(vec![f]);
-    };
+    // With no GPU memory known (no NVML, no --gpu-memory-gib) there is no budget to judge:
+    // the finding exists only for a launch that does not fit.
+    let Some(memory) = ctx.gpus.memory_bytes.map(|m| m as f64) else { return Ok(Vec::new()) };
     let fraction_value = fraction.unwrap_or(ASSUMED_MEM_FRACTION);
     let budget = fraction_value * memory;
     if need <= budget {
