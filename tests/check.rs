@@ -301,7 +301,7 @@ fn story_case_text_output() {
     assert_eq!(o.status.code(), Some(0));
     let text = stdout(&o);
     assert!(text.contains("  applied clamp-context-length: --context-length 131072\n"), "{text}");
-    assert!(text.ends_with("0 errors, 2 warnings, 1 info: exit 0\n"), "{text}");
+    assert!(text.ends_with("0 errors, 2 warnings: exit 0\n"), "{text}");
 }
 
 #[test]

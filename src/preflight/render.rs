@@ -199,14 +199,11 @@ pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Pain
         let n = report.count(s);
         format!("{n} {}", if n == 1 { one } else { many })
     };
-    let _ = writeln!(
-        out,
-        "{}, {}, {}: exit {}",
-        count(Severity::Error, "error", "errors"),
-        count(Severity::Warning, "warning", "warnings"),
-        count(Severity::Info, "info", "infos"),
-        report.exit
-    );
+    let mut totals = vec![count(Severity::Error, "error", "errors"), count(Severity::Warning, "warning", "warnings")];
+    if report.count(Severity::Info) > 0 {
+        totals.push(count(Severity::Info, "note", "notes"));
+    }
+    let _ = writeln!(out, "{}: exit {}", totals.join(", "), report.exit);
     out
 }
 
