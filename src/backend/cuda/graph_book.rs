@@ -9,8 +9,9 @@ use std::collections::HashMap;
 pub enum Begin {
     /// First sight of the key: run the step eagerly while it is recorded.
     Record,
-    /// Start a stream capture whose first node copies `used` staged values.
-    Capture { used: usize },
+    /// Start a stream capture: ops stage their values and launch reading them from the
+    /// device arena.
+    Capture,
     /// Stage values only; launch the graph at `end`.
     Replay,
 }
@@ -33,10 +34,11 @@ pub enum OpGate {
 pub enum End {
     Nothing,
     Recorded,
-    /// The capture repeated the recording: keep the graph (and launch it once).
-    Captured,
-    /// Launch the graph.
-    Replay,
+    /// The capture repeated the recording: keep the graph, copy the first `used` staged
+    /// values up and launch it.
+    Captured { used: usize },
+    /// Copy the first `used` staged values up and launch the graph.
+    Replay { used: usize },
     /// The step is unusable; its recording is gone, so the key starts over.
     Failed(String),
 }
@@ -79,7 +81,7 @@ impl GraphBook {
         let (mode, begin) = match self.recordings.get(key) {
             None => (Mode::Recording { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Record),
             Some(r) if r.captured => (Mode::Replaying { key: key.into(), index: 0, used: 0, diverged: None }, Begin::Replay),
-            Some(r) => (Mode::Capturing { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Capture { used: r.used }),
+            Some(_) => (Mode::Capturing { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Capture),
         };
         self.mode = mode;
         Ok(begin)
@@ -140,7 +142,7 @@ impl GraphBook {
                 match (capture_ok, same) {
                     (true, true) => {
                         self.recordings.insert(key, Recording { sigs, used, captured: true });
-                        End::Captured
+                        End::Captured { used }
                     }
                     (false, _) => {
                         self.recordings.remove(&key);
@@ -164,7 +166,7 @@ impl GraphBook {
                         self.recordings.remove(&key);
                         End::Failed(format!("replay diverged: {p}; the step's work was not done"))
                     }
-                    None => End::Replay,
+                    None => End::Replay { used },
                 }
             }
         }
@@ -208,13 +210,13 @@ mod tests {
         assert_eq!(step(&mut b, 1), vec![OpGate::Eager, OpGate::Eager]);
         assert_eq!(b.end(true), End::Recorded);
         assert!(!b.in_step());
-        assert_eq!(b.begin("decode/1"), Ok(Begin::Capture { used: 2 }));
+        assert_eq!(b.begin("decode/1"), Ok(Begin::Capture));
         assert_eq!(step(&mut b, 1), vec![OpGate::Stage(0), OpGate::Stage(2)]);
-        assert_eq!(b.end(true), End::Captured);
+        assert_eq!(b.end(true), End::Captured { used: 2 });
         for _ in 0..3 {
             assert_eq!(b.begin("decode/1"), Ok(Begin::Replay));
             assert_eq!(step(&mut b, 1), vec![OpGate::Skip(0), OpGate::Skip(2)]);
-            assert_eq!(b.end(true), End::Replay);
+            assert_eq!(b.end(true), End::Replay { used: 2 });
         }
         assert_eq!(b.gate(1, 2), OpGate::Eager, "outside a step every op is eager");
     }
@@ -235,7 +237,7 @@ mod tests {
         assert_eq!(b.end(true), End::Recorded);
         b.begin("verify/5").unwrap();
         step(&mut b, 1);
-        assert_eq!(b.end(true), End::Captured);
+        assert_eq!(b.end(true), End::Captured { used: 2 });
         // Fewer ops than recorded is a divergence too.
         b.begin("verify/5").unwrap();
         b.gate(1, 2);

@@ -53,7 +53,8 @@ fn bf16_bytes(n: usize, seed: u64, scale: f32) -> Vec<u8> {
         .collect()
 }
 
-fn weight<B: Backend>(b: &B, shape: &[usize], seed: u64, scale: f32) -> Result<B::Weight, BackendError> {
+/// A weight of deterministic pseudo-random bf16 values in `(-scale, scale)`.
+pub fn random_weight<B: Backend>(b: &B, shape: &[usize], seed: u64, scale: f32) -> Result<B::Weight, BackendError> {
     let bytes = bf16_bytes(shape.iter().product(), seed, scale);
     let view = TensorView {
         name: "toy",
@@ -74,12 +75,12 @@ impl<B: Backend> ToyStep<B> {
         let sin: Vec<f32> = (0..d.slots * half).map(|i| angle(i / half, i % half).sin() as f32).collect();
         let rope = RopeTable { cos: b.tensor_from(half, &cos)?, sin: b.tensor_from(half, &sin)?, head_dim: d.head_dim, style: RopeStyle::NeoX, max_positions: d.slots };
         Ok(ToyStep {
-            table: weight(b, &[d.vocab, d.hidden], 1, 1.0)?,
-            norm: weight(b, &[d.hidden], 2, 1.0)?,
-            wq: weight(b, &[qw, d.hidden], 3, 0.05)?,
-            wk: weight(b, &[kw, d.hidden], 4, 0.05)?,
-            wv: weight(b, &[kw, d.hidden], 5, 0.05)?,
-            wo: weight(b, &[d.hidden, qw], 6, 0.05)?,
+            table: random_weight(b, &[d.vocab, d.hidden], 1, 1.0)?,
+            norm: random_weight(b, &[d.hidden], 2, 1.0)?,
+            wq: random_weight(b, &[qw, d.hidden], 3, 0.05)?,
+            wk: random_weight(b, &[kw, d.hidden], 4, 0.05)?,
+            wv: random_weight(b, &[kw, d.hidden], 5, 0.05)?,
+            wo: random_weight(b, &[d.hidden, qw], 6, 0.05)?,
             rope,
             ids: b.ids(1)?,
             pos: b.ids(1)?,
