@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::backend::CudaBackend;
 use super::compile::{compile_phase, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
 use super::conformance::compare_backends;
-use super::gemm::{MatmulArgs, MatmulPath};
+use super::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
 use super::gpu::{release_pool_memory, Gpu};
 use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
 use super::tpcheck::tp_check;
@@ -348,7 +348,7 @@ fn conformance(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
 }
 
 fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
-    let dims = || Dims { hidden: 2048, heads: 16, kv_heads: 4, head_dim: 128, vocab: 32000, slots: 256 };
+    let dims = || Dims { hidden: 2048, heads: 16, kv_heads: 4, head_dim: 128, intermediate: 5632, vocab: 32000, slots: 256 };
     let steps = 64;
     let mut eager = ToyStep::new(backend, dims())?;
     let t = Instant::now();
@@ -386,32 +386,57 @@ fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<(Value, f64)> {
     Ok((json!({ "bytes": bytes, "ms": ms, "gb_per_s": gbps }), gbps))
 }
 
-/// The Llama-3.1-8B matmul shapes at decode (1 row) and verify (5 rows): time per path,
-/// and the weight-read rate of the faster one against the copy bandwidth.
+/// The Llama-3.1-8B matmul shapes at decode (1 row) and verify (5 rows), through each
+/// skinny-kernel configuration and cuBLAS: time per path, the configuration the backend's
+/// first-use timing picks, and the weight-read rate of the fastest. The weights are zeros
+/// (the rate of reading memory does not depend on its contents).
 fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let gpu = backend.gpu();
-    let shapes = [(4096usize, 4096usize), (1024, 4096), (14336, 4096), (4096, 14336)];
-    let max_w = shapes.iter().map(|(n, k)| n * k).max().unwrap_or(0);
-    let w = gpu.alloc::<half::bf16>(max_w, "gemm weights")?;
-    let noise: Vec<half::bf16> = (0..max_w).map(|i| half::bf16::from_f32(((i * 2654435761) % 1000) as f32 * 1e-3 - 0.5)).collect();
-    gpu.upload(&noise, w.ptr());
-    let x = gpu.alloc::<f32>(8 * 14336, "gemm input")?;
-    let y = gpu.alloc::<f32>(8 * 14336, "gemm output")?;
-    let mut rows = Vec::new();
-    for rows_n in [1usize, 5] {
-        for &(n_out, k_in) in &shapes {
-            let a = MatmulArgs { x: x.ptr(), w: w.ptr(), bias: None, out: y.ptr(), rows: rows_n, n_out, k_in };
-            let gemv = gpu.time_ms(20, || Ok(backend.matmuls.run_path(gpu, a, MatmulPath::Gemv)))?;
-            let cublas = gpu.time_ms(20, || Ok(backend.matmuls.run_path(gpu, a, MatmulPath::Cublas)))?;
-            let best = gemv.min(cublas);
-            let gbps = (n_out * k_in * 2) as f64 / (best * 1e-3) / 1e9;
-            rows.push(json!({ "rows": rows_n, "n": n_out, "k": k_in, "gemv_ms": gemv, "cublas_ms": cublas, "weight_gb_per_s": gbps }));
-            r.row(format!("matmul {rows_n}x{k_in} -> {n_out}: gemv / cublas (us)"), format!("{:.1} / {:.1}  ({gbps:.0} GB/s)", gemv * 1e3, cublas * 1e3), None);
+    let (hidden, kv, inter, vocab) = (4096usize, 1024usize, 14336usize, 128256usize);
+    let w = gpu.alloc::<half::bf16>(vocab * hidden, "gemm weights")?;
+    let x = gpu.alloc::<f32>(8 * inter, "gemm input")?;
+    let y = gpu.alloc::<f32>(8 * vocab, "gemm output")?;
+    let seg = |w_at: usize, y_at: usize, n_out: usize| Segment { w: w.ptr_at(w_at), bias: None, out: y.ptr_at(y_at), n_out };
+    let qkv = [seg(0, 0, hidden), seg(hidden * hidden, 8 * hidden, kv), seg((hidden + kv) * hidden, 8 * (hidden + kv), kv)];
+    let o = [seg(0, 0, hidden)];
+    let lm_head = [seg(0, 0, vocab)];
+    let gate_up = GemvJob::GateUp { gate: w.ptr(), up: w.ptr_at(inter * hidden), act: y.ptr(), n_out: inter };
+    let shapes: [(&str, GemvJob<'_>, usize, usize); 5] = [
+        ("q,k,v", GemvJob::Segments(&qkv), hidden, (hidden + 2 * kv) * hidden),
+        ("o", GemvJob::Segments(&o), hidden, hidden * hidden),
+        ("gate+up+silu", gate_up, hidden, 2 * inter * hidden),
+        ("down", GemvJob::Segments(&o), inter, hidden * inter),
+        ("lm_head", GemvJob::Segments(&lm_head), hidden, vocab * hidden),
+    ];
+    let mut out = Vec::new();
+    for rows in [1usize, 5] {
+        for (name, job, k_in, elems) in shapes {
+            let input = Input { x: x.ptr(), rows, k_in };
+            let path_ms = |path| {
+                gpu.time_ms(10, || {
+                    backend.matmuls.run_path(gpu, input, job, path);
+                    Ok(())
+                })
+            };
+            let mut timed: Vec<(String, f64)> = Vec::new();
+            for config in candidates(rows) {
+                timed.push((config.plain.trim_start_matches("gemv_").to_string(), path_ms(MatmulPath::Gemv(config))?));
+            }
+            if matches!(job, GemvJob::Segments(_)) {
+                timed.push(("cublas".into(), path_ms(MatmulPath::Cublas)?));
+            }
+            let picked = backend.matmuls.config_for(gpu, input, job, true).plain.trim_start_matches("gemv_");
+            let (best, best_ms) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned().expect("at least two paths");
+            let gbps = (elems * 2) as f64 / (best_ms * 1e-3) / 1e9;
+            let all = timed.iter().map(|(p, ms)| format!("{p} {:.1}", ms * 1e3)).collect::<Vec<_>>().join(", ");
+            r.row(format!("matmul {name}, {rows} row(s): best us, weight GB/s"), format!("{best} {:.1} us, {gbps:.0} GB/s (picked {picked}; {all})", best_ms * 1e3), None);
+            out.push(json!({ "rows": rows, "shape": name, "k": k_in, "weight_bytes": elems * 2, "us": timed.iter().map(|(p, ms)| json!({ p.as_str(): ms * 1e3 })).collect::<Vec<_>>(),
+                             "best": best, "picked": picked, "weight_gb_per_s": gbps }));
         }
     }
-    Ok(Value::Array(rows))
+    gpu.take_error()?;
+    Ok(Value::Array(out))
 }
-
 
 #[cfg(test)]
 mod tests {
