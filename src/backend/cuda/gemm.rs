@@ -180,7 +180,9 @@ impl Matmuls {
     /// One path regardless of the rules (the self-test times each).
     pub fn run_path(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, path: MatmulPath) {
         match (path, job) {
-            (MatmulPath::Gemv(config), job) => self.launch(gpu, config, input, job),
+            (MatmulPath::Gemv(config), job) => {
+                self.launch(gpu, config, input, job);
+            }
             (MatmulPath::Cublas, GemvJob::Segments(segs)) => segs.iter().for_each(|s| self.cublas(gpu, input, *s)),
             (MatmulPath::Cublas, GemvJob::GateUp { .. }) => gpu.record(|| "cuBLAS has no fused gate-up path".into()),
         }
@@ -205,12 +207,10 @@ impl Matmuls {
         let timed: Vec<(f64, &'static GemvConfig)> = list
             .iter()
             .filter_map(|&c| {
-                gpu.time_ms(3, || {
-                    self.launch(gpu, c, input, job);
-                    Ok(())
-                })
-                .ok()
-                .map(|ms| (ms, c))
+                // A configuration that fails to launch (too many resources, say) is out.
+                let mut launched = true;
+                let ms = gpu.elapsed_ms(3, || launched &= self.launch(gpu, c, input, job)).ok()?;
+                launched.then_some((ms, c))
             })
             .collect();
         let best = timed.iter().min_by(|a, b| a.0.total_cmp(&b.0)).map_or(list[0], |t| t.1);
@@ -234,7 +234,8 @@ impl Matmuls {
         tasks.div_ceil(GEMV_WARPS).min((gpu.sm_count * per_sm) as usize).max(1) as u32
     }
 
-    fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, job: GemvJob<'_>) {
+    /// Launch one skinny kernel; `false` when the launch failed (recorded for the next sync).
+    fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, job: GemvJob<'_>) -> bool {
         let head = [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32)];
         match job {
             GemvJob::Segments(segs) => {
@@ -248,12 +249,12 @@ impl Matmuls {
                     args[5 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.out));
                     args[6 + 4 * i] = Arg::I32(s.map_or(0, |s| s.n_out as i32));
                 }
-                gpu.launch(config.plain, (self.grid(gpu, config.plain, tasks), 1), GEMV_THREADS, 0, &args);
+                gpu.launch(config.plain, (self.grid(gpu, config.plain, tasks), 1), GEMV_THREADS, 0, &args)
             }
             GemvJob::GateUp { gate, up, act, n_out } => {
                 let tasks = n_out.div_ceil(config.rows_per_task / 2);
                 let args = [head[0], head[1], head[2], Arg::Ptr(gate), Arg::Ptr(up), Arg::Ptr(act), Arg::I32(n_out as i32)];
-                gpu.launch(config.gate_up, (self.grid(gpu, config.gate_up, tasks), 1), GEMV_THREADS, 0, &args);
+                gpu.launch(config.gate_up, (self.grid(gpu, config.gate_up, tasks), 1), GEMV_THREADS, 0, &args)
             }
         }
     }

@@ -159,19 +159,32 @@ impl Gpu {
     }
 
     /// Median milliseconds of `reps` runs of `f` on this GPU's stream, after one warm-up
-    /// run, timed with events around each run.
+    /// run, timed with events around each run. Fails with any error the runs recorded.
     pub fn time_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), BackendError>) -> Result<f64, BackendError> {
+        let mut failed = None;
+        let ms = self.elapsed_ms(reps, || {
+            if let Err(e) = f() {
+                failed.get_or_insert(e);
+            }
+        })?;
+        failed.map_or(Ok(()), Err)?;
+        self.take_error()?;
+        Ok(ms)
+    }
+
+    /// `time_ms` without looking at recorded errors (they stay for the next sync): for
+    /// timing done in passing, such as choosing a kernel configuration.
+    pub fn elapsed_ms(&self, reps: usize, mut f: impl FnMut()) -> Result<f64, BackendError> {
         let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {}: timing: {e}", self.ordinal));
-        f()?;
+        f();
         let (start, end) = (self.timing_event()?, self.timing_event()?);
         let mut samples = Vec::with_capacity(reps);
         for _ in 0..reps.max(1) {
             start.record(&self.stream).map_err(dev)?;
-            f()?;
+            f();
             end.record(&self.stream).map_err(dev)?;
             samples.push(start.elapsed_ms(&end).map_err(dev)? as f64);
         }
-        self.take_error()?;
         samples.sort_by(f64::total_cmp);
         Ok(samples[samples.len() / 2])
     }
@@ -247,11 +260,11 @@ impl Gpu {
         Ok(out)
     }
 
-    /// Launch kernel `name`; a failure is recorded for the next sync.
-    pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) {
+    /// Launch kernel `name`; a failure is recorded for the next sync (and `false` returned).
+    pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) -> bool {
         let Some(func) = self.kernels.get(name) else {
             self.record(|| format!("kernel {name} is not loaded"));
-            return;
+            return false;
         };
         let cfg = LaunchConfig { grid_dim: (grid.0.max(1), grid.1.max(1), 1), block_dim: (block, 1, 1), shared_mem_bytes: shared_mem };
         let mut b = self.stream.launch_builder(func);
@@ -265,8 +278,12 @@ impl Gpu {
         }
         // SAFETY: every kernel's argument list is built by the op wrappers from live buffers
         // whose sizes the model code checked when it sized them.
-        if let Err(e) = unsafe { b.launch(cfg) } {
-            self.record(|| format!("launch of {name}: {e}"));
+        match unsafe { b.launch(cfg) } {
+            Ok(_) => true,
+            Err(e) => {
+                self.record(|| format!("launch of {name}: {e}"));
+                false
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! signatures each step must repeat, and where each op's per-step values go in the arena.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What `begin` asks the caller to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,12 +49,13 @@ enum Mode {
     Eager,
     Recording { key: String, sigs: Vec<u64>, used: usize },
     Capturing { key: String, sigs: Vec<u64>, used: usize },
-    Replaying { key: String, index: usize, used: usize, diverged: Option<usize> },
+    /// `expected`: the recording's signatures, shared so ops need no map lookup.
+    Replaying { key: String, expected: Arc<[u64]>, index: usize, used: usize, diverged: Option<usize> },
 }
 
 #[derive(Debug)]
 struct Recording {
-    sigs: Vec<u64>,
+    sigs: Arc<[u64]>,
     used: usize,
     captured: bool,
 }
@@ -80,7 +82,9 @@ impl GraphBook {
         }
         let (mode, begin) = match self.recordings.get(key) {
             None => (Mode::Recording { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Record),
-            Some(r) if r.captured => (Mode::Replaying { key: key.into(), index: 0, used: 0, diverged: None }, Begin::Replay),
+            Some(r) if r.captured => {
+                (Mode::Replaying { key: key.into(), expected: r.sigs.clone(), index: 0, used: 0, diverged: None }, Begin::Replay)
+            }
             Some(_) => (Mode::Capturing { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Capture),
         };
         self.mode = mode;
@@ -115,9 +119,8 @@ impl GraphBook {
                 sigs.push(sig);
                 take(used).map_or(OpGate::Overflow, OpGate::Stage)
             }
-            Mode::Replaying { key, index, used, diverged } => {
-                let expected = self.recordings.get(key.as_str()).and_then(|r| r.sigs.get(*index).copied());
-                if diverged.is_none() && expected != Some(sig) {
+            Mode::Replaying { expected, index, used, diverged, .. } => {
+                if diverged.is_none() && expected.get(*index) != Some(&sig) {
                     *diverged = Some(*index);
                 }
                 *index += 1;
@@ -134,14 +137,14 @@ impl GraphBook {
                 if used > self.arena_len {
                     return End::Failed(format!("{used} per-step values exceed the arena of {}", self.arena_len));
                 }
-                self.recordings.insert(key, Recording { sigs, used, captured: false });
+                self.recordings.insert(key, Recording { sigs: sigs.into(), used, captured: false });
                 End::Recorded
             }
             Mode::Capturing { key, sigs, used } => {
-                let same = self.recordings.get(&key).is_some_and(|r| r.sigs == sigs && r.used == used);
+                let same = self.recordings.get(&key).is_some_and(|r| *r.sigs == *sigs && r.used == used);
                 match (capture_ok, same) {
                     (true, true) => {
-                        self.recordings.insert(key, Recording { sigs, used, captured: true });
+                        self.recordings.insert(key, Recording { sigs: sigs.into(), used, captured: true });
                         End::Captured { used }
                     }
                     (false, _) => {
@@ -154,11 +157,11 @@ impl GraphBook {
                     }
                 }
             }
-            Mode::Replaying { key, index, used, diverged } => {
-                let r = self.recordings.get(&key).expect("replaying a recorded key");
+            Mode::Replaying { key, expected, index, used, diverged } => {
+                let recorded_used = self.recordings.get(&key).map_or(0, |r| r.used);
                 let problem = match diverged {
                     Some(i) => Some(format!("op {i} differs from the recording")),
-                    None if index != r.sigs.len() || used != r.used => Some(format!("{index} ops, recorded {}", r.sigs.len())),
+                    None if index != expected.len() || used != recorded_used => Some(format!("{index} ops, recorded {}", expected.len())),
                     None => None,
                 };
                 match problem {
