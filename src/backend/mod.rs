@@ -39,6 +39,8 @@ pub mod cpu;
 pub mod cuda;
 pub mod rope;
 
+use crate::event::{Event, EventSink, PhaseId, PhaseState};
+use crate::finding::Finding;
 use crate::model::checkpoint::{CheckpointError, TensorView};
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +143,14 @@ pub trait Backend: Send + Sync + 'static {
 
     /// A short name for logs ("cpu", "cuda").
     fn name(&self) -> &'static str;
+
+    /// A launch's `kernel-compile` phase: a GPU backend compiles and loads its kernels
+    /// there (once per process); the default has none and says so.
+    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
+        let detail = format!("the {} backend compiles no kernels", self.name());
+        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail: Some(detail) });
+        Ok(())
+    }
 
     // ---- memory ----------------------------------------------------------------------------
 
@@ -296,5 +306,20 @@ pub trait Backend: Send + Sync + 'static {
     /// End the step begun by `graph_begin`: record it, capture it, or launch its graph.
     fn graph_end(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// Run `step` (ops only, as between `graph_begin` and `graph_end`) as the graph step
+    /// `key`, always doing its work: where the backend cannot use a graph this time (its
+    /// capture failed, or the step no longer matches its recording) it runs the step again
+    /// eagerly. Device errors surface at the next call that returns a `Result`.
+    fn graph_step(&self, key: &str, step: &mut dyn FnMut()) {
+        let _ = key;
+        step();
+    }
+
+    /// Whether `graph_step` records and replays graphs here (the launch then captures its
+    /// steps in the graph-capture phases).
+    fn uses_graphs(&self) -> bool {
+        false
     }
 }

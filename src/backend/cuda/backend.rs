@@ -7,13 +7,16 @@
 
 use half::bf16;
 
-use super::compile::CompiledModule;
+use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
+use super::sources::SOURCES;
 use super::gemm::{Input, Matmuls, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
 use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::event::{Event, EventSink, PhaseId, PhaseState};
+use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
 
 /// Warps per attention block; each warp walks a strided share of the key slots
@@ -65,6 +68,12 @@ impl CudaBackend {
     /// group (`RankInfo::single()` without tensor parallelism).
     pub fn open(ordinal: usize, modules: &[CompiledModule], rank: RankInfo, nccl: Option<NcclComm>) -> Result<CudaBackend, BackendError> {
         Self::from_gpu(Gpu::open(ordinal, modules)?, rank, nccl)
+    }
+
+    /// Open GPU `ordinal` for an engine: its kernels are compiled and loaded in the
+    /// launch's `kernel-compile` phase (`Backend::kernel_compile`).
+    pub fn open_for_launch(ordinal: usize) -> Result<CudaBackend, BackendError> {
+        Self::from_gpu(Gpu::open_bare(ordinal)?, RankInfo::single(), None)
     }
 
     /// Wrap an opened GPU (tensor-parallel ranks open theirs on their own threads).
@@ -187,6 +196,26 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
+        if self.gpu.kernels_loaded() {
+            let detail = Some("kernels loaded by an earlier launch".to_string());
+            events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail });
+            return Ok(());
+        }
+        let target = CompileTarget {
+            arch: self.gpu.arch.clone(),
+            include_paths: default_include_paths(),
+            nvrtc_version: nvrtc_version().map_err(|e| {
+                let f = Finding::new(KERNEL_COMPILE_ERROR, Severity::Error, PhaseId::KernelCompile, e);
+                events.emit(Event::Finding(f.clone()));
+                events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Failed, detail: None });
+                f
+            })?,
+        };
+        let cache = PtxCache::new(PtxCache::default_location());
+        compile_phase_then(SOURCES, &target, Some(&cache), events, |modules| self.gpu.load(modules).map_err(|e| e.to_string())).map(drop)
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
@@ -561,5 +590,20 @@ impl Backend for CudaBackend {
     fn graph_end(&self) -> Result<(), BackendError> {
         self.graphs.end(&self.gpu)?;
         self.gpu.take_error()
+    }
+
+    fn graph_step(&self, key: &str, step: &mut dyn FnMut()) {
+        let bracketed = self.graphs.begin(&self.gpu, key).is_ok();
+        step();
+        // Any error ending the step means its kernels did not run (a capture that failed or
+        // a replay that diverged skips them); the book is back to eager, so run them now.
+        if bracketed && self.graphs.end(&self.gpu).is_err() {
+            self.graphs.count_fallback();
+            step();
+        }
+    }
+
+    fn uses_graphs(&self) -> bool {
+        true
     }
 }

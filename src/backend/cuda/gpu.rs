@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
@@ -98,19 +98,28 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
-    kernels: HashMap<&'static str, CudaFunction>,
+    kernels: OnceLock<HashMap<&'static str, CudaFunction>>,
     pub ledger: Arc<MemoryLedger>,
     /// Streaming multiprocessors, for grids sized to the whole GPU.
     pub sm_count: u32,
+    /// The NVRTC target of this GPU (`sm_90`).
+    pub arch: String,
     error: Mutex<Option<String>>,
     // Declared after `blas`, so the handle that points at it is destroyed first.
     _blas_workspace: DeviceBuf<u8>,
 }
 
 impl Gpu {
-    /// Open GPU `ordinal`: context, a non-default stream (graph capture needs one), cuBLAS
-    /// on that stream, and the compiled kernels loaded.
+    /// Open GPU `ordinal` with the compiled kernels loaded.
     pub fn open(ordinal: usize, modules: &[CompiledModule]) -> Result<Gpu, BackendError> {
+        let gpu = Gpu::open_bare(ordinal)?;
+        gpu.load(modules)?;
+        Ok(gpu)
+    }
+
+    /// Open GPU `ordinal`: context, a non-default stream (graph capture needs one), cuBLAS
+    /// on that stream with its own workspace; kernels come later (`load`).
+    pub fn open_bare(ordinal: usize) -> Result<Gpu, BackendError> {
         let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {ordinal}: {e}"));
         let ctx = CudaContext::new(ordinal).map_err(dev)?;
         // One stream per GPU orders everything; cudarc's per-allocation events would only add
@@ -119,19 +128,9 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(dev)?;
         let sm_count = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(dev)?.max(1) as u32;
+        let major = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(dev)?;
+        let minor = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(dev)?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| BackendError::Device(format!("GPU {ordinal}: cuBLAS: {e:?}")))?;
-        let mut kernels = HashMap::new();
-        for m in modules {
-            let module = ctx.load_module(Ptx::from_src(m.ptx.clone())).map_err(|e| {
-                BackendError::Device(format!("GPU {ordinal}: loading {}: {e}", m.source.file))
-            })?;
-            for f in m.source.functions {
-                let func = module
-                    .load_function(f)
-                    .map_err(|e| BackendError::Device(format!("GPU {ordinal}: kernel {f} in {}: {e}", m.source.file)))?;
-                kernels.insert(*f, func);
-            }
-        }
         let ledger: Arc<MemoryLedger> = Arc::default();
         let workspace = alloc_in(&stream, &ledger, ordinal, CUBLAS_WORKSPACE_BYTES, "cuBLAS workspace")?;
         // SAFETY: the workspace outlives the handle (field order) and is used by this
@@ -142,12 +141,50 @@ impl Gpu {
         if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(BackendError::Device(format!("GPU {ordinal}: cublasSetWorkspace: {status:?}")));
         }
-        Ok(Gpu { ordinal, ctx, stream, blas, kernels, ledger, sm_count, error: Mutex::new(None), _blas_workspace: workspace })
+        Ok(Gpu {
+            ordinal,
+            ctx,
+            stream,
+            blas,
+            kernels: OnceLock::new(),
+            ledger,
+            sm_count,
+            arch: format!("sm_{major}{minor}"),
+            error: Mutex::new(None),
+            _blas_workspace: workspace,
+        })
+    }
+
+    /// Load the compiled kernels (the driver turns their PTX into machine code). Once per
+    /// GPU; a later call changes nothing.
+    pub fn load(&self, modules: &[CompiledModule]) -> Result<(), BackendError> {
+        if self.kernels.get().is_some() {
+            return Ok(());
+        }
+        let ordinal = self.ordinal;
+        let mut kernels = HashMap::new();
+        for m in modules {
+            let module = self.ctx.load_module(Ptx::from_src(m.ptx.clone())).map_err(|e| {
+                BackendError::Device(format!("GPU {ordinal}: loading {}: {e}", m.source.file))
+            })?;
+            for f in m.source.functions {
+                let func = module
+                    .load_function(f)
+                    .map_err(|e| BackendError::Device(format!("GPU {ordinal}: kernel {f} in {}: {e}", m.source.file)))?;
+                kernels.insert(*f, func);
+            }
+        }
+        let _ = self.kernels.set(kernels);
+        Ok(())
+    }
+
+    pub fn kernels_loaded(&self) -> bool {
+        self.kernels.get().is_some()
     }
 
     /// A loaded kernel, for occupancy queries.
     pub fn function(&self, name: &str) -> Option<&CudaFunction> {
-        self.kernels.get(name)
+        self.kernels.get()?.get(name)
     }
 
     /// An event that records time. cudarc's default events are created with timing
@@ -262,7 +299,7 @@ impl Gpu {
 
     /// Launch kernel `name`; a failure is recorded for the next sync (and `false` returned).
     pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) -> bool {
-        let Some(func) = self.kernels.get(name) else {
+        let Some(func) = self.function(name) else {
             self.record(|| format!("kernel {name} is not loaded"));
             return false;
         };

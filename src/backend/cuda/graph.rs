@@ -57,6 +57,8 @@ pub enum Gate {
 }
 
 pub struct Graphs {
+    /// Steps that `graph_step` had to run again eagerly.
+    fallbacks: std::sync::atomic::AtomicU64,
     book: Mutex<GraphBook>,
     graphs: Mutex<HashMap<String, CudaGraph>>,
     /// Per-step values of the step under way, staged on the host.
@@ -102,6 +104,7 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Graphs {
     pub fn new(gpu: &Gpu) -> Result<Graphs, BackendError> {
         Ok(Graphs {
+            fallbacks: Default::default(),
             book: Mutex::new(GraphBook::new(ARENA_LEN)),
             graphs: Mutex::default(),
             staged: Mutex::new(vec![0; ARENA_LEN]),
@@ -214,6 +217,15 @@ impl Graphs {
     pub fn captured(&self) -> usize {
         locked(&self.graphs).len()
     }
+
+    pub fn count_fallback(&self) {
+        self.fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Graph steps that ran eagerly after their graph could not be used.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The finding for a capture that failed at batch size `bs`.
@@ -236,17 +248,25 @@ pub fn capture_finding(phase: PhaseId, bs: u32, max_bs: u32, err: &BackendError)
     ))
 }
 
-/// A capture phase: Started, one Progress per batch size as `capture(bs)` returns, Done;
-/// or the failing batch size's Finding and Failed. `capture(bs)` runs the step twice in
-/// graph brackets (record, then capture).
+/// A capture phase over the step sizes `sizes` (token rows; those above `max_bs`, the
+/// launch's `--cuda-graph-max-bs`, are left out and run eagerly): Started, one Progress per
+/// size as `capture(size)` returns, Done; or the failing size's Finding and Failed; Skipped
+/// when no size is left. `capture(size)` runs the step twice as a graph step (record,
+/// then capture).
 pub fn capture_phase(
     events: &EventSink,
     phase: PhaseId,
+    sizes: &[u32],
     max_bs: u32,
     mut capture: impl FnMut(u32) -> Result<(), BackendError>,
 ) -> Result<(), Finding> {
+    let sizes: Vec<u32> = sizes.iter().copied().filter(|&s| s <= max_bs).collect();
+    if sizes.is_empty() {
+        let detail = Some(format!("no step of at most {max_bs} tokens (--cuda-graph-max-bs)"));
+        events.emit(Event::Phase { phase, state: PhaseState::Skipped, detail });
+        return Ok(());
+    }
     events.phase(phase, PhaseState::Started);
-    let sizes = capture_sizes(max_bs);
     for (i, &bs) in sizes.iter().enumerate() {
         if let Err(e) = capture(bs) {
             let f = match super::launch::memory_finding(&e, phase, &crate::spec::LaunchSpec { cuda_graph_max_bs: Some(max_bs), ..Default::default() }) {
@@ -305,7 +325,7 @@ mod tests {
         );
         let (sink, mut rx) = EventSink::channel();
         let mut seen = Vec::new();
-        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, 8, |bs| {
+        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, &capture_sizes(8), 8, |bs| {
             seen.push(bs);
             if bs == 4 { Err(BackendError::Device("boom".into())) } else { Ok(()) }
         });
@@ -320,5 +340,33 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec!["Started", "bs 1", "bs 2", "cuda-graph-capture-failed", "Failed"]);
+    }
+
+    /// Sizes above --cuda-graph-max-bs are left out; none left is a skipped phase.
+    #[test]
+    fn capture_phase_keeps_sizes_within_the_max() {
+        let (sink, mut rx) = EventSink::channel();
+        let mut seen = Vec::new();
+        capture_phase(&sink, PhaseId::TargetGraphCapture, &[1, 5, 16], 8, |bs| {
+            seen.push(bs);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, vec![1, 5]);
+        capture_phase(&sink, PhaseId::DraftGraphCapture, &[16], 8, |_| panic!("nothing to capture")).unwrap();
+        let phases: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|e| match e.event {
+                Event::Phase { phase, state, detail } => Some(format!("{phase} {state:?} {}", detail.unwrap_or_default())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            phases,
+            vec![
+                "target-graph-capture Started ",
+                "target-graph-capture Done 2 batch sizes",
+                "draft-graph-capture Skipped no step of at most 8 tokens (--cuda-graph-max-bs)"
+            ]
+        );
     }
 }
