@@ -209,6 +209,24 @@ impl Gpu {
         Ok(ms)
     }
 
+    /// Milliseconds per run of `f` over `reps` runs issued back to back between two events
+    /// (after one warm-up run): the host prepares a run while the GPU does the previous
+    /// one, so this is the GPU's time per run once the host keeps up. Fails with any error
+    /// the runs recorded.
+    pub fn throughput_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), BackendError>) -> Result<f64, BackendError> {
+        let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {}: timing: {e}", self.ordinal));
+        f()?;
+        let (start, end) = (self.timing_event()?, self.timing_event()?);
+        start.record(&self.stream).map_err(dev)?;
+        for _ in 0..reps.max(1) {
+            f()?;
+        }
+        end.record(&self.stream).map_err(dev)?;
+        let ms = start.elapsed_ms(&end).map_err(dev)? as f64 / reps.max(1) as f64;
+        self.take_error()?;
+        Ok(ms)
+    }
+
     /// `time_ms` without looking at recorded errors (they stay for the next sync): for
     /// timing done in passing, such as choosing a kernel configuration.
     pub fn elapsed_ms(&self, reps: usize, mut f: impl FnMut()) -> Result<f64, BackendError> {
