@@ -322,4 +322,8 @@ pub trait Backend: Send + Sync + 'static {
     fn uses_graphs(&self) -> bool {
         false
     }
+
+    /// Forget every recorded step and its graph: the buffers they point into are going
+    /// away (a relaunch sizes new caches).
+    fn graph_reset(&self) {}
 }

@@ -606,4 +606,8 @@ impl Backend for CudaBackend {
     fn uses_graphs(&self) -> bool {
         true
     }
+
+    fn graph_reset(&self) {
+        self.graphs.clear();
+    }
 }

@@ -273,7 +273,7 @@ pub fn large_model_steps(cuda: Arc<CudaBackend>, dir: &Path, floor_tps: f64, new
     };
     let (eager_tokens, eager_tps) = decode(&mut model, &mut kv, false)?;
     let graphed = decode(&mut model, &mut kv, true);
-    cuda.graphs.clear();
+    b.graph_reset();
     // Step costs at a 64-token prefix, steps issued back to back: one query vs five.
     let chain: Vec<i32> = (0..5).flat_map(|i| (0..5).map(move |j| (j <= i) as i32)).collect();
     let mut mask = b.ids(25)?;
@@ -300,7 +300,7 @@ pub fn large_model_steps(cuda: Arc<CudaBackend>, dir: &Path, floor_tps: f64, new
     };
     let decode_step = step_ms("decode/1@64", AttnWindow { prefix: 64, region: 1, queries: 1 }, Mask::Causal, Logits::Last);
     let verify_step = step_ms("verify/5@64", AttnWindow { prefix: 64, region: 5, queries: 5 }, Mask::Explicit(&mask), Logits::All);
-    cuda.graphs.clear();
+    b.graph_reset();
     let mut verdicts = Vec::new();
     let mut value = json!({ "eager_tokens_per_s": eager_tps, "floor_tokens_per_s": floor_tps, "tokens": eager_tokens, "weight_bytes": model.weight_bytes() });
     let best = match &graphed {

@@ -361,7 +361,7 @@ fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let same = tokens_eager == tokens_graph && a_eager == a_graph;
     let captured = backend.graphs.captured();
     // The graph points into `graphed`'s buffers, which go away with this section.
-    backend.graphs.clear();
+    backend.graph_reset();
     r.row("graph replay == eager (64 toy decode steps)", if same { "identical" } else { "DIFFERENT" }, Some(same));
     r.row("toy decode step eager / graph (ms)", format!("{eager_ms:.3} / {graph_ms:.3}"), None);
     let cpu = ToyStep::new(&CpuBackend, dims())?.decode(&CpuBackend, 7, steps, false)?;
