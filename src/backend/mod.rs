@@ -144,14 +144,6 @@ pub trait Backend: Send + Sync + 'static {
     /// A short name for logs ("cpu", "cuda").
     fn name(&self) -> &'static str;
 
-    /// A launch's `kernel-compile` phase: a GPU backend compiles and loads its kernels
-    /// there (once per process); the default has none and says so.
-    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
-        let detail = format!("the {} backend compiles no kernels", self.name());
-        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail: Some(detail) });
-        Ok(())
-    }
-
     // ---- memory ----------------------------------------------------------------------------
 
     /// A zeroed `[rows, cols]` buffer.
@@ -326,4 +318,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Forget every recorded step and its graph: the buffers they point into are going
     /// away (a relaunch sizes new caches).
     fn graph_reset(&self) {}
+
+    // ---- launch phases (no-ops elsewhere) ------------------------------------------------
+
+    /// A launch's `kernel-compile` phase: a GPU backend compiles and loads its kernels
+    /// there (once per process); the default has none and says so.
+    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
+        let detail = format!("the {} backend compiles no kernels", self.name());
+        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail: Some(detail) });
+        Ok(())
+    }
 }
