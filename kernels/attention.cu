@@ -12,11 +12,14 @@
 // not NULL, so a captured graph replays at any length; else from the arguments.
 //
 // Grid: (queries, heads). Block: `warps` warps; warp w takes the visible keys whose rank
-// in the query's visible sequence is w, w + warps, ...; lane l holds a run of
+// in the query's visible sequence is w, w + warps, ..., KEY_GROUP of them at a time (their
+// K and V rows loaded together, so several loads are in flight); lane l holds a run of
 // ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). Dynamic
 // shared memory: warps * (head_dim + 2) floats.
 
 #define MAX_PER_LANE 8  // head_dim up to 256
+#define KEY_GROUP 4
+#define ATTENTION_MAX_THREADS 512
 
 // The lane's `count` (<= per_lane) elements; float4 loads when `vec` (every run is a whole
 // number of 16-byte-aligned float4s) and this lane's run is full.
@@ -39,7 +42,7 @@ __device__ __forceinline__ void load_lane(const float* p, bool vec, int per_lane
     }
 }
 
-extern "C" __global__ void attention_f32(const float* q, const float* k, const float* v, float* out, int heads,
+extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32(const float* q, const float* k, const float* v, float* out, int heads,
                                          int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
                                          int queries, const int* window, const int* mask) {
     extern __shared__ float smem[];
@@ -59,44 +62,81 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     const float* kbase = k + (long long)kvh * head_dim + lane * per_lane;
     const float* vbase = v + (long long)kvh * head_dim + lane * per_lane;
 
-    float qv[MAX_PER_LANE], acc[MAX_PER_LANE], kv[MAX_PER_LANE];
+    float qv[MAX_PER_LANE], acc[MAX_PER_LANE];
     load_lane(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * per_lane, vec, per_lane, count, qv);
 #pragma unroll
     for (int e = 0; e < MAX_PER_LANE; ++e) {
         qv[e] = e < count ? qv[e] * scale : 0.f;
         acc[e] = 0.f;
-        kv[e] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    // One key into this warp's running softmax.
-    auto visit = [&](int slot) {
-        const long long row = (long long)slot * kv_width;
-        load_lane(kbase + row, vec, per_lane, count, kv);
-        float dot = 0.f;
+    // Up to KEY_GROUP slots of this warp waiting to be visited (warp-uniform).
+    int pending[KEY_GROUP];
+    int waiting = 0;
+    // Visit the waiting keys: one running-softmax update for the group, in a fixed order.
+    auto visit = [&]() {
+        float kr[KEY_GROUP][MAX_PER_LANE], vr[KEY_GROUP][MAX_PER_LANE], dot[KEY_GROUP];
 #pragma unroll
-        for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < count) dot += qv[e] * kv[e];
-        dot = warp_sum(dot);
-        const float m_new = fmaxf(m, dot);
+        for (int g = 0; g < KEY_GROUP; ++g) {
+            if (g < waiting) {
+                const long long row = (long long)pending[g] * kv_width;
+                load_lane(kbase + row, vec, per_lane, count, kr[g]);
+                load_lane(vbase + row, vec, per_lane, count, vr[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < KEY_GROUP; ++g) {
+            float d = 0.f;
+            if (g < waiting) {
+#pragma unroll
+                for (int e = 0; e < MAX_PER_LANE; ++e)
+                    if (e < count) d += qv[e] * kr[g][e];
+            }
+            dot[g] = warp_sum(d);
+        }
+        float m_new = m;
+#pragma unroll
+        for (int g = 0; g < KEY_GROUP; ++g)
+            if (g < waiting) m_new = fmaxf(m_new, dot[g]);
         const float corr = __expf(m - m_new);
-        const float p = __expf(dot - m_new);
-        l = l * corr + p;
-        load_lane(vbase + row, vec, per_lane, count, kv);
+        float p[KEY_GROUP];
 #pragma unroll
-        for (int e = 0; e < MAX_PER_LANE; ++e)
-            if (e < count) acc[e] = acc[e] * corr + p * kv[e];
+        for (int g = 0; g < KEY_GROUP; ++g) p[g] = g < waiting ? __expf(dot[g] - m_new) : 0.f;
+        float p_sum = 0.f;
+#pragma unroll
+        for (int g = 0; g < KEY_GROUP; ++g) p_sum += p[g];
+        l = l * corr + p_sum;
+#pragma unroll
+        for (int e = 0; e < MAX_PER_LANE; ++e) {
+            if (e < count) {
+                float a = acc[e] * corr;
+#pragma unroll
+                for (int g = 0; g < KEY_GROUP; ++g)
+                    if (g < waiting) a += p[g] * vr[g][e];
+                acc[e] = a;
+            }
+        }
         m = m_new;
+        waiting = 0;
     };
-    // Keys go to warps by their position in the query's visible sequence, not by slot: a
-    // verify-tree query then sums exactly as the same token decoded alone after its
-    // ancestors were committed, so speculative greedy output equals target-only output.
-    for (int s = warp; s < prefix; s += warps) visit(s);
+    auto queue = [&](int slot) {
+#pragma unroll
+        for (int g = 0; g < KEY_GROUP; ++g)
+            if (g == waiting) pending[g] = slot;
+        if (++waiting == KEY_GROUP) visit();
+    };
+    // Keys go to warps by their position in the query's visible sequence, not by slot, and
+    // a warp's keys are grouped in that order too: a verify-tree query then sums exactly
+    // as the same token decoded alone after its ancestors were committed, so speculative
+    // greedy output equals target-only output.
+    for (int s = warp; s < prefix; s += warps) queue(s);
     for (int j = 0, rank = 0; j < region; ++j) {
         const bool visible = mask_row ? mask_row[j] != 0 : j <= last_visible;
         if (!visible) continue;
-        if ((prefix + rank) % warps == warp) visit(prefix + j);
+        if ((prefix + rank) % warps == warp) queue(prefix + j);
         ++rank;
     }
+    if (waiting > 0) visit();
 
     float* s_m = smem;
     float* s_l = smem + warps;

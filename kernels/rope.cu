@@ -1,21 +1,57 @@
-// Rotary position embedding, in place on every head of the first rows of x
-// ([rows, heads * head_dim], f32). cos/sin are the host-computed tables
-// [max_positions, head_dim / 2], already scaled (llama3 / YaRN, attention factor), so the
-// GPU rotates exactly as the CPU reference does. NeoX style rotates (j, j + half);
-// interleaved (GPT-J) rotates (2j, 2j + 1). Positions are read from device memory, so a
-// captured graph replays at new positions. Grid: (rows, heads).
-extern "C" __global__ void rope_f32(float* x, int cols, int head_dim, const float* cos_table,
-                                    const float* sin_table, const int* positions, int interleaved) {
+// Rotary position embedding on f32 activations ([rows, heads * head_dim]). cos/sin are the
+// host-computed tables [max_positions, head_dim / 2], already scaled (llama3 / YaRN,
+// attention factor), so the GPU rotates exactly as the CPU reference does. NeoX style
+// rotates (j, j + half); interleaved (GPT-J) rotates (2j, 2j + 1). Positions are read from
+// device memory, so a captured graph replays at new positions.
+
+// Rotate one head in place at `pos`; when `copy` is set, also write the rotated head there.
+__device__ __forceinline__ void rotate_head(float* head, int head_dim, const float* cos_table, const float* sin_table,
+                                            long long pos, int interleaved, float* copy) {
     const int half = head_dim / 2;
-    float* head = x + (long long)blockIdx.x * cols + (long long)blockIdx.y * head_dim;
-    const long long pos = positions[blockIdx.x];
     const float* c = cos_table + pos * half;
     const float* s = sin_table + pos * half;
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         const int a = interleaved ? 2 * j : j;
         const int b = interleaved ? 2 * j + 1 : j + half;
         const float x0 = head[a], x1 = head[b];
-        head[a] = x0 * c[j] - x1 * s[j];
-        head[b] = x1 * c[j] + x0 * s[j];
+        const float r0 = x0 * c[j] - x1 * s[j];
+        const float r1 = x1 * c[j] + x0 * s[j];
+        head[a] = r0;
+        head[b] = r1;
+        if (copy) {
+            copy[a] = r0;
+            copy[b] = r1;
+        }
     }
+}
+
+// In place on every head of the first rows of x. Grid: (rows, heads).
+extern "C" __global__ void rope_f32(float* x, int cols, int head_dim, const float* cos_table,
+                                    const float* sin_table, const int* positions, int interleaved) {
+    float* head = x + (long long)blockIdx.x * cols + (long long)blockIdx.y * head_dim;
+    rotate_head(head, head_dim, cos_table, sin_table, positions[blockIdx.x], interleaved, nullptr);
+}
+
+// One layer's step into its KV cache: rotate q and k in place, and write the rotated k and
+// the v of row r into cache row slot + r. The slot is `slot_arg`, or `*slot_dev` when that
+// is not NULL (a replayed graph writes at the new position). Grid: (rows, heads + kv_heads):
+// blocks y < heads rotate a q head, the others a k head and move its v head.
+extern "C" __global__ void rope_store_kv_f32(float* q, float* k, const float* v, int heads, int kv_heads,
+                                             int head_dim, const float* cos_table, const float* sin_table,
+                                             const int* positions, int interleaved, float* k_cache,
+                                             float* v_cache, int slot_arg, const int* slot_dev) {
+    const int row = blockIdx.x, h = blockIdx.y;
+    const long long pos = positions[row];
+    if (h < heads) {
+        rotate_head(q + ((long long)row * heads + h) * head_dim, head_dim, cos_table, sin_table, pos, interleaved,
+                    nullptr);
+        return;
+    }
+    const int kh = h - heads;
+    const long long kv_width = (long long)kv_heads * head_dim;
+    const long long slot = (slot_dev ? slot_dev[0] : slot_arg) + row;
+    const long long src = row * kv_width + (long long)kh * head_dim;
+    const long long dst = slot * kv_width + (long long)kh * head_dim;
+    rotate_head(k + src, head_dim, cos_table, sin_table, pos, interleaved, k_cache + dst);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) v_cache[dst + i] = v[src + i];
 }

@@ -2,7 +2,7 @@
 # The CUDA backend on the GPU machine: correctness, then every timing, each step
 # independent (a failed or timed-out step is logged and the next one runs), results under
 # $OUT, a short table printed last. Builds nothing: it runs the specdeck binary staged
-# beside it by scripts/gpu/stage.sh. Total time stays under ~9 minutes.
+# beside it by scripts/gpu/stage.sh. Total time stays under ~7.5 minutes (run 1: 2.5).
 #
 # usage (from the repository root on the GPU machine):  bash .gpu/cuda/run.sh
 set -u
@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BIN="$HERE/specdeck"
 OUT="${OUT:-/tmp/specdeck-gpu-out}"
 MODEL="${SPECDECK_8B_DIR:-/tmp/specdeck-llama8b}"
-BUDGET_S="${SPECDECK_GPU_BUDGET_S:-530}"
+BUDGET_S="${SPECDECK_GPU_BUDGET_S:-450}"
 export NCCL_NVLS_ENABLE=0
 export SPECDECK_PTX_CACHE="$OUT/ptx-cache"
 mkdir -p "$OUT"
@@ -62,11 +62,13 @@ step large 170 "$BIN" cuda-check --out "$OUT/large" --large-model "$MODEL" \
     --sections bandwidth,large-model-steps,large-model-engine
 
 # 5. The same weights through transformers (greedy, batch 1, each cache setting).
-step hf 150 python3 "$HERE/hf_baseline.py" "$MODEL" --budget-s 130
+step hf 140 python3 "$HERE/hf_baseline.py" "$MODEL" --budget-s 120
 
-# 6. Ctrl-C during weight load: interrupt a cold start mid-load; memory must return.
+# 6. Ctrl-C during weight load: interrupt a cold start mid-load; cuda-check must stop at
+#    once with status 130 naming the section, and GPU memory must return to the baseline.
 ctrl_c() {
-    "$BIN" cuda-check --out "$OUT/ctrlc-run" --large-model "$MODEL" --sections large-model-engine &
+    "$BIN" cuda-check --out "$OUT/ctrlc-run" --large-model "$MODEL" --sections large-model-engine \
+        2>"$OUT/ctrlc-run.err" &
     local pid=$! base peak=0 t=0
     base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
     # Wait until the load has put at least 2 GiB on the GPU (or 30 s).
@@ -80,10 +82,12 @@ ctrl_c() {
     done
     kill -INT "$pid"
     wait "$pid"
-    local rc=$? after
+    local rc=$? after message section
     sleep 2
     after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
-    echo "{\"baseline_mib\": $base, \"during_load_mib\": $peak, \"after_mib\": $after, \"exit_status\": $rc}"
+    message=$(grep -m1 'interrupted by' "$OUT/ctrlc-run.err" | tr -d '"\\')
+    section=$(sed -n 's/.*during section \([a-z-]*\).*/\1/p' <<<"$message")
+    echo "{\"baseline_mib\": $base, \"during_load_mib\": $peak, \"after_mib\": $after, \"exit_status\": $rc, \"interrupted_section\": \"$section\", \"message\": \"$message\"}"
 }
 export -f ctrl_c
 export BIN OUT MODEL

@@ -9,6 +9,8 @@ import os
 import sys
 
 MIB_SLACK = 64
+# cuda-check's status when SIGINT ends it (128 + 2).
+INTERRUPTED = 130
 
 
 def load(path):
@@ -28,6 +30,17 @@ def last_json_line(path):
         return None
 
 
+def specdeck_decode(large):
+    """The best batch-1 decode rate of the large model and where it comes from: the model
+    steps (eager or CUDA graphs) when that section ran, else the engine's own decode loop."""
+    steps = (large.get("large-model-steps") or {}).get("result") or {}
+    candidates = [(steps.get("graph_tokens_per_s"), "CUDA graphs"), (steps.get("eager_tokens_per_s"), "eager steps")]
+    engine = (large.get("large-model-engine") or {}).get("result") or {}
+    candidates.append((engine.get("engine_decode_tokens_per_s"), "engine decode loop"))
+    best = max(((v, how) for v, how in candidates if v), default=(None, None))
+    return best
+
+
 def main():
     out = sys.argv[1]
     rows = []
@@ -42,21 +55,23 @@ def main():
                 row(f"[{run}] cuda-check", "FAIL", "no results (see %s.err)" % run)
             continue
         for r in data.get("table", []):
-            if r["check"].startswith("NVML") and run != "large":
-                continue
             row(f"[{run}] {r['check']}", r["verdict"], r["value"])
 
     large = load(os.path.join(out, "large", "cuda-check.json")) or {}
-    steps = (large.get("large-model-steps") or {}).get("result") or {}
+    ours, how = specdeck_decode(large)
     hf = last_json_line(os.path.join(out, "hf.out"))
-    ours = max(steps.get("eager_tokens_per_s") or 0, steps.get("graph_tokens_per_s") or 0)
-    if hf and hf.get("best_decode_tokens_per_s") and ours:
-        ratio = ours / hf["best_decode_tokens_per_s"]
+    theirs = (hf or {}).get("best_decode_tokens_per_s")
+    if theirs:
         settings = ", ".join(f"{k} {v['decode_tokens_per_s']:.1f}" for k, v in hf.items() if isinstance(v, dict) and "decode_tokens_per_s" in v)
-        row("specdeck / transformers decode (target >= 2x)", "PASS" if ratio >= 2 else "FAIL",
-            f"{ours:.1f} / {hf['best_decode_tokens_per_s']:.1f} tok/s = {ratio:.2f}x  ({settings})")
+        row("transformers decode tok/s (best cache setting)", "-", f"{theirs:.1f}  ({settings})")
     elif os.path.exists(os.path.join(out, "hf.err")):
-        row("transformers baseline", "FAIL", "no figure (see hf.err)")
+        row("transformers baseline", "FAIL", "no figure in hf.out (see hf.err)")
+    if theirs and ours:
+        ratio = ours / theirs
+        row("specdeck / transformers decode (target >= 2x)", "PASS" if ratio >= 2 else "FAIL",
+            f"{ours:.1f} ({how}) / {theirs:.1f} tok/s = {ratio:.2f}x")
+    elif theirs:
+        row("specdeck / transformers decode (target >= 2x)", "FAIL", "no specdeck decode figure in large/cuda-check.json")
 
     try:
         with open(os.path.join(out, "memory.log")) as f:
@@ -74,6 +89,9 @@ def main():
         ok = abs(ctrlc["after_mib"] - ctrlc["baseline_mib"]) <= MIB_SLACK and ctrlc["during_load_mib"] > ctrlc["baseline_mib"]
         row("Ctrl-C during load: memory back (MiB)", "PASS" if ok else "FAIL",
             f"baseline {ctrlc['baseline_mib']}, during load {ctrlc['during_load_mib']}, after {ctrlc['after_mib']}")
+        interrupted = ctrlc.get("exit_status") == INTERRUPTED and ctrlc.get("interrupted_section") == "large-model-engine"
+        row(f"Ctrl-C during load: exit status {INTERRUPTED}, load section named", "PASS" if interrupted else "FAIL",
+            f"exit status {ctrlc.get('exit_status')}, message: {ctrlc.get('message') or '(none)'}")
 
     try:
         with open(os.path.join(out, "steps.log")) as f:

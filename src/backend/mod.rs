@@ -43,6 +43,8 @@ pub mod cpu;
 pub mod cuda;
 pub mod rope;
 
+use crate::event::{Event, EventSink, PhaseId, PhaseState};
+use crate::finding::Finding;
 use crate::model::checkpoint::{CheckpointError, TensorView};
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +137,13 @@ pub struct RopeTable<B: Backend + ?Sized> {
     pub head_dim: usize,
     pub style: RopeStyle,
     pub max_positions: usize,
+}
+
+/// One output of `Backend::matmul_many`: `out[:n] = x[:n] · wᵀ (+ bias)`.
+pub struct Projection<'a, B: Backend + ?Sized> {
+    pub w: &'a B::Weight,
+    pub bias: Option<&'a B::Weight>,
+    pub out: &'a mut B::Tensor,
 }
 
 pub trait Backend: Send + Sync + 'static {
@@ -245,6 +254,54 @@ pub trait Backend: Send + Sync + 'static {
     /// renormalised, by inverse CDF at `coin` in `[0, 1)`. When nothing is left, sample the row as is.
     fn sample(&self, probs: &Self::Tensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError>;
 
+    // ---- fused steps (the defaults run the ops above; a GPU backend fuses them) -----------
+
+    /// `matmul` of the same `x[:n]` by each projection (q, k and v of a layer).
+    fn matmul_many(&self, x: &Self::Tensor, n: usize, projections: &mut [Projection<'_, Self>]) {
+        for p in projections.iter_mut() {
+            self.matmul(x, p.w, p.bias, n, p.out);
+        }
+    }
+
+    /// The gated MLP's first half: `out[:n] = silu(x[:n] · gateᵀ) * (x[:n] · upᵀ)`.
+    /// `gate_buf` and `up_buf` are scratch of `out`'s shape; what they hold afterwards is
+    /// unspecified.
+    #[allow(clippy::too_many_arguments)]
+    fn gate_up_silu(
+        &self,
+        x: &Self::Tensor,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        n: usize,
+        gate_buf: &mut Self::Tensor,
+        up_buf: &mut Self::Tensor,
+        out: &mut Self::Tensor,
+    ) {
+        self.matmul(x, gate, None, n, gate_buf);
+        self.matmul(x, up, None, n, up_buf);
+        self.silu_mul(gate_buf, up_buf, n, out);
+    }
+
+    /// RoPE on the first `n` rows of `q` and `k` at `positions`, then `k` and `v` into the
+    /// cache rows `[slot, slot + n)`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store_kv(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        v: &Self::Tensor,
+        table: &RopeTable<Self>,
+        positions: &Self::Ids,
+        n: usize,
+        cache: (&mut Self::Tensor, &mut Self::Tensor),
+        slot: usize,
+    ) {
+        self.rope(q, table, positions, n);
+        self.rope(k, table, positions, n);
+        self.copy_rows(k, 0, cache.0, slot, n);
+        self.copy_rows(v, 0, cache.1, slot, n);
+    }
+
     // ---- CUDA graphs (no-ops elsewhere) --------------------------------------------------
 
     /// Bracket a step that repeats with the same shapes (a decode, verify or draft step of
@@ -257,6 +314,35 @@ pub trait Backend: Send + Sync + 'static {
 
     /// End the step begun by `graph_begin`: record it, capture it, or launch its graph.
     fn graph_end(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Run `step` (ops only, as between `graph_begin` and `graph_end`) as the graph step
+    /// `key`, always doing its work: where the backend cannot use a graph this time (its
+    /// capture failed, or the step no longer matches its recording) it runs the step again
+    /// eagerly. Device errors surface at the next call that returns a `Result`.
+    fn graph_step(&self, key: &str, step: &mut dyn FnMut()) {
+        let _ = key;
+        step();
+    }
+
+    /// Whether `graph_step` records and replays graphs here (the launch then captures its
+    /// steps in the graph-capture phases).
+    fn uses_graphs(&self) -> bool {
+        false
+    }
+
+    /// Forget every recorded step and its graph: the buffers they point into are going
+    /// away (a relaunch sizes new caches).
+    fn graph_reset(&self) {}
+
+    // ---- launch phases (no-ops elsewhere) ------------------------------------------------
+
+    /// A launch's `kernel-compile` phase: a GPU backend compiles and loads its kernels
+    /// there (once per process); the default has none and says so.
+    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
+        let detail = format!("the {} backend compiles no kernels", self.name());
+        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail: Some(detail) });
         Ok(())
     }
 }

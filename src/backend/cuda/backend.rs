@@ -7,17 +7,21 @@
 
 use half::bf16;
 
-use super::compile::CompiledModule;
-use super::gemm::{MatmulArgs, Matmuls};
+use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
+use super::sources::SOURCES;
+use super::gemm::{Input, Matmuls, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::event::{Event, EventSink, PhaseId, PhaseState};
+use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
 
-/// Warps per attention block; each warp walks a strided share of the key slots.
-const ATTENTION_WARPS: u32 = 8;
+/// Warps per attention block; each warp walks a strided share of the key slots
+/// (`ATTENTION_MAX_THREADS` in kernels/attention.cu allows up to 16).
+const ATTENTION_WARPS: u32 = 16;
 /// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
 const MAX_LIST: usize = 4096;
 
@@ -66,6 +70,12 @@ impl CudaBackend {
         Self::from_gpu(Gpu::open(ordinal, modules)?, rank, nccl)
     }
 
+    /// Open GPU `ordinal` for an engine: its kernels are compiled and loaded in the
+    /// launch's `kernel-compile` phase (`Backend::kernel_compile`).
+    pub fn open_for_launch(ordinal: usize) -> Result<CudaBackend, BackendError> {
+        Self::from_gpu(Gpu::open_bare(ordinal)?, RankInfo::single(), None)
+    }
+
     /// Wrap an opened GPU (tensor-parallel ranks open theirs on their own threads).
     pub fn from_gpu(gpu: Gpu, rank: RankInfo, nccl: Option<NcclComm>) -> Result<CudaBackend, BackendError> {
         let bad_id = gpu.alloc::<i32>(1, "error flag")?;
@@ -102,10 +112,14 @@ impl CudaBackend {
 
     /// Launch a kernel through the graph gate: in a replayed step it only stages its
     /// per-step values; in a captured one it reads them from the graph arena.
-    fn kernel(&self, name: &'static str, grid: (u32, u32), block: u32, shared: u32, mut args: Vec<Arg>, dynamic: Option<Dynamic<'_>>) {
-        let skip: Vec<usize> = dynamic.map(|d| d.value_args.iter().copied().chain([d.ptr_arg]).collect()).unwrap_or_default();
-        let sig = signature(name, grid, block, &args, &skip);
-        match (self.graphs.gate(sig, dynamic.map_or(&[][..], |d| d.values)), dynamic) {
+    fn kernel(&self, name: &'static str, grid: (u32, u32), block: u32, shared: u32, args: &mut [Arg], dynamic: Option<Dynamic<'_>>) {
+        let (values, skip): (&[i32], &[usize]) = match &dynamic {
+            Some(d) => (d.values, d.value_args),
+            None => (&[], &[]),
+        };
+        // The pointer argument is still NULL here in every mode, so it signs the same.
+        let sig = signature(name, grid, block, args, skip);
+        match (self.graphs.gate(sig, values), dynamic) {
             (Gate::Skip, _) => return,
             (Gate::Device(p), Some(d)) => args[d.ptr_arg] = Arg::Ptr(p),
             (Gate::Eager, Some(d)) if d.value_args.is_empty() => match self.upload_list(d.values) {
@@ -114,18 +128,29 @@ impl CudaBackend {
             },
             _ => {}
         }
-        self.gpu.launch(name, grid, block, shared, &args);
+        self.gpu.launch(name, grid, block, shared, args);
     }
 
-    fn launch_rows(&self, name: &'static str, rows: usize, cols: usize, args: Vec<Arg>) {
+    fn launch_rows(&self, name: &'static str, rows: usize, cols: usize, args: &mut [Arg]) {
         if rows > 0 {
             self.kernel(name, (rows as u32, 1), row_block(cols), 0, args, None);
         }
     }
 
-    fn launch_elems(&self, name: &'static str, len: usize, args: Vec<Arg>, dynamic: Option<Dynamic<'_>>) {
+    fn launch_elems(&self, name: &'static str, len: usize, args: &mut [Arg], dynamic: Option<Dynamic<'_>>) {
         if len > 0 {
             self.kernel(name, stride_grid(len), 256, 0, args, dynamic);
+        }
+    }
+
+    /// A matmul-family op through the graph gate: `None` when a replay skips it, else
+    /// whether it runs eagerly (so a new shape may be timed).
+    fn matmul_gate(&self, name: &str, rows: usize, ptrs: &[u64]) -> Option<bool> {
+        let args: Vec<Arg> = ptrs.iter().map(|&p| Arg::Ptr(p)).collect();
+        match self.graphs.gate(signature(name, (rows as u32, 1), 0, &args, &[]), &[]) {
+            Gate::Skip => None,
+            Gate::Eager => Some(true),
+            Gate::Device(_) => Some(false),
         }
     }
 
@@ -148,6 +173,18 @@ struct Dynamic<'a> {
     ptr_arg: usize,
 }
 
+/// The operand of a matmul: the first `n` rows of `x`.
+fn input(x: &CudaTensor, n: usize) -> Input {
+    Input { x: x.buf.ptr(), rows: n, k_in: x.cols }
+}
+
+/// `out = x · wᵀ (+ bias)` as a skinny-kernel segment, shapes checked.
+fn segment(x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, out: &CudaTensor) -> Segment {
+    let (n_out, k_in) = (w.shape[0], w.shape[1]);
+    assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
+    Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out }
+}
+
 fn to_usize_ids(rows: &[usize]) -> Vec<i32> {
     rows.iter().map(|&r| r as i32).collect()
 }
@@ -159,6 +196,26 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
+        if self.gpu.kernels_loaded() {
+            let detail = Some("kernels loaded by an earlier launch".to_string());
+            events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail });
+            return Ok(());
+        }
+        let target = CompileTarget {
+            arch: self.gpu.arch.clone(),
+            include_paths: default_include_paths(),
+            nvrtc_version: nvrtc_version().map_err(|e| {
+                let f = Finding::new(KERNEL_COMPILE_ERROR, Severity::Error, PhaseId::KernelCompile, e);
+                events.emit(Event::Finding(f.clone()));
+                events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Failed, detail: None });
+                f
+            })?,
+        };
+        let cache = PtxCache::new(PtxCache::default_location());
+        compile_phase_then(SOURCES, &target, Some(&cache), events, |modules| self.gpu.load(modules).map_err(|e| e.to_string())).map(drop)
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
@@ -254,7 +311,7 @@ impl Backend for CudaBackend {
 
     fn embed(&self, table: &CudaWeight, ids: &CudaIds, n: usize, out: &mut CudaTensor) {
         let (vocab, hidden) = (table.shape[0], table.shape[1]);
-        let args = vec![
+        let mut args = [
             Arg::Ptr(ids.buf.ptr()),
             Arg::Ptr(table.buf.ptr()),
             Arg::Ptr(out.buf.ptr()),
@@ -262,29 +319,91 @@ impl Backend for CudaBackend {
             Arg::I32(vocab as i32),
             Arg::Ptr(self.bad_id.ptr()),
         ];
-        self.launch_rows("embedding_f32", n, hidden, args);
+        self.launch_rows("embedding_f32", n, hidden, &mut args);
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, n: usize, out: &mut CudaTensor) {
-        let (n_out, k_in) = (w.shape[0], w.shape[1]);
-        assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
-        let a = MatmulArgs { x: x.buf.ptr(), w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), rows: n, n_out, k_in };
-        let sig = signature("matmul", (n as u32, 1), 0, &[Arg::Ptr(a.x), Arg::Ptr(a.w), Arg::Ptr(a.bias.unwrap_or(0)), Arg::Ptr(a.out)], &[]);
-        match self.graphs.gate(sig, &[]) {
-            Gate::Skip => {}
-            _ => self.matmuls.run(&self.gpu, a),
+        let seg = segment(x, w, bias, out);
+        if let Some(eager) = self.matmul_gate("matmul", n, &[x.buf.ptr(), seg.w, seg.bias.unwrap_or(0), seg.out]) {
+            self.matmuls.run(&self.gpu, input(x, n), seg, eager);
         }
+    }
+
+    fn matmul_many(&self, x: &CudaTensor, n: usize, projections: &mut [Projection<'_, Self>]) {
+        let segs: Vec<Segment> = projections.iter_mut().map(|p| segment(x, p.w, p.bias, p.out)).collect();
+        let ptrs: Vec<u64> = std::iter::once(x.buf.ptr()).chain(segs.iter().flat_map(|s| [s.w, s.bias.unwrap_or(0), s.out])).collect();
+        if let Some(eager) = self.matmul_gate("matmul_many", n, &ptrs) {
+            self.matmuls.run_many(&self.gpu, input(x, n), &segs, eager);
+        }
+    }
+
+    fn gate_up_silu(
+        &self,
+        x: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        n: usize,
+        gate_buf: &mut CudaTensor,
+        up_buf: &mut CudaTensor,
+        out: &mut CudaTensor,
+    ) {
+        let seg = segment(x, gate, None, out);
+        assert_eq!(up.shape, gate.shape, "gate_up_silu: gate is {:?}, up is {:?}", gate.shape, up.shape);
+        assert!(gate_buf.cols == out.cols && up_buf.cols == out.cols, "gate_up_silu: scratch widths differ from the output");
+        let bufs = (gate_buf.buf.ptr(), up_buf.buf.ptr());
+        if let Some(eager) = self.matmul_gate("gate_up_silu", n, &[x.buf.ptr(), seg.w, up.buf.ptr(), seg.out, bufs.0, bufs.1]) {
+            self.matmuls.gate_up(&self.gpu, input(x, n), seg.w, up.buf.ptr(), seg.n_out, seg.out, bufs, eager);
+        }
+    }
+
+    fn rope_store_kv(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        v: &CudaTensor,
+        table: &RopeTable<Self>,
+        positions: &CudaIds,
+        n: usize,
+        cache: (&mut CudaTensor, &mut CudaTensor),
+        slot: usize,
+    ) {
+        let hd = table.head_dim;
+        let (heads, kv_heads) = (q.cols / hd, k.cols / hd);
+        assert!(v.cols == k.cols && cache.0.cols == k.cols && cache.1.cols == k.cols, "rope_store_kv: k, v and cache widths differ");
+        if n == 0 {
+            return;
+        }
+        let mut args = [
+            Arg::Ptr(q.buf.ptr()),
+            Arg::Ptr(k.buf.ptr()),
+            Arg::Ptr(v.buf.ptr()),
+            Arg::I32(heads as i32),
+            Arg::I32(kv_heads as i32),
+            Arg::I32(hd as i32),
+            Arg::Ptr(table.cos.buf.ptr()),
+            Arg::Ptr(table.sin.buf.ptr()),
+            Arg::Ptr(positions.buf.ptr()),
+            Arg::I32((table.style == RopeStyle::Interleaved) as i32),
+            Arg::Ptr(cache.0.buf.ptr()),
+            Arg::Ptr(cache.1.buf.ptr()),
+            Arg::I32(slot as i32),
+            NULL,
+        ];
+        let values = [slot as i32];
+        let block = (hd / 2).next_power_of_two().clamp(32, 256) as u32;
+        let dynamic = Dynamic { values: &values, value_args: &[12], ptr_arg: 13 };
+        self.kernel("rope_store_kv_f32", (n as u32, (heads + kv_heads) as u32), block, 0, &mut args, Some(dynamic));
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {
         let c = x.cols;
-        let args = vec![Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I32(c as i32), Arg::F32(eps)];
-        self.launch_rows("rmsnorm_f32", n, c, args);
+        let mut args = [Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I32(c as i32), Arg::F32(eps)];
+        self.launch_rows("rmsnorm_f32", n, c, &mut args);
     }
 
     fn add_rms_norm(&self, residual: &mut CudaTensor, delta: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {
         let c = residual.cols;
-        let args = vec![
+        let mut args = [
             Arg::Ptr(residual.buf.ptr()),
             Arg::Ptr(delta.buf.ptr()),
             Arg::Ptr(w.buf.ptr()),
@@ -292,14 +411,14 @@ impl Backend for CudaBackend {
             Arg::I32(c as i32),
             Arg::F32(eps),
         ];
-        self.launch_rows("add_rmsnorm_f32", n, c, args);
+        self.launch_rows("add_rmsnorm_f32", n, c, &mut args);
     }
 
     fn head_rms_norm(&self, x: &mut CudaTensor, w: &CudaWeight, eps: f32, n: usize) {
         let hd = w.buf.len();
         let p = x.buf.ptr();
-        let args = vec![Arg::Ptr(p), Arg::Ptr(w.buf.ptr()), Arg::Ptr(p), Arg::I32(hd as i32), Arg::F32(eps)];
-        self.launch_rows("rmsnorm_f32", n * x.cols / hd, hd, args);
+        let mut args = [Arg::Ptr(p), Arg::Ptr(w.buf.ptr()), Arg::Ptr(p), Arg::I32(hd as i32), Arg::F32(eps)];
+        self.launch_rows("rmsnorm_f32", n * x.cols / hd, hd, &mut args);
     }
 
     fn rope(&self, x: &mut CudaTensor, table: &RopeTable<Self>, positions: &CudaIds, n: usize) {
@@ -308,7 +427,7 @@ impl Backend for CudaBackend {
             return;
         }
         let block = (hd / 2).next_power_of_two().clamp(32, 256) as u32;
-        let args = vec![
+        let mut args = [
             Arg::Ptr(x.buf.ptr()),
             Arg::I32(x.cols as i32),
             Arg::I32(hd as i32),
@@ -317,7 +436,7 @@ impl Backend for CudaBackend {
             Arg::Ptr(positions.buf.ptr()),
             Arg::I32((table.style == RopeStyle::Interleaved) as i32),
         ];
-        self.kernel("rope_f32", (n as u32, (x.cols / hd) as u32), block, 0, args, None);
+        self.kernel("rope_f32", (n as u32, (x.cols / hd) as u32), block, 0, &mut args, None);
     }
 
     fn attention(&self, q: &CudaTensor, k: &CudaTensor, v: &CudaTensor, g: &AttnGeometry, window: AttnWindow, mask: Mask<'_, Self>, out: &mut CudaTensor) {
@@ -331,7 +450,7 @@ impl Backend for CudaBackend {
             Mask::Causal => NULL,
             Mask::Explicit(ids) => Arg::Ptr(ids.buf.ptr()),
         };
-        let args = vec![
+        let mut args = [
             Arg::Ptr(q.buf.ptr()),
             Arg::Ptr(k.buf.ptr()),
             Arg::Ptr(v.buf.ptr()),
@@ -349,18 +468,18 @@ impl Backend for CudaBackend {
         let values = [window.prefix as i32, window.region as i32];
         let dynamic = Dynamic { values: &values, value_args: &[8, 9], ptr_arg: 11 };
         let shared = ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
-        self.kernel("attention_f32", (window.queries as u32, g.heads as u32), ATTENTION_WARPS * 32, shared, args, Some(dynamic));
+        self.kernel("attention_f32", (window.queries as u32, g.heads as u32), ATTENTION_WARPS * 32, shared, &mut args, Some(dynamic));
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, n: usize, out: &mut CudaTensor) {
         let len = n * out.cols;
-        let args = vec![Arg::Ptr(gate.buf.ptr()), Arg::Ptr(up.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I64(len as i64)];
-        self.launch_elems("silu_mul_f32", len, args, None);
+        let mut args = [Arg::Ptr(gate.buf.ptr()), Arg::Ptr(up.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I64(len as i64)];
+        self.launch_elems("silu_mul_f32", len, &mut args, None);
     }
 
     fn add(&self, dst: &mut CudaTensor, src: &CudaTensor, n: usize) {
         let len = n * dst.cols;
-        self.launch_elems("add_f32", len, vec![Arg::Ptr(dst.buf.ptr()), Arg::Ptr(src.buf.ptr()), Arg::I64(len as i64)], None);
+        self.launch_elems("add_f32", len, &mut [Arg::Ptr(dst.buf.ptr()), Arg::Ptr(src.buf.ptr()), Arg::I64(len as i64)], None);
     }
 
     fn all_reduce(&self, x: &mut CudaTensor, n: usize) {
@@ -373,7 +492,7 @@ impl Backend for CudaBackend {
 
     fn copy_rows(&self, src: &CudaTensor, src_start: usize, dst: &mut CudaTensor, dst_start: usize, n: usize) {
         assert_eq!(src.cols, dst.cols, "copy_rows: widths differ");
-        let args = vec![
+        let mut args = [
             Arg::Ptr(src.buf.ptr()),
             Arg::Ptr(dst.buf.ptr()),
             Arg::I32(src.cols as i32),
@@ -383,12 +502,12 @@ impl Backend for CudaBackend {
             NULL,
         ];
         let values = [src_start as i32, dst_start as i32];
-        self.launch_elems("copy_rows_f32", n * src.cols, args, Some(Dynamic { values: &values, value_args: &[4, 5], ptr_arg: 6 }));
+        self.launch_elems("copy_rows_f32", n * src.cols, &mut args, Some(Dynamic { values: &values, value_args: &[4, 5], ptr_arg: 6 }));
     }
 
     fn copy_cols(&self, src: &CudaTensor, n: usize, dst: &mut CudaTensor, dst_col: usize) {
         assert!(dst_col + src.cols <= dst.cols, "copy_cols: {} + {} > {}", dst_col, src.cols, dst.cols);
-        let args = vec![
+        let mut args = [
             Arg::Ptr(src.buf.ptr()),
             Arg::I32(src.cols as i32),
             Arg::Ptr(dst.buf.ptr()),
@@ -396,7 +515,7 @@ impl Backend for CudaBackend {
             Arg::I32(dst_col as i32),
             Arg::I32(n as i32),
         ];
-        self.launch_elems("copy_cols_f32", n * src.cols, args, None);
+        self.launch_elems("copy_cols_f32", n * src.cols, &mut args, None);
     }
 
     fn gather_rows(&self, src: &CudaTensor, rows: &[usize], dst: &mut CudaTensor) {
@@ -405,9 +524,9 @@ impl Backend for CudaBackend {
             return;
         }
         let list = to_usize_ids(rows);
-        let args = vec![Arg::Ptr(src.buf.ptr()), Arg::Ptr(dst.buf.ptr()), Arg::I32(src.cols as i32), NULL];
+        let mut args = [Arg::Ptr(src.buf.ptr()), Arg::Ptr(dst.buf.ptr()), Arg::I32(src.cols as i32), NULL];
         let block = row_block(src.cols * 8);
-        self.kernel("gather_rows_f32", (rows.len() as u32, 1), block, 0, args, Some(Dynamic { values: &list, value_args: &[], ptr_arg: 3 }));
+        self.kernel("gather_rows_f32", (rows.len() as u32, 1), block, 0, &mut args, Some(Dynamic { values: &list, value_args: &[], ptr_arg: 3 }));
     }
 
     fn move_rows(&self, t: &mut CudaTensor, src_rows: &[usize], dst_start: usize) {
@@ -418,21 +537,21 @@ impl Backend for CudaBackend {
         // start first, then the source rows.
         let mut values = vec![dst_start as i32];
         values.extend(to_usize_ids(src_rows));
-        let args = vec![Arg::Ptr(t.buf.ptr()), Arg::I32(t.cols as i32), NULL, Arg::I32(src_rows.len() as i32)];
+        let mut args = [Arg::Ptr(t.buf.ptr()), Arg::I32(t.cols as i32), NULL, Arg::I32(src_rows.len() as i32)];
         let block = row_block(t.cols * 8);
-        self.kernel("move_rows_f32", (1, 1), block, 0, args, Some(Dynamic { values: &values, value_args: &[], ptr_arg: 2 }));
+        self.kernel("move_rows_f32", (1, 1), block, 0, &mut args, Some(Dynamic { values: &values, value_args: &[], ptr_arg: 2 }));
     }
 
     fn argmax(&self, x: &CudaTensor, n: usize, out: &mut CudaIds) {
-        self.launch_rows("argmax_f32", n, x.cols * 8, vec![Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::Ptr(out.buf.ptr())]);
+        self.launch_rows("argmax_f32", n, x.cols * 8, &mut [Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::Ptr(out.buf.ptr())]);
     }
 
     fn softmax(&self, x: &mut CudaTensor, n: usize, temperature: f32) {
-        self.launch_rows("softmax_f32", n, x.cols * 8, vec![Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::F32(temperature)]);
+        self.launch_rows("softmax_f32", n, x.cols * 8, &mut [Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::F32(temperature)]);
     }
 
     fn topk(&self, x: &CudaTensor, n: usize, k: usize, values: &mut CudaTensor, indices: &mut CudaIds) {
-        let args = vec![
+        let mut args = [
             Arg::Ptr(x.buf.ptr()),
             Arg::I32(x.cols as i32),
             Arg::I32(k as i32),
@@ -440,7 +559,7 @@ impl Backend for CudaBackend {
             Arg::I32(values.cols as i32),
             Arg::Ptr(indices.buf.ptr()),
         ];
-        self.launch_rows("topk_f32", n, x.cols * 8, args);
+        self.launch_rows("topk_f32", n, x.cols * 8, &mut args);
     }
 
     fn sample(&self, probs: &CudaTensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError> {
@@ -471,5 +590,24 @@ impl Backend for CudaBackend {
     fn graph_end(&self) -> Result<(), BackendError> {
         self.graphs.end(&self.gpu)?;
         self.gpu.take_error()
+    }
+
+    fn graph_step(&self, key: &str, step: &mut dyn FnMut()) {
+        let bracketed = self.graphs.begin(&self.gpu, key).is_ok();
+        step();
+        // Any error ending the step means its kernels did not run (a capture that failed or
+        // a replay that diverged skips them); the book is back to eager, so run them now.
+        if bracketed && self.graphs.end(&self.gpu).is_err() {
+            self.graphs.count_fallback();
+            step();
+        }
+    }
+
+    fn uses_graphs(&self) -> bool {
+        true
+    }
+
+    fn graph_reset(&self) {
+        self.graphs.clear();
     }
 }

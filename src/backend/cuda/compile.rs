@@ -230,6 +230,19 @@ pub fn compile_phase(
     cache: Option<&PtxCache>,
     events: &EventSink,
 ) -> Result<Vec<CompiledModule>, Finding> {
+    compile_phase_then(sources, target, cache, events, |_| Ok(()))
+}
+
+/// `compile_phase` with `load` run on the modules inside the phase (the driver turning
+/// them into machine code for a GPU is part of compiling): its error is the phase's
+/// failure, as a `kernel-compile-error` finding.
+pub fn compile_phase_then(
+    sources: &'static [KernelSource],
+    target: &CompileTarget,
+    cache: Option<&PtxCache>,
+    events: &EventSink,
+    load: impl FnOnce(&[CompiledModule]) -> Result<(), String>,
+) -> Result<Vec<CompiledModule>, Finding> {
     events.phase(PhaseId::KernelCompile, PhaseState::Started);
     let started = Instant::now();
     let done = AtomicU64::new(0);
@@ -245,15 +258,27 @@ pub fn compile_phase(
             total,
         });
     });
+    let failed = |finding: Finding, detail: String| {
+        events.emit(Event::Finding(finding.clone()));
+        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Failed, detail: Some(detail) });
+        finding
+    };
     match result {
         Ok(modules) => {
+            let compiled_s = started.elapsed().as_secs_f64();
+            if let Err(e) = load(&modules) {
+                let message = format!("the compiled kernels did not load: {e}");
+                let finding = Finding::new(KERNEL_COMPILE_ERROR, Severity::Error, PhaseId::KernelCompile, message.clone())
+                    .with_evidence(Evidence::new(Side::Launch, "nvrtc", "--gpu-architecture", target.arch.clone()));
+                return Err(failed(finding, message));
+            }
             let hits = modules.iter().filter(|m| m.from_cache).count();
             let detail = format!(
-                "{} modules for {} in {:.3} s ({} from the PTX cache)",
+                "{} modules for {} in {compiled_s:.3} s ({} from the PTX cache), loaded in {:.3} s",
                 modules.len(),
                 target.arch,
-                started.elapsed().as_secs_f64(),
-                hits
+                hits,
+                started.elapsed().as_secs_f64() - compiled_s
             );
             events.log(LogLevel::Info, "cuda", detail.clone());
             events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Done, detail: Some(detail) });
@@ -263,14 +288,7 @@ pub fn compile_phase(
             if let CompileError::Source { log, .. } = &e {
                 events.log(LogLevel::Error, "nvrtc", log.clone());
             }
-            let finding = e.to_finding(target);
-            events.emit(Event::Finding(finding.clone()));
-            events.emit(Event::Phase {
-                phase: PhaseId::KernelCompile,
-                state: PhaseState::Failed,
-                detail: Some(e.to_string()),
-            });
-            Err(finding)
+            Err(failed(e.to_finding(target), e.to_string()))
         }
     }
 }

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use safetensors::tensor::Dtype;
 
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 /// One op's verdict.
@@ -110,6 +110,7 @@ impl<'a, R: Backend, T: Backend> Pair<'a, R, T> {
 pub fn compare_backends<R: Backend, T: Backend>(reference: &R, test: &T, seed: u64) -> Result<Vec<OpCheck>, BackendError> {
     let mut p = Pair { r: reference, t: test, rng: ChaCha8Rng::seed_from_u64(seed), out: Vec::new() };
     layer_ops(&mut p)?;
+    fused_ops(&mut p)?;
     attention_ops(&mut p)?;
     movement_ops(&mut p)?;
     decoding_ops(&mut p)?;
@@ -162,11 +163,8 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
     p.compare("head_rms_norm", &y, 7, F32_TOL)?;
 
     for style in [RopeStyle::NeoX, RopeStyle::Interleaved] {
-        let (hd, max_pos) = (64usize, 300usize);
-        let cos: Vec<f32> = (0..max_pos * hd / 2).map(|i| ((i % 97) as f32 * 0.37).cos()).collect();
-        let sin: Vec<f32> = (0..max_pos * hd / 2).map(|i| ((i % 97) as f32 * 0.37).sin()).collect();
-        let tr = RopeTable::<R> { cos: p.r.tensor_from(hd / 2, &cos)?, sin: p.r.tensor_from(hd / 2, &sin)?, head_dim: hd, style, max_positions: max_pos };
-        let tt = RopeTable::<T> { cos: p.t.tensor_from(hd / 2, &cos)?, sin: p.t.tensor_from(hd / 2, &sin)?, head_dim: hd, style, max_positions: max_pos };
+        let hd = 64;
+        let (tr, tt) = rope_tables(p, hd, 300, style)?;
         let pos = p.ids(&[0, 1, 17, 250, 299])?;
         let mut q = p.tensor(5, 4 * hd, 1.0)?;
         p.r.rope(&mut q.r, &tr, &pos.r, 5);
@@ -185,16 +183,82 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
     p.compare("add", &act, 3, F32_TOL)
 }
 
+/// RoPE tables of `max_pos` positions for head_dim `hd` on both backends.
+fn rope_tables<R: Backend, T: Backend>(p: &Pair<'_, R, T>, hd: usize, max_pos: usize, style: RopeStyle) -> Result<(RopeTable<R>, RopeTable<T>), BackendError> {
+    let cos: Vec<f32> = (0..max_pos * hd / 2).map(|i| ((i % 97) as f32 * 0.37).cos()).collect();
+    let sin: Vec<f32> = (0..max_pos * hd / 2).map(|i| ((i % 97) as f32 * 0.37).sin()).collect();
+    Ok((
+        RopeTable { cos: p.r.tensor_from(hd / 2, &cos)?, sin: p.r.tensor_from(hd / 2, &sin)?, head_dim: hd, style, max_positions: max_pos },
+        RopeTable { cos: p.t.tensor_from(hd / 2, &cos)?, sin: p.t.tensor_from(hd / 2, &sin)?, head_dim: hd, style, max_positions: max_pos },
+    ))
+}
+
+/// The fused steps against the same steps done op by op: q/k/v in one call (with bias),
+/// gate-up-SiLU, and RoPE with the KV-cache write, at decode, verify and prefill sizes.
+fn fused_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
+    let hidden = 256;
+    let widths = [384usize, 128, 128];
+    let ws = [p.weight(&[widths[0], hidden], 0.1)?, p.weight(&[widths[1], hidden], 0.1)?, p.weight(&[widths[2], hidden], 0.1)?];
+    let bs = [p.weight(&[widths[0]], 0.1)?, p.weight(&[widths[1]], 0.1)?, p.weight(&[widths[2]], 0.1)?];
+    let (gate, up) = (p.weight(&[768, hidden], 0.1)?, p.weight(&[768, hidden], 0.1)?);
+    for rows in [1usize, 5, 40] {
+        let x = p.tensor(rows, hidden, 1.0)?;
+        let mut ys = [p.tensor(rows, widths[0], 0.0)?, p.tensor(rows, widths[1], 0.0)?, p.tensor(rows, widths[2], 0.0)?];
+        {
+            let [y0, y1, y2] = &mut ys;
+            let mut pr = [
+                Projection { w: &ws[0].r, bias: Some(&bs[0].r), out: &mut y0.r },
+                Projection { w: &ws[1].r, bias: Some(&bs[1].r), out: &mut y1.r },
+                Projection { w: &ws[2].r, bias: None, out: &mut y2.r },
+            ];
+            p.r.matmul_many(&x.r, rows, &mut pr);
+            let mut pt = [
+                Projection { w: &ws[0].t, bias: Some(&bs[0].t), out: &mut y0.t },
+                Projection { w: &ws[1].t, bias: Some(&bs[1].t), out: &mut y1.t },
+                Projection { w: &ws[2].t, bias: None, out: &mut y2.t },
+            ];
+            p.t.matmul_many(&x.t, rows, &mut pt);
+        }
+        for (i, y) in ys.iter().enumerate() {
+            p.compare(&format!("matmul_many {rows} rows, output {i}"), y, rows, MATMUL_TOL)?;
+        }
+        let (mut gb, mut ub, mut act) = (p.tensor(rows, 768, 0.0)?, p.tensor(rows, 768, 0.0)?, p.tensor(rows, 768, 0.0)?);
+        p.r.gate_up_silu(&x.r, &gate.r, &up.r, rows, &mut gb.r, &mut ub.r, &mut act.r);
+        p.t.gate_up_silu(&x.t, &gate.t, &up.t, rows, &mut gb.t, &mut ub.t, &mut act.t);
+        p.compare(&format!("gate_up_silu {rows} rows"), &act, rows, MATMUL_TOL)?;
+    }
+    let (heads, kv_heads, hd, slots) = (4usize, 2usize, 64usize, 64usize);
+    for style in [RopeStyle::NeoX, RopeStyle::Interleaved] {
+        let (tr, tt) = rope_tables(p, hd, 300, style)?;
+        let pos = p.ids(&[30, 31, 32, 250, 299])?;
+        let mut q = p.tensor(5, heads * hd, 1.0)?;
+        let mut k = p.tensor(5, kv_heads * hd, 1.0)?;
+        let v = p.tensor(5, kv_heads * hd, 1.0)?;
+        let mut kc = p.tensor(slots, kv_heads * hd, 1.0)?;
+        let mut vc = p.tensor(slots, kv_heads * hd, 1.0)?;
+        p.r.rope_store_kv(&mut q.r, &mut k.r, &v.r, &tr, &pos.r, 5, (&mut kc.r, &mut vc.r), 30);
+        p.t.rope_store_kv(&mut q.t, &mut k.t, &v.t, &tt, &pos.t, 5, (&mut kc.t, &mut vc.t), 30);
+        p.compare(&format!("rope_store_kv {style:?} q"), &q, 5, F32_TOL)?;
+        p.compare(&format!("rope_store_kv {style:?} k"), &k, 5, F32_TOL)?;
+        p.compare(&format!("rope_store_kv {style:?} k cache"), &kc, slots, F32_TOL)?;
+        p.compare(&format!("rope_store_kv {style:?} v cache"), &vc, slots, 0.0)?;
+    }
+    Ok(())
+}
+
 fn attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
     for (heads, kv_heads, hd) in [(4usize, 2usize, 64usize), (8, 8, 128), (2, 1, 80)] {
         let g = AttnGeometry { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt() };
-        let slots = 80;
+        let slots = 400;
         let k = p.tensor(slots, kv_heads * hd, 1.0)?;
         let v = p.tensor(slots, kv_heads * hd, 1.0)?;
-        let cases: [(&str, AttnWindow); 3] = [
+        // Short and long prefixes: a warp's keys make no, one or several full groups.
+        let cases: [(&str, AttnWindow); 5] = [
             ("decode", AttnWindow { prefix: 41, region: 1, queries: 1 }),
+            ("decode long", AttnWindow { prefix: 377, region: 1, queries: 1 }),
             ("prefill", AttnWindow { prefix: 0, region: 33, queries: 33 }),
             ("chunk", AttnWindow { prefix: 20, region: 9, queries: 4 }),
+            ("chunk long", AttnWindow { prefix: 290, region: 70, queries: 70 }),
         ];
         for (name, w) in cases {
             let q = p.tensor(w.queries, heads * hd, 1.0)?;
@@ -217,12 +281,14 @@ fn attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), B
             }
         }
         let m = p.ids(&mask)?;
-        let w = AttnWindow { prefix: 57, region: 5, queries: 5 };
-        let q = p.tensor(5, heads * hd, 1.0)?;
-        let mut o = p.tensor(5, heads * hd, 0.0)?;
-        p.r.attention(&q.r, &k.r, &v.r, &g, w, Mask::Explicit(&m.r), &mut o.r);
-        p.t.attention(&q.t, &k.t, &v.t, &g, w, Mask::Explicit(&m.t), &mut o.t);
-        p.compare(&format!("attention tree mask hd={hd}"), &o, 5, F32_TOL)?;
+        for prefix in [57, 333] {
+            let w = AttnWindow { prefix, region: 5, queries: 5 };
+            let q = p.tensor(5, heads * hd, 1.0)?;
+            let mut o = p.tensor(5, heads * hd, 0.0)?;
+            p.r.attention(&q.r, &k.r, &v.r, &g, w, Mask::Explicit(&m.r), &mut o.r);
+            p.t.attention(&q.t, &k.t, &v.t, &g, w, Mask::Explicit(&m.t), &mut o.t);
+            p.compare(&format!("attention tree mask prefix {prefix} hd={hd}"), &o, 5, F32_TOL)?;
+        }
     }
     Ok(())
 }
@@ -289,10 +355,22 @@ mod tests {
             assert!(c.ok && c.rel_err == 0.0, "{c:?}");
         }
         let names: Vec<&str> = checks.iter().map(|c| c.op.as_str()).collect();
-        for op in ["embed", "matmul 40x256 -> 384 bias=true", "matmul 5x256 -> 4101 bias=false", "rope Interleaved", "attention tree mask hd=128", "move_rows", "sample"] {
+        for op in [
+            "embed",
+            "matmul 40x256 -> 384 bias=true",
+            "matmul 5x256 -> 4101 bias=false",
+            "matmul_many 5 rows, output 1",
+            "gate_up_silu 40 rows",
+            "rope_store_kv Interleaved k cache",
+            "rope Interleaved",
+            "attention decode long causal hd=80",
+            "attention tree mask prefix 333 hd=128",
+            "move_rows",
+            "sample",
+        ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 40);
+        assert_eq!(checks.len(), 69);
     }
 
     #[test]

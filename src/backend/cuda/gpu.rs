@@ -4,10 +4,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
 use cudarc::nvrtc::Ptx;
 
 use super::compile::CompiledModule;
@@ -86,20 +89,37 @@ pub enum Arg {
 /// A null device pointer, for the optional pointer arguments of the kernels.
 pub const NULL: Arg = Arg::Ptr(0);
 
+/// cuBLAS's workspace. Owned by us and set once, so cuBLAS never allocates while a CUDA
+/// graph is being captured (32 MiB is what cuBLAS asks for on Hopper).
+const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
 pub struct Gpu {
     pub ordinal: usize,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
-    kernels: HashMap<&'static str, CudaFunction>,
+    kernels: OnceLock<HashMap<&'static str, CudaFunction>>,
     pub ledger: Arc<MemoryLedger>,
+    /// Streaming multiprocessors, for grids sized to the whole GPU.
+    pub sm_count: u32,
+    /// The NVRTC target of this GPU (`sm_90`).
+    pub arch: String,
     error: Mutex<Option<String>>,
+    // Declared after `blas`, so the handle that points at it is destroyed first.
+    _blas_workspace: DeviceBuf<u8>,
 }
 
 impl Gpu {
-    /// Open GPU `ordinal`: context, a non-default stream (graph capture needs one), cuBLAS
-    /// on that stream, and the compiled kernels loaded.
+    /// Open GPU `ordinal` with the compiled kernels loaded.
     pub fn open(ordinal: usize, modules: &[CompiledModule]) -> Result<Gpu, BackendError> {
+        let gpu = Gpu::open_bare(ordinal)?;
+        gpu.load(modules)?;
+        Ok(gpu)
+    }
+
+    /// Open GPU `ordinal`: context, a non-default stream (graph capture needs one), cuBLAS
+    /// on that stream with its own workspace; kernels come later (`load`).
+    pub fn open_bare(ordinal: usize) -> Result<Gpu, BackendError> {
         let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {ordinal}: {e}"));
         let ctx = CudaContext::new(ordinal).map_err(dev)?;
         // One stream per GPU orders everything; cudarc's per-allocation events would only add
@@ -107,10 +127,44 @@ impl Gpu {
         // SAFETY: all work of this context goes through the single stream created below.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(dev)?;
+        let sm_count = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(dev)?.max(1) as u32;
+        let major = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(dev)?;
+        let minor = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(dev)?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| BackendError::Device(format!("GPU {ordinal}: cuBLAS: {e:?}")))?;
+        let ledger: Arc<MemoryLedger> = Arc::default();
+        let workspace = alloc_in(&stream, &ledger, ordinal, CUBLAS_WORKSPACE_BYTES, "cuBLAS workspace")?;
+        // SAFETY: the workspace outlives the handle (field order) and is used by this
+        // handle's stream only.
+        let status = unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), workspace.ptr() as *mut _, CUBLAS_WORKSPACE_BYTES)
+        };
+        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(BackendError::Device(format!("GPU {ordinal}: cublasSetWorkspace: {status:?}")));
+        }
+        Ok(Gpu {
+            ordinal,
+            ctx,
+            stream,
+            blas,
+            kernels: OnceLock::new(),
+            ledger,
+            sm_count,
+            arch: format!("sm_{major}{minor}"),
+            error: Mutex::new(None),
+            _blas_workspace: workspace,
+        })
+    }
+
+    /// Load the compiled kernels (the driver turns their PTX into machine code). Once per
+    /// GPU; a later call changes nothing.
+    pub fn load(&self, modules: &[CompiledModule]) -> Result<(), BackendError> {
+        if self.kernels.get().is_some() {
+            return Ok(());
+        }
+        let ordinal = self.ordinal;
         let mut kernels = HashMap::new();
         for m in modules {
-            let module = ctx.load_module(Ptx::from_src(m.ptx.clone())).map_err(|e| {
+            let module = self.ctx.load_module(Ptx::from_src(m.ptx.clone())).map_err(|e| {
                 BackendError::Device(format!("GPU {ordinal}: loading {}: {e}", m.source.file))
             })?;
             for f in m.source.functions {
@@ -120,7 +174,74 @@ impl Gpu {
                 kernels.insert(*f, func);
             }
         }
-        Ok(Gpu { ordinal, ctx, stream, blas, kernels, ledger: Arc::default(), error: Mutex::new(None) })
+        let _ = self.kernels.set(kernels);
+        Ok(())
+    }
+
+    pub fn kernels_loaded(&self) -> bool {
+        self.kernels.get().is_some()
+    }
+
+    /// A loaded kernel, for occupancy queries.
+    pub fn function(&self, name: &str) -> Option<&CudaFunction> {
+        self.kernels.get()?.get(name)
+    }
+
+    /// An event that records time. cudarc's default events are created with timing
+    /// disabled, and `cuEventElapsedTime` on them fails with CUDA_ERROR_INVALID_HANDLE.
+    pub fn timing_event(&self) -> Result<CudaEvent, BackendError> {
+        self.ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| BackendError::Device(format!("GPU {}: timing event: {e}", self.ordinal)))
+    }
+
+    /// Median milliseconds of `reps` runs of `f` on this GPU's stream, after one warm-up
+    /// run, timed with events around each run. Fails with any error the runs recorded.
+    pub fn time_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), BackendError>) -> Result<f64, BackendError> {
+        let mut failed = None;
+        let ms = self.elapsed_ms(reps, || {
+            if let Err(e) = f() {
+                failed.get_or_insert(e);
+            }
+        })?;
+        failed.map_or(Ok(()), Err)?;
+        self.take_error()?;
+        Ok(ms)
+    }
+
+    /// Milliseconds per run of `f` over `reps` runs issued back to back between two events
+    /// (after one warm-up run): the host prepares a run while the GPU does the previous
+    /// one, so this is the GPU's time per run once the host keeps up. Fails with any error
+    /// the runs recorded.
+    pub fn throughput_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), BackendError>) -> Result<f64, BackendError> {
+        let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {}: timing: {e}", self.ordinal));
+        f()?;
+        let (start, end) = (self.timing_event()?, self.timing_event()?);
+        start.record(&self.stream).map_err(dev)?;
+        for _ in 0..reps.max(1) {
+            f()?;
+        }
+        end.record(&self.stream).map_err(dev)?;
+        let ms = start.elapsed_ms(&end).map_err(dev)? as f64 / reps.max(1) as f64;
+        self.take_error()?;
+        Ok(ms)
+    }
+
+    /// `time_ms` without looking at recorded errors (they stay for the next sync): for
+    /// timing done in passing, such as choosing a kernel configuration.
+    pub fn elapsed_ms(&self, reps: usize, mut f: impl FnMut()) -> Result<f64, BackendError> {
+        let dev = |e: cudarc::driver::DriverError| BackendError::Device(format!("GPU {}: timing: {e}", self.ordinal));
+        f();
+        let (start, end) = (self.timing_event()?, self.timing_event()?);
+        let mut samples = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            start.record(&self.stream).map_err(dev)?;
+            f();
+            end.record(&self.stream).map_err(dev)?;
+            samples.push(start.elapsed_ms(&end).map_err(dev)? as f64);
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok(samples[samples.len() / 2])
     }
 
     /// Keep the first asynchronous error; later ones are usually its consequences.
@@ -154,31 +275,7 @@ impl Gpu {
     /// A zeroed allocation, counted in the ledger; running out of memory names `what` and
     /// the free and total memory.
     pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize, what: &str) -> Result<DeviceBuf<T>, BackendError> {
-        let bytes = (len.max(1) * std::mem::size_of::<T>()) as u64;
-        match self.stream.alloc_zeros::<T>(len.max(1)) {
-            Ok(slice) => {
-                self.ledger.add(slice.num_bytes() as u64);
-                Ok(DeviceBuf { slice, ledger: self.ledger.clone() })
-            }
-            Err(e) => {
-                let (free, total) = self.mem_info();
-                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-                Err(if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-                    BackendError::OutOfMemory {
-                        bytes,
-                        what: format!(
-                            "{what} on GPU {} ({:.2} GiB free of {:.2} GiB; {:.2} GiB held by specdeck)",
-                            self.ordinal,
-                            gib(free),
-                            gib(total),
-                            gib(self.ledger.live_bytes())
-                        ),
-                    }
-                } else {
-                    BackendError::Device(format!("GPU {}: allocating {bytes} bytes for {what}: {e}", self.ordinal))
-                })
-            }
-        }
+        alloc_in(&self.stream, &self.ledger, self.ordinal, len, what)
     }
 
     /// Make this GPU's context current on the calling thread (raw driver calls need it; a
@@ -218,11 +315,11 @@ impl Gpu {
         Ok(out)
     }
 
-    /// Launch kernel `name`; a failure is recorded for the next sync.
-    pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) {
-        let Some(func) = self.kernels.get(name) else {
+    /// Launch kernel `name`; a failure is recorded for the next sync (and `false` returned).
+    pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) -> bool {
+        let Some(func) = self.function(name) else {
             self.record(|| format!("kernel {name} is not loaded"));
-            return;
+            return false;
         };
         let cfg = LaunchConfig { grid_dim: (grid.0.max(1), grid.1.max(1), 1), block_dim: (block, 1, 1), shared_mem_bytes: shared_mem };
         let mut b = self.stream.launch_builder(func);
@@ -236,8 +333,45 @@ impl Gpu {
         }
         // SAFETY: every kernel's argument list is built by the op wrappers from live buffers
         // whose sizes the model code checked when it sized them.
-        if let Err(e) = unsafe { b.launch(cfg) } {
-            self.record(|| format!("launch of {name}: {e}"));
+        match unsafe { b.launch(cfg) } {
+            Ok(_) => true,
+            Err(e) => {
+                self.record(|| format!("launch of {name}: {e}"));
+                false
+            }
+        }
+    }
+}
+
+fn alloc_in<T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    ledger: &Arc<MemoryLedger>,
+    ordinal: usize,
+    len: usize,
+    what: &str,
+) -> Result<DeviceBuf<T>, BackendError> {
+    let bytes = (len.max(1) * std::mem::size_of::<T>()) as u64;
+    match stream.alloc_zeros::<T>(len.max(1)) {
+        Ok(slice) => {
+            ledger.add(slice.num_bytes() as u64);
+            Ok(DeviceBuf { slice, ledger: ledger.clone() })
+        }
+        Err(e) => {
+            let (free, total) = stream.context().mem_get_info().map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0));
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            Err(if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                BackendError::OutOfMemory {
+                    bytes,
+                    what: format!(
+                        "{what} on GPU {ordinal} ({:.2} GiB free of {:.2} GiB; {:.2} GiB held by specdeck)",
+                        gib(free),
+                        gib(total),
+                        gib(ledger.live_bytes())
+                    ),
+                }
+            } else {
+                BackendError::Device(format!("GPU {ordinal}: allocating {bytes} bytes for {what}: {e}"))
+            })
         }
     }
 }
@@ -251,4 +385,27 @@ pub fn row_block(cols: usize) -> u32 {
 /// Blocks of 256 threads for a grid-stride loop over `len` elements.
 pub fn stride_grid(len: usize) -> (u32, u32) {
     (len.div_ceil(256).clamp(1, 8192) as u32, 1)
+}
+
+/// Hand the memory of freed buffers back to the driver on GPU `ordinal`, so NVML no longer
+/// counts it. Buffers are freed stream-ordered into the device's default memory pool,
+/// which keeps freed memory until a synchronisation: synchronise, then trim the pool.
+pub fn release_pool_memory(ordinal: usize) -> Result<(), BackendError> {
+    use cudarc::driver::sys;
+    let fail = |what: &str, e: String| BackendError::Device(format!("GPU {ordinal}: {what}: {e}"));
+    let ctx = CudaContext::new(ordinal).map_err(|e| fail("context", e.to_string()))?;
+    ctx.synchronize().map_err(|e| fail("synchronize", e.to_string()))?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: plain out-parameter; the device handle comes from the live context.
+    let status = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        // Devices without memory pools free buffers synchronously: nothing is held back.
+        return Ok(());
+    }
+    // SAFETY: `pool` is the device's default pool, valid while the context lives.
+    let status = unsafe { sys::cuMemPoolTrimTo(pool, 0) };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        return Err(fail("trimming the memory pool", format!("{status:?}")));
+    }
+    Ok(())
 }

@@ -5,15 +5,17 @@
 //! change from step to step. A step is bracketed by `graph_begin(key)` / `graph_end()`:
 //!
 //! 1. The first time a key is seen the step runs eagerly, and the backend records the
-//!    sequence of kernels (a signature per op) and how many dynamic values it used.
-//! 2. The second time, the step is captured into a graph whose first node copies the
-//!    dynamic values from a pinned host arena to a device arena; kernels read their
-//!    dynamic values from the device arena. The graph is then launched once to do the
-//!    step's work (capture itself runs nothing).
-//! 3. From then on the ops launch nothing: each writes its dynamic values into the pinned
-//!    arena and checks its signature against the recording; `graph_end` launches the graph.
-//!    A step that diverges from its recording is an error at `graph_end`, and the graph is
-//!    dropped so the key is recorded afresh.
+//!    sequence of kernels (a signature per op) and how many per-step values it used.
+//! 2. The second time, the step is captured into a graph whose kernels read their
+//!    per-step values from a device arena. Nothing else happens on the stream while it
+//!    captures: no host copy, no synchronisation, no allocation (cuBLAS has its own
+//!    workspace); the values are only staged on the host. At `graph_end` the staged
+//!    values are copied into the device arena, outside the capture and ahead of the graph
+//!    in stream order, and the graph is launched to do the step's work.
+//! 3. From then on the ops launch nothing: each stages its per-step values and checks its
+//!    signature against the recording; `graph_end` copies the values up and launches the
+//!    graph. A step that diverges from its recording is an error at `graph_end`, and the
+//!    graph is dropped so the key is recorded afresh.
 //!
 //! The bookkeeping lives in `graph_book` (tested without a GPU); this file adds the
 //! stream capture, the arenas and the graphs.
@@ -22,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, PinnedHostSlice};
+use cudarc::driver::CudaGraph;
 
 use super::gpu::{Arg, DeviceBuf, Gpu};
 use super::graph_book::{Begin, End, GraphBook, OpGate};
@@ -44,24 +46,29 @@ pub fn capture_sizes(max: u32) -> Vec<u32> {
 }
 
 /// What an op should do with its kernel in the current step.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Gate {
     /// Launch with the eager arguments (dynamic values as plain arguments).
     Eager,
     /// Launch, reading dynamic values from this device address.
     Device(u64),
-    /// Replaying a graph: values are staged, launch nothing.
+    /// Replaying a graph (or a step that already failed): launch nothing.
     Skip,
 }
 
 pub struct Graphs {
+    /// Steps that `graph_step` had to run again eagerly.
+    fallbacks: std::sync::atomic::AtomicU64,
     book: Mutex<GraphBook>,
     graphs: Mutex<HashMap<String, CudaGraph>>,
-    host: Mutex<PinnedHostSlice<i32>>,
+    /// Per-step values of the step under way, staged on the host.
+    staged: Mutex<Vec<i32>>,
+    /// Where the graphs' kernels read them.
     device: DeviceBuf<i32>,
 }
 
-// SAFETY: the pinned arena and the graphs are only touched under the mutexes above, and a
-// backend's steps run on its one driving thread.
+// SAFETY: the graphs are only touched under the mutex above, and a backend's steps run on
+// its one driving thread (CUDA graph objects must not be used by two threads at once).
 unsafe impl Send for Graphs {}
 unsafe impl Sync for Graphs {}
 
@@ -96,13 +103,11 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Graphs {
     pub fn new(gpu: &Gpu) -> Result<Graphs, BackendError> {
-        // SAFETY: the arena is written before every read (values are staged by the ops).
-        let host = unsafe { gpu.ctx.alloc_pinned_with_flags::<i32>(ARENA_LEN, 0) }
-            .map_err(|e| BackendError::Device(format!("GPU {}: pinned arena: {e}", gpu.ordinal)))?;
         Ok(Graphs {
+            fallbacks: Default::default(),
             book: Mutex::new(GraphBook::new(ARENA_LEN)),
             graphs: Mutex::default(),
-            host: Mutex::new(host),
+            staged: Mutex::new(vec![0; ARENA_LEN]),
             device: gpu.alloc::<i32>(ARENA_LEN, "graph arena")?,
         })
     }
@@ -116,52 +121,20 @@ impl Graphs {
         let err = |what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
         let mut book = locked(&self.book);
         match book.begin(key).map_err(err)? {
-            Begin::Record => Ok(()),
-            // The previous launch's first node must have read the arena before it is
-            // overwritten; steps end in a read-back anyway, so this rarely waits.
-            Begin::Replay => gpu.stream.synchronize().map_err(|e| {
+            Begin::Record | Begin::Replay => Ok(()),
+            Begin::Capture => gpu.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(|e| {
                 book.abandon();
-                err(e.to_string())
+                err(format!("capture did not start: {e}"))
             }),
-            Begin::Capture { used } => {
-                let started = gpu
-                    .stream
-                    .synchronize()
-                    .and_then(|_| gpu.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-                if let Err(e) = started {
-                    book.abandon();
-                    return Err(err(format!("capture did not start: {e}")));
-                }
-                if used > 0 {
-                    gpu.bind();
-                    let host = locked(&self.host);
-                    let copied = host.as_slice().map_err(|e| e.to_string()).and_then(|staged| {
-                        // SAFETY: both arenas hold ARENA_LEN ints and used <= ARENA_LEN; the
-                        // node reads the pinned arena when the graph runs.
-                        unsafe { cudarc::driver::result::memcpy_htod_async(self.device.ptr(), &staged[..used], gpu.stream.cu_stream()) }
-                            .map_err(|e| e.to_string())
-                    });
-                    if let Err(e) = copied {
-                        let _ = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
-                        book.abandon();
-                        return Err(err(format!("arena copy in capture: {e}")));
-                    }
-                }
-                Ok(())
-            }
         }
     }
 
     /// Called by every op before it launches: returns what to do, staging `values` (the
-    /// op's per-step values) in the arena when a graph is involved.
+    /// op's per-step values) when a graph is involved.
     pub fn gate(&self, sig: u64, values: &[i32]) -> Gate {
-        let stage = |at: usize| {
-            if let Ok(slot) = locked(&self.host).as_mut_slice() {
-                slot[at..at + values.len()].copy_from_slice(values);
-            }
-        };
+        let stage = |at: usize| locked(&self.staged)[at..at + values.len()].copy_from_slice(values);
         match locked(&self.book).gate(sig, values.len()) {
-            OpGate::Eager | OpGate::Overflow => Gate::Eager,
+            OpGate::Eager => Gate::Eager,
             OpGate::Stage(at) => {
                 stage(at);
                 Gate::Device(self.device.ptr_at(at))
@@ -170,41 +143,54 @@ impl Graphs {
                 stage(at);
                 Gate::Skip
             }
+            // The step fails at `end`; launching with values that have no arena slot
+            // would need a host copy, which a capture does not allow.
+            OpGate::Overflow => Gate::Skip,
         }
     }
 
-    /// End the step: keep the recording, instantiate the capture (and run it once: a
-    /// capture itself runs nothing), or launch the replay.
+    /// End the step: keep the recording, or copy the staged values up and launch the
+    /// graph (just captured, or replayed).
     pub fn end(&self, gpu: &Gpu) -> Result<(), BackendError> {
         let mut book = locked(&self.book);
         let Some(key) = book.current_key().map(str::to_string) else { return Ok(()) };
         let err = |what: String| BackendError::Device(format!("GPU {}: graph {key}: {what}", gpu.ordinal));
-        let captured = if book.is_capturing() {
-            match gpu.stream.end_capture(CUgraphInstantiate_flags(0)) {
-                Ok(Some(g)) => Some(Ok(g)),
-                Ok(None) => Some(Err("capture produced no graph".to_string())),
-                Err(e) => Some(Err(e.to_string())),
-            }
-        } else {
-            None
-        };
+        // Always end a capture, even a failed one, or the stream stays in capture mode.
+        let captured = book.is_capturing().then(|| match gpu.stream.end_capture(CUgraphInstantiate_flags(0)) {
+            Ok(Some(g)) => Ok(g),
+            Ok(None) => Err("capture produced no graph".to_string()),
+            Err(e) => Err(e.to_string()),
+        });
         let capture_ok = !matches!(captured, Some(Err(_)));
         match book.end(capture_ok) {
             End::Nothing | End::Recorded => Ok(()),
-            End::Captured => {
-                let Some(Ok(graph)) = captured else { return Err(err("no graph after a capture".into())) };
-                graph.upload().map_err(|e| err(format!("upload: {e}")))?;
-                graph.launch().map_err(|e| err(format!("launch: {e}")))?;
-                locked(&self.graphs).insert(key, graph);
-                Ok(())
-            }
-            End::Replay => match locked(&self.graphs).get(&key) {
-                Some(graph) => graph.launch().map_err(|e| err(format!("launch: {e}"))),
-                None => {
-                    book.forget(&key);
-                    Err(err("the graph is gone".into()))
+            End::Captured { used } => {
+                let launched = match captured {
+                    Some(Ok(graph)) => graph.upload().map_err(|e| format!("upload: {e}")).and_then(|_| self.launch(gpu, &graph, used)).map(|_| graph),
+                    _ => Err("no graph after a capture".to_string()),
+                };
+                match launched {
+                    Ok(graph) => {
+                        locked(&self.graphs).insert(key, graph);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        book.forget(&key);
+                        Err(err(e))
+                    }
                 }
-            },
+            }
+            End::Replay { used } => {
+                let graphs = locked(&self.graphs);
+                match graphs.get(&key) {
+                    Some(graph) => self.launch(gpu, graph, used).map_err(err),
+                    None => {
+                        drop(graphs);
+                        book.forget(&key);
+                        Err(err("the graph is gone".into()))
+                    }
+                }
+            }
             End::Failed(why) => {
                 locked(&self.graphs).remove(&key);
                 let detail = match captured {
@@ -216,6 +202,12 @@ impl Graphs {
         }
     }
 
+    /// The staged values into the device arena, then the graph, in stream order.
+    fn launch(&self, gpu: &Gpu, graph: &CudaGraph, used: usize) -> Result<(), String> {
+        gpu.upload(&locked(&self.staged)[..used], self.device.ptr());
+        graph.launch().map_err(|e| format!("launch: {e}"))
+    }
+
     /// Drop every graph (teardown, or buffers going away).
     pub fn clear(&self) {
         locked(&self.book).clear();
@@ -224,6 +216,15 @@ impl Graphs {
 
     pub fn captured(&self) -> usize {
         locked(&self.graphs).len()
+    }
+
+    pub fn count_fallback(&self) {
+        self.fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Graph steps that ran eagerly after their graph could not be used.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -247,17 +248,25 @@ pub fn capture_finding(phase: PhaseId, bs: u32, max_bs: u32, err: &BackendError)
     ))
 }
 
-/// A capture phase: Started, one Progress per batch size as `capture(bs)` returns, Done;
-/// or the failing batch size's Finding and Failed. `capture(bs)` runs the step twice in
-/// graph brackets (record, then capture).
+/// A capture phase over the step sizes `sizes` (token rows; those above `max_bs`, the
+/// launch's `--cuda-graph-max-bs`, are left out and run eagerly): Started, one Progress per
+/// size as `capture(size)` returns, Done; or the failing size's Finding and Failed; Skipped
+/// when no size is left. `capture(size)` runs the step twice as a graph step (record,
+/// then capture).
 pub fn capture_phase(
     events: &EventSink,
     phase: PhaseId,
+    sizes: &[u32],
     max_bs: u32,
     mut capture: impl FnMut(u32) -> Result<(), BackendError>,
 ) -> Result<(), Finding> {
+    let sizes: Vec<u32> = sizes.iter().copied().filter(|&s| s <= max_bs).collect();
+    if sizes.is_empty() {
+        let detail = Some(format!("no step of at most {max_bs} tokens (--cuda-graph-max-bs)"));
+        events.emit(Event::Phase { phase, state: PhaseState::Skipped, detail });
+        return Ok(());
+    }
     events.phase(phase, PhaseState::Started);
-    let sizes = capture_sizes(max_bs);
     for (i, &bs) in sizes.iter().enumerate() {
         if let Err(e) = capture(bs) {
             let f = match super::launch::memory_finding(&e, phase, &crate::spec::LaunchSpec { cuda_graph_max_bs: Some(max_bs), ..Default::default() }) {
@@ -316,7 +325,7 @@ mod tests {
         );
         let (sink, mut rx) = EventSink::channel();
         let mut seen = Vec::new();
-        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, 8, |bs| {
+        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, &capture_sizes(8), 8, |bs| {
             seen.push(bs);
             if bs == 4 { Err(BackendError::Device("boom".into())) } else { Ok(()) }
         });
@@ -331,5 +340,33 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec!["Started", "bs 1", "bs 2", "cuda-graph-capture-failed", "Failed"]);
+    }
+
+    /// Sizes above --cuda-graph-max-bs are left out; none left is a skipped phase.
+    #[test]
+    fn capture_phase_keeps_sizes_within_the_max() {
+        let (sink, mut rx) = EventSink::channel();
+        let mut seen = Vec::new();
+        capture_phase(&sink, PhaseId::TargetGraphCapture, &[1, 5, 16], 8, |bs| {
+            seen.push(bs);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, vec![1, 5]);
+        capture_phase(&sink, PhaseId::DraftGraphCapture, &[16], 8, |_| panic!("nothing to capture")).unwrap();
+        let phases: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|e| match e.event {
+                Event::Phase { phase, state, detail } => Some(format!("{phase} {state:?} {}", detail.unwrap_or_default())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            phases,
+            vec![
+                "target-graph-capture Started ",
+                "target-graph-capture Done 2 batch sizes",
+                "draft-graph-capture Skipped no step of at most 8 tokens (--cuda-graph-max-bs)"
+            ]
+        );
     }
 }

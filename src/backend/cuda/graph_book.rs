@@ -3,14 +3,16 @@
 //! signatures each step must repeat, and where each op's per-step values go in the arena.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What `begin` asks the caller to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Begin {
     /// First sight of the key: run the step eagerly while it is recorded.
     Record,
-    /// Start a stream capture whose first node copies `used` staged values.
-    Capture { used: usize },
+    /// Start a stream capture: ops stage their values and launch reading them from the
+    /// device arena.
+    Capture,
     /// Stage values only; launch the graph at `end`.
     Replay,
 }
@@ -33,10 +35,11 @@ pub enum OpGate {
 pub enum End {
     Nothing,
     Recorded,
-    /// The capture repeated the recording: keep the graph (and launch it once).
-    Captured,
-    /// Launch the graph.
-    Replay,
+    /// The capture repeated the recording: keep the graph, copy the first `used` staged
+    /// values up and launch it.
+    Captured { used: usize },
+    /// Copy the first `used` staged values up and launch the graph.
+    Replay { used: usize },
     /// The step is unusable; its recording is gone, so the key starts over.
     Failed(String),
 }
@@ -46,12 +49,13 @@ enum Mode {
     Eager,
     Recording { key: String, sigs: Vec<u64>, used: usize },
     Capturing { key: String, sigs: Vec<u64>, used: usize },
-    Replaying { key: String, index: usize, used: usize, diverged: Option<usize> },
+    /// `expected`: the recording's signatures, shared so ops need no map lookup.
+    Replaying { key: String, expected: Arc<[u64]>, index: usize, used: usize, diverged: Option<usize> },
 }
 
 #[derive(Debug)]
 struct Recording {
-    sigs: Vec<u64>,
+    sigs: Arc<[u64]>,
     used: usize,
     captured: bool,
 }
@@ -78,8 +82,10 @@ impl GraphBook {
         }
         let (mode, begin) = match self.recordings.get(key) {
             None => (Mode::Recording { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Record),
-            Some(r) if r.captured => (Mode::Replaying { key: key.into(), index: 0, used: 0, diverged: None }, Begin::Replay),
-            Some(r) => (Mode::Capturing { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Capture { used: r.used }),
+            Some(r) if r.captured => {
+                (Mode::Replaying { key: key.into(), expected: r.sigs.clone(), index: 0, used: 0, diverged: None }, Begin::Replay)
+            }
+            Some(_) => (Mode::Capturing { key: key.into(), sigs: Vec::new(), used: 0 }, Begin::Capture),
         };
         self.mode = mode;
         Ok(begin)
@@ -113,9 +119,8 @@ impl GraphBook {
                 sigs.push(sig);
                 take(used).map_or(OpGate::Overflow, OpGate::Stage)
             }
-            Mode::Replaying { key, index, used, diverged } => {
-                let expected = self.recordings.get(key.as_str()).and_then(|r| r.sigs.get(*index).copied());
-                if diverged.is_none() && expected != Some(sig) {
+            Mode::Replaying { expected, index, used, diverged, .. } => {
+                if diverged.is_none() && expected.get(*index) != Some(&sig) {
                     *diverged = Some(*index);
                 }
                 *index += 1;
@@ -132,15 +137,15 @@ impl GraphBook {
                 if used > self.arena_len {
                     return End::Failed(format!("{used} per-step values exceed the arena of {}", self.arena_len));
                 }
-                self.recordings.insert(key, Recording { sigs, used, captured: false });
+                self.recordings.insert(key, Recording { sigs: sigs.into(), used, captured: false });
                 End::Recorded
             }
             Mode::Capturing { key, sigs, used } => {
-                let same = self.recordings.get(&key).is_some_and(|r| r.sigs == sigs && r.used == used);
+                let same = self.recordings.get(&key).is_some_and(|r| *r.sigs == *sigs && r.used == used);
                 match (capture_ok, same) {
                     (true, true) => {
-                        self.recordings.insert(key, Recording { sigs, used, captured: true });
-                        End::Captured
+                        self.recordings.insert(key, Recording { sigs: sigs.into(), used, captured: true });
+                        End::Captured { used }
                     }
                     (false, _) => {
                         self.recordings.remove(&key);
@@ -152,11 +157,11 @@ impl GraphBook {
                     }
                 }
             }
-            Mode::Replaying { key, index, used, diverged } => {
-                let r = self.recordings.get(&key).expect("replaying a recorded key");
+            Mode::Replaying { key, expected, index, used, diverged } => {
+                let recorded_used = self.recordings.get(&key).map_or(0, |r| r.used);
                 let problem = match diverged {
                     Some(i) => Some(format!("op {i} differs from the recording")),
-                    None if index != r.sigs.len() || used != r.used => Some(format!("{index} ops, recorded {}", r.sigs.len())),
+                    None if index != expected.len() || used != recorded_used => Some(format!("{index} ops, recorded {}", expected.len())),
                     None => None,
                 };
                 match problem {
@@ -164,7 +169,7 @@ impl GraphBook {
                         self.recordings.remove(&key);
                         End::Failed(format!("replay diverged: {p}; the step's work was not done"))
                     }
-                    None => End::Replay,
+                    None => End::Replay { used },
                 }
             }
         }
@@ -208,13 +213,13 @@ mod tests {
         assert_eq!(step(&mut b, 1), vec![OpGate::Eager, OpGate::Eager]);
         assert_eq!(b.end(true), End::Recorded);
         assert!(!b.in_step());
-        assert_eq!(b.begin("decode/1"), Ok(Begin::Capture { used: 2 }));
+        assert_eq!(b.begin("decode/1"), Ok(Begin::Capture));
         assert_eq!(step(&mut b, 1), vec![OpGate::Stage(0), OpGate::Stage(2)]);
-        assert_eq!(b.end(true), End::Captured);
+        assert_eq!(b.end(true), End::Captured { used: 2 });
         for _ in 0..3 {
             assert_eq!(b.begin("decode/1"), Ok(Begin::Replay));
             assert_eq!(step(&mut b, 1), vec![OpGate::Skip(0), OpGate::Skip(2)]);
-            assert_eq!(b.end(true), End::Replay);
+            assert_eq!(b.end(true), End::Replay { used: 2 });
         }
         assert_eq!(b.gate(1, 2), OpGate::Eager, "outside a step every op is eager");
     }
@@ -235,7 +240,7 @@ mod tests {
         assert_eq!(b.end(true), End::Recorded);
         b.begin("verify/5").unwrap();
         step(&mut b, 1);
-        assert_eq!(b.end(true), End::Captured);
+        assert_eq!(b.end(true), End::Captured { used: 2 });
         // Fewer ops than recorded is a divergence too.
         b.begin("verify/5").unwrap();
         b.gate(1, 2);

@@ -1,13 +1,10 @@
-//! Starting the CUDA backend for a launch: compile the kernels for the GPU (the
-//! `kernel-compile` phase), open one backend per tensor-parallel rank, and turn failures
-//! into findings: a GPU that runs out of memory becomes `memory-budget` with the numbers
-//! and a remedy on the key that decides that memory.
+//! Starting the CUDA backend for a launch: choose the device, open the GPU (its kernels
+//! are compiled in the launch's `kernel-compile` phase), and turn failures into findings:
+//! a GPU that runs out of memory becomes `memory-budget` with the numbers and a remedy on
+//! the key that decides that memory.
 
 use super::backend::CudaBackend;
-use super::compile::{compile_phase, default_include_paths, nvrtc_version, CompileTarget, PtxCache};
-use super::probe::{choose_device, probe, CudaInventory, CudaLibrary, DeviceChoice};
-use super::sources::SOURCES;
-use super::tp::open_group;
+use super::probe::{choose_device, probe, CudaInventory, DeviceChoice};
 use crate::backend::BackendError;
 use crate::event::{EventSink, LogLevel, PhaseId};
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
@@ -17,8 +14,9 @@ pub const MEMORY_BUDGET: &str = "memory-budget";
 pub const CUDA_START_FAILED: &str = "cuda-start-failed";
 
 /// What `--device` gives a launch: `None` for the CPU reference (with a log line saying
-/// why when `auto` fell back), or one CUDA backend per tensor-parallel rank, kernels
-/// compiled. `--device cuda` without a usable GPU is a `cuda-unavailable` finding.
+/// why when `auto` fell back), or one CUDA backend per tensor-parallel rank, opened, its
+/// kernels compiled in the launch's `kernel-compile` phase (`Backend::kernel_compile`).
+/// `--device cuda` without a usable GPU is a `cuda-unavailable` finding.
 pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<CudaBackend>>, Finding> {
     match choose_device(spec.device, probe())? {
         DeviceChoice::Cpu { fallback } => {
@@ -28,29 +26,31 @@ pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<
         }
         DeviceChoice::Cuda(inventory) => {
             events.log(LogLevel::Info, "cuda", DeviceChoice::Cuda(inventory.clone()).describe());
-            start(events, &inventory, spec.tp_size.unwrap_or(1) as usize).map(Some)
+            open_ranks(&inventory, spec.tp_size.unwrap_or(1) as usize).map(Some)
         }
     }
 }
 
-/// Compile the kernels and open `tp` GPUs (0 .. tp) as one group.
-pub fn start(events: &EventSink, inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, Finding> {
+/// Open GPUs `0 .. tp` for the engine. Its model code drives one rank so far: a larger
+/// `--tp-size` is a finding with the remedy of one GPU (cuda-check's tensor-parallel
+/// section runs the sharded MLP block over every GPU).
+fn open_ranks(inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, Finding> {
     let fail = |message: String| Finding::new(CUDA_START_FAILED, Severity::Error, PhaseId::KernelCompile, message);
     if tp == 0 || tp > inventory.gpus.len() {
         return Err(fail(format!("--tp-size {tp} needs {tp} GPUs; {} visible", inventory.gpus.len()))
             .with_evidence(Evidence::new(Side::Launch, "--tp-size", "--tp-size", tp as u64)));
     }
-    if tp > 1 && !inventory.nccl_present {
-        return Err(fail(format!("--tp-size {tp} needs {}, which the loader does not find", CudaLibrary::Nccl.file_name())));
+    if tp > 1 {
+        return Err(fail(format!("--tp-size {tp}: the engine runs its model on one GPU; tensor parallelism is not wired into it"))
+            .with_evidence(Evidence::new(Side::Launch, "--tp-size", "--tp-size", tp as u64))
+            .with_remedy(Remedy::new(
+                "single-gpu",
+                "--tp-size",
+                "run on one GPU",
+                vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "1".into() }],
+            )));
     }
-    let target = CompileTarget {
-        arch: inventory.gpus[0].arch(),
-        include_paths: default_include_paths(),
-        nvrtc_version: nvrtc_version().map_err(fail)?,
-    };
-    let cache = PtxCache::new(PtxCache::default_location());
-    let modules = compile_phase(SOURCES, &target, Some(&cache), events)?;
-    open_group(&modules, tp).map_err(|e| fail(format!("opening {tp} GPU(s): {e}")))
+    CudaBackend::open_for_launch(0).map(|b| vec![b]).map_err(|e| fail(format!("opening GPU 0: {e}")))
 }
 
 /// A `memory-budget` finding for an allocation that failed in `phase`, with the remedy
@@ -127,6 +127,20 @@ mod tests {
         assert_eq!(f.evidence[2].value, 16);
         let r = f.remedy("reduce-cuda-graph-max-bs").unwrap();
         assert_eq!(r.changes, vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "8".into() }]);
+    }
+
+    /// The engine drives one GPU: more ranks are a finding with the one-GPU remedy, and
+    /// more ranks than GPUs name both counts; neither touches a GPU.
+    #[test]
+    fn the_engine_takes_one_rank() {
+        use super::super::probe::GpuInfo;
+        let gpu = |ordinal| GpuInfo { ordinal, name: "NVIDIA H200".into(), compute_capability: (9, 0), total_memory_bytes: 150 << 30 };
+        let inventory = CudaInventory { gpus: vec![gpu(0), gpu(1)], nccl_present: true };
+        let f = open_ranks(&inventory, 2).err().unwrap();
+        assert_eq!(f.id, CUDA_START_FAILED);
+        assert_eq!(f.message, "--tp-size 2: the engine runs its model on one GPU; tensor parallelism is not wired into it");
+        assert_eq!(f.remedy("single-gpu").unwrap().changes, vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "1".into() }]);
+        assert_eq!(open_ranks(&inventory, 3).err().unwrap().message, "--tp-size 3 needs 3 GPUs; 2 visible");
     }
 
     #[test]

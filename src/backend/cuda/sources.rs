@@ -29,7 +29,7 @@ macro_rules! kernel_source {
 pub const SOURCES: &[KernelSource] = &[
     kernel_source!("embedding.cu", ["embedding_f32"]),
     kernel_source!("rmsnorm.cu", ["rmsnorm_f32", "add_rmsnorm_f32"]),
-    kernel_source!("rope.cu", ["rope_f32"]),
+    kernel_source!("rope.cu", ["rope_f32", "rope_store_kv_f32"]),
     kernel_source!("attention.cu", ["attention_f32"]),
     kernel_source!(
         "elementwise.cu",
@@ -45,7 +45,28 @@ pub const SOURCES: &[KernelSource] = &[
         ]
     ),
     kernel_source!("sampling.cu", ["argmax_f32", "softmax_f32", "topk_f32", "sample_probs_f32"]),
-    kernel_source!("gemv.cu", ["gemv_f32", "gemv4_f32"]),
+    // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them (a test checks).
+    kernel_source!(
+        "gemv.cu",
+        [
+            "gemv_m1_r4_u4",
+            "gemv_gate_up_m1_r4_u4",
+            "gemv_m1_r2_u8",
+            "gemv_gate_up_m1_r2_u8",
+            "gemv_m2_r4_u4",
+            "gemv_gate_up_m2_r4_u4",
+            "gemv_m2_r2_u8",
+            "gemv_gate_up_m2_r2_u8",
+            "gemv_m4_r4_u2",
+            "gemv_gate_up_m4_r4_u2",
+            "gemv_m4_r2_u4",
+            "gemv_gate_up_m4_r2_u4",
+            "gemv_m8_r4_u2",
+            "gemv_gate_up_m8_r4_u2",
+            "gemv_m8_r2_u4",
+            "gemv_gate_up_m8_r2_u4"
+        ]
+    ),
 ];
 
 impl KernelSource {
@@ -77,12 +98,19 @@ mod tests {
     use super::*;
 
     /// Every `extern "C" __global__` kernel in a file is listed for loading, and nothing
-    /// else: a kernel added to a .cu without its entry here would never be loaded.
+    /// else: a kernel added to a .cu without its entry here would never be loaded. The
+    /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one pair per
+    /// configuration of gemm::GEMV_CONFIGS.
     #[test]
     fn listed_functions_match_the_kernel_files() {
-        let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\("#).unwrap();
+        let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
         for src in SOURCES {
-            let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).collect();
+            // A macro's `__launch_bounds__(...) name##...(` leaves the bounds as the only match.
+            let mut found: Vec<&str> =
+                re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| *n != "__launch_bounds__").collect();
+            if src.file == "kernels/gemv.cu" {
+                found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up]));
+            }
             let mut listed = src.functions.to_vec();
             found.sort();
             listed.sort();

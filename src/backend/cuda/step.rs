@@ -1,9 +1,10 @@
-//! A small decode step written over the backend seam (embedding, norm, q/k/v, RoPE, a KV
-//! cache write, attention, output projection, fused residual norm, lm_head, argmax), used
-//! to check that a step replayed from a CUDA graph computes exactly what the same step
-//! computes eagerly, and to time the two.
+//! A small decode step written over the backend seam as a decoder layer is (embedding,
+//! norm, q/k/v in one call, RoPE with the KV-cache write, attention, output projection,
+//! fused residual norm, gate-up-SiLU, down projection, lm_head, argmax), used to check
+//! that a step replayed from a CUDA graph computes exactly what the same step computes
+//! eagerly, and to time the two.
 
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 pub struct Dims {
@@ -11,6 +12,7 @@ pub struct Dims {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    pub intermediate: usize,
     pub vocab: usize,
     pub slots: usize,
 }
@@ -23,6 +25,9 @@ pub struct ToyStep<B: Backend> {
     wk: B::Weight,
     wv: B::Weight,
     wo: B::Weight,
+    gate: B::Weight,
+    up: B::Weight,
+    down: B::Weight,
     rope: RopeTable<B>,
     ids: B::Ids,
     pos: B::Ids,
@@ -36,6 +41,9 @@ pub struct ToyStep<B: Backend> {
     vc: B::Tensor,
     a: B::Tensor,
     o: B::Tensor,
+    g: B::Tensor,
+    u: B::Tensor,
+    act: B::Tensor,
     logits: B::Tensor,
 }
 
@@ -53,7 +61,8 @@ fn bf16_bytes(n: usize, seed: u64, scale: f32) -> Vec<u8> {
         .collect()
 }
 
-fn weight<B: Backend>(b: &B, shape: &[usize], seed: u64, scale: f32) -> Result<B::Weight, BackendError> {
+/// A weight of deterministic pseudo-random bf16 values in `(-scale, scale)`.
+pub fn random_weight<B: Backend>(b: &B, shape: &[usize], seed: u64, scale: f32) -> Result<B::Weight, BackendError> {
     let bytes = bf16_bytes(shape.iter().product(), seed, scale);
     let view = TensorView {
         name: "toy",
@@ -74,12 +83,15 @@ impl<B: Backend> ToyStep<B> {
         let sin: Vec<f32> = (0..d.slots * half).map(|i| angle(i / half, i % half).sin() as f32).collect();
         let rope = RopeTable { cos: b.tensor_from(half, &cos)?, sin: b.tensor_from(half, &sin)?, head_dim: d.head_dim, style: RopeStyle::NeoX, max_positions: d.slots };
         Ok(ToyStep {
-            table: weight(b, &[d.vocab, d.hidden], 1, 1.0)?,
-            norm: weight(b, &[d.hidden], 2, 1.0)?,
-            wq: weight(b, &[qw, d.hidden], 3, 0.05)?,
-            wk: weight(b, &[kw, d.hidden], 4, 0.05)?,
-            wv: weight(b, &[kw, d.hidden], 5, 0.05)?,
-            wo: weight(b, &[d.hidden, qw], 6, 0.05)?,
+            table: random_weight(b, &[d.vocab, d.hidden], 1, 1.0)?,
+            norm: random_weight(b, &[d.hidden], 2, 1.0)?,
+            wq: random_weight(b, &[qw, d.hidden], 3, 0.05)?,
+            wk: random_weight(b, &[kw, d.hidden], 4, 0.05)?,
+            wv: random_weight(b, &[kw, d.hidden], 5, 0.05)?,
+            wo: random_weight(b, &[d.hidden, qw], 6, 0.05)?,
+            gate: random_weight(b, &[d.intermediate, d.hidden], 7, 0.05)?,
+            up: random_weight(b, &[d.intermediate, d.hidden], 8, 0.05)?,
+            down: random_weight(b, &[d.hidden, d.intermediate], 9, 0.05)?,
             rope,
             ids: b.ids(1)?,
             pos: b.ids(1)?,
@@ -93,6 +105,9 @@ impl<B: Backend> ToyStep<B> {
             vc: b.tensor(d.slots, kw)?,
             a: b.tensor(1, qw)?,
             o: b.tensor(1, d.hidden)?,
+            g: b.tensor(1, d.intermediate)?,
+            u: b.tensor(1, d.intermediate)?,
+            act: b.tensor(1, d.intermediate)?,
             logits: b.tensor(1, d.vocab)?,
             d,
         })
@@ -105,15 +120,21 @@ impl<B: Backend> ToyStep<B> {
         b.write_ids(&mut self.pos, &[pos as i32]);
         b.embed(&self.table, &self.ids, 1, &mut self.x);
         b.rms_norm(&self.x, &self.norm, 1e-5, 1, &mut self.h);
-        b.matmul(&self.h, &self.wq, None, 1, &mut self.q);
-        b.matmul(&self.h, &self.wk, None, 1, &mut self.k);
-        b.matmul(&self.h, &self.wv, None, 1, &mut self.v);
-        b.rope(&mut self.q, &self.rope, &self.pos, 1);
-        b.rope(&mut self.k, &self.rope, &self.pos, 1);
-        b.copy_rows(&self.k, 0, &mut self.kc, pos, 1);
-        b.copy_rows(&self.v, 0, &mut self.vc, pos, 1);
+        b.matmul_many(
+            &self.h,
+            1,
+            &mut [
+                Projection { w: &self.wq, bias: None, out: &mut self.q },
+                Projection { w: &self.wk, bias: None, out: &mut self.k },
+                Projection { w: &self.wv, bias: None, out: &mut self.v },
+            ],
+        );
+        b.rope_store_kv(&mut self.q, &mut self.k, &self.v, &self.rope, &self.pos, 1, (&mut self.kc, &mut self.vc), pos);
         b.attention(&self.q, &self.kc, &self.vc, &g, AttnWindow { prefix: pos, region: 1, queries: 1 }, Mask::Causal, &mut self.a);
         b.matmul(&self.a, &self.wo, None, 1, &mut self.o);
+        b.add_rms_norm(&mut self.x, &self.o, &self.norm, 1e-5, 1, &mut self.h);
+        b.gate_up_silu(&self.h, &self.gate, &self.up, 1, &mut self.g, &mut self.u, &mut self.act);
+        b.matmul(&self.act, &self.down, None, 1, &mut self.o);
         b.add_rms_norm(&mut self.x, &self.o, &self.norm, 1e-5, 1, &mut self.h);
         b.matmul(&self.h, &self.table, None, 1, &mut self.logits);
         b.argmax(&self.logits, 1, &mut self.picked);
@@ -143,7 +164,7 @@ mod tests {
     use crate::backend::cpu::CpuBackend;
 
     fn dims() -> Dims {
-        Dims { hidden: 64, heads: 4, kv_heads: 2, head_dim: 32, vocab: 97, slots: 16 }
+        Dims { hidden: 64, heads: 4, kv_heads: 2, head_dim: 32, intermediate: 96, vocab: 97, slots: 16 }
     }
 
     /// On the CPU reference the brackets change nothing, and the step is deterministic:

@@ -1,0 +1,47 @@
+//! The GPU machine's scripts, checked here without a GPU: the closing table of a run
+//! (`scripts/gpu/summarize.py`, against the real outputs of run 1 and edited copies of
+//! them), the shell syntax of `run.sh` and `stage.sh`, and (ignored: slow, needs g++) the
+//! kernels on the CPU emulation.
+
+use std::path::Path;
+use std::process::Command;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn summarize_py_reads_real_run_outputs() {
+    if !have("python3") {
+        eprintln!("SKIPPED: python3 is not installed; scripts/gpu/test_summarize.py was NOT run");
+        return;
+    }
+    let out = Command::new("python3").args(["-m", "unittest", "-v", "scripts/gpu/test_summarize.py"]).current_dir(repo()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Ran 5 tests"), "{text}");
+}
+
+#[test]
+fn gpu_shell_scripts_parse() {
+    for script in ["scripts/gpu/run.sh", "scripts/gpu/stage.sh"] {
+        let out = Command::new("bash").args(["-n", script]).current_dir(repo()).output().unwrap();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The CUDA kernels on the CPU emulation (tools/kernel-emu): results against double
+/// references and the bit-for-bit properties speculative decoding relies on.
+#[test]
+#[ignore = "needs g++ with C++20 and about two minutes: runs scripts/kernel-emu.sh"]
+fn kernels_pass_on_the_cpu_emulation() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("scripts/kernel-emu.sh").arg(dir.path()).current_dir(repo()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("kernel-emu: all checks passed (0 failures)"), "{text}");
+}
