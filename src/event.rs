@@ -160,6 +160,9 @@ pub enum Event {
     /// Tokens appended to the output. `drafted` marks tokens proposed by the drafter and
     /// accepted by the target, as opposed to tokens the target produced itself.
     Token { ids: Vec<u32>, text: String, drafted: bool },
+    /// The console sent a prompt to the engine; the tokens that follow answer it. On the
+    /// stream so that a replayed session shows the prompt as the live one did.
+    Prompt { text: String, max_new_tokens: usize },
     Stats(GenerationStats),
     Ready {
         /// Seconds from the launch event to ready.

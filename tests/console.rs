@@ -339,7 +339,9 @@ async fn a_console_session_runs_through_its_action_channel() {
     // Every event, the console's own RemedyApplied included, is in the event log.
     let recorded: Vec<TimedEvent> =
         std::fs::read_to_string(&log_path).unwrap().lines().map(|l| TimedEvent::from_json_line(l).unwrap()).collect();
-    assert_eq!(recorded.len(), full.events.len() + 1);
+    // The story's events plus the two the console puts on the stream itself.
+    assert_eq!(recorded.len(), full.events.len() + 2);
+    assert!(recorded.iter().any(|e| matches!(&e.event, Event::Prompt { text, .. } if text == PROMPT)));
     assert!(recorded.iter().any(|e| matches!(&e.event, Event::RemedyApplied { id, .. } if id == "clamp-context-length")));
 }
 

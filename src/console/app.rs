@@ -417,6 +417,13 @@ impl State {
                 self.gpu_note = note;
                 Vec::new()
             }
+            Event::Prompt { text, .. } => {
+                if self.prompt.value() != text {
+                    self.prompt = TextInput::new(text.clone());
+                }
+                self.generation = Generation { prompt: text, sent_t: t, active: true, ..Generation::default() };
+                Vec::new()
+            }
             Event::Token { ids, text, drafted } => {
                 self.generation.push(t, ids.len(), &text, drafted);
                 Vec::new()
@@ -500,8 +507,10 @@ impl State {
             .find(|r| self.options.apply.contains(&r.id) && !self.spec.applied.contains(&r.id))
             .cloned();
         if let Some(remedy) = remedy {
-            self.log.push(t, LogLevel::Info, "console", format!("applying {} (--apply)", remedy.id));
-            return self.apply_changes(&remedy.id, &remedy.changes);
+            let line = format!("applying {} (--apply)", remedy.id);
+            let mut effects = vec![Effect::Emit(Event::Log { level: LogLevel::Info, source: "console".into(), line })];
+            effects.extend(self.apply_changes(&remedy.id, &remedy.changes));
+            return effects;
         }
         if self.options.exit_when_done {
             self.exit_code = exit_code(&self.findings).max(1);
@@ -514,6 +523,8 @@ impl State {
     fn on_ready(&mut self, t: f64, elapsed_s: f64, reused_target: bool) -> Vec<Effect> {
         let info = ReadyInfo { attempt: self.attempt, elapsed_s, reused_target };
         self.ready = Some(info);
+        // "applied …; relaunching…" is over once the relaunch is ready.
+        self.notice = None;
         if self.cold_start.is_none() && !reused_target {
             self.cold_start = Some(info);
         } else {
@@ -702,8 +713,11 @@ impl State {
             }
             return Vec::new();
         }
-        self.generation = Generation { prompt: text.clone(), sent_t: self.now, active: true, ..Generation::default() };
-        vec![Effect::Generate(GenerateParams::greedy(text, self.options.max_new_tokens))]
+        let max_new_tokens = self.options.max_new_tokens;
+        vec![
+            Effect::Emit(Event::Prompt { text: text.clone(), max_new_tokens }),
+            Effect::Generate(GenerateParams::greedy(text, max_new_tokens)),
+        ]
     }
 
     fn move_focus(&mut self, forward: bool) {
@@ -845,6 +859,22 @@ mod tests {
         assert_eq!(s.files["d/config.json"], SourceFile::Failed("gone".into()));
     }
 
+    /// What sending a prompt does: the prompt goes on the stream, the request to the engine.
+    fn prompt_sent(text: &str, max_new_tokens: usize) -> Vec<Effect> {
+        vec![
+            Effect::Emit(Event::Prompt { text: text.into(), max_new_tokens }),
+            Effect::Generate(GenerateParams::greedy(text, max_new_tokens)),
+        ]
+    }
+
+    #[test]
+    fn a_replayed_prompt_fills_the_input_and_starts_the_generation() {
+        let mut s = state(Options { engine_attached: false, ..Options::default() });
+        s.apply(ev(3.0, Event::Prompt { text: "To be".into(), max_new_tokens: 8 }));
+        assert_eq!((s.prompt.value(), s.generation.prompt.as_str(), s.generation.sent_t), ("To be", "To be", 3.0));
+        assert!(s.generation.active);
+    }
+
     #[test]
     fn headless_apply_fixes_then_generates_then_exits() {
         let mut s = state(Options {
@@ -854,10 +884,14 @@ mod tests {
             ..live()
         });
         let effects = failed_launch(&mut s);
-        assert!(matches!(&effects[..], [Effect::Emit(Event::RemedyApplied { .. }), Effect::Launch(spec)] if spec.context_length == Some(131072)));
+        assert!(matches!(&effects[..], [Effect::Emit(Event::Log { line, .. }), Effect::Emit(Event::RemedyApplied { .. }), Effect::Launch(spec)]
+            if line == "applying clamp-context-length (--apply)" && spec.context_length == Some(131072)));
+        assert_eq!(s.notice.as_deref(), Some("applied clamp-context-length; relaunching…"));
         s.apply(ev(1.0, Event::Launch { attempt: 2, spec: s.spec.clone() }));
         let effects = s.apply(ev(2.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
-        assert_eq!(effects, vec![Effect::Generate(GenerateParams::greedy("Once upon", 16))]);
+        assert_eq!(effects, prompt_sent("Once upon", 16));
+        assert_eq!(s.notice, None, "ready ends the relaunch notice");
+        s.apply(ev(2.0, Event::Prompt { text: "Once upon".into(), max_new_tokens: 16 }));
         s.apply(ev(2.1, Event::Token { ids: vec![5, 6], text: " a time".into(), drafted: true }));
         s.apply(ev(2.2, Event::Token { ids: vec![7], text: ",".into(), drafted: false }));
         assert_eq!(s.generation.histogram, vec![0, 0, 0, 1]);
@@ -873,7 +907,8 @@ mod tests {
     fn an_engine_error_during_generation_ends_a_headless_run_with_1() {
         let mut s = state(Options { exit_when_done: true, prompt: Some("x".into()), ..live() });
         s.apply(ev(0.0, Event::Launch { attempt: 1, spec: LaunchSpec::default() }));
-        assert_eq!(s.apply(ev(1.0, Event::Ready { elapsed_s: 1.0, reused_target: false })).len(), 1);
+        assert_eq!(s.apply(ev(1.0, Event::Ready { elapsed_s: 1.0, reused_target: false })), prompt_sent("x", 16));
+        s.apply(ev(1.0, Event::Prompt { text: "x".into(), max_new_tokens: 16 }));
         assert!(s.generation.active);
         let line = "generate: the tokenizer cannot encode the prompt".to_string();
         let effects = s.apply(ev(1.1, Event::Log { level: LogLevel::Error, source: "engine".into(), line }));
@@ -930,8 +965,11 @@ mod tests {
         assert_eq!(s.apply(Input::Action(Action::Submit)), vec![]);
         assert_eq!(s.notice.as_deref(), Some("the engine is not ready yet"));
         s.apply(ev(1.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
-        assert_eq!(s.apply(Input::Action(Action::Submit)), vec![Effect::Generate(GenerateParams::greedy("hi", 16))]);
+        assert_eq!(s.apply(Input::Action(Action::Submit)), prompt_sent("hi", 16));
+        assert!(!s.animating(), "the generation starts when the prompt comes back on the stream");
+        s.apply(ev(1.5, Event::Prompt { text: "hi".into(), max_new_tokens: 16 }));
         assert!(s.animating());
+        assert_eq!(s.generation.sent_t, 1.5);
     }
 
     #[test]
