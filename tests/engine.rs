@@ -480,6 +480,21 @@ fn launch_runs_the_phases_in_order_and_a_relaunch_keeps_the_target() {
     let kept = phases(&second).into_iter().find(|(p, _, _)| *p == PhaseId::TargetLoad);
     assert_eq!(kept, Some((PhaseId::TargetLoad, PhaseState::Skipped, Some("kept resident".into()))));
     assert!(!second.iter().any(|e| matches!(e, Event::Progress { phase: PhaseId::TargetLoad, .. })));
+    assert!(second.iter().any(|e| matches!(e, Event::Progress { phase: PhaseId::DrafterLoad, .. })), "a new drafter loads");
+
+    // A relaunch that leaves the drafter valid (a chain instead of the tree) keeps it too,
+    // with caches sized for the new shape; its greedy output is the target's, as before.
+    let prompt = [3, 1, 4, 1, 5];
+    let before = run(&mut eng, &prompt, 12, None).tokens;
+    let outcome = eng.launch(&spec(&f.target, Some((&f.standalone, Algorithm::Standalone, CHAIN))), &no_preflight);
+    assert!(matches!(outcome, LaunchOutcome::Ready { reused_target: true, .. }));
+    let third = drain(&mut rx);
+    let kept = phases(&third).into_iter().find(|(p, _, _)| *p == PhaseId::DrafterLoad);
+    assert_eq!(kept, Some((PhaseId::DrafterLoad, PhaseState::Skipped, Some("kept resident".into()))));
+    assert!(!third.iter().any(|e| matches!(e, Event::Progress { .. })), "no weights move");
+    let after = run(&mut eng, &prompt, 12, None);
+    assert_eq!(after.tokens, before);
+    assert!(after.accept_lengths.iter().all(|&n| n <= CHAIN.steps as usize + 1), "{:?}", after.accept_lengths);
 }
 
 fn short_drafter_pair() -> (Folders, LaunchSpec) {

@@ -27,6 +27,9 @@ pub struct AuxRows<'a, B: Backend> {
 pub trait Drafter<B: Backend>: Send {
     /// Forget the sequence (a new request).
     fn reset(&mut self);
+    /// Size the caches for a relaunch that keeps the weights: `kv_slots` KV slots and the
+    /// top-`topk` buffers of the new tree shape. Forgets the sequence.
+    fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError>;
     /// Whether `extend` needs the target's captured hidden states.
     fn wants_aux(&self) -> bool;
     /// Bytes of weights one draft forward reads.
@@ -102,6 +105,16 @@ impl<B: Backend> StandaloneDrafter<B> {
 impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
     fn reset(&mut self) {
         self.len = 0;
+    }
+
+    fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
+        let b = self.model.backend().clone();
+        if self.kv.slots != kv_slots {
+            self.kv = self.model.new_kv(kv_slots)?;
+        }
+        self.top = TopK::new(&*b, self.model.capacity.logit_rows, topk)?;
+        self.len = 0;
+        Ok(())
     }
 
     fn wants_aux(&self) -> bool {

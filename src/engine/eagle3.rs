@@ -334,6 +334,17 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         self.len = 0;
     }
 
+    fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
+        let b = &*self.backend;
+        let width = self.config.kv_heads * self.config.head_dim;
+        if self.kv.slots != kv_slots {
+            self.kv = KvCache::new(b, 1, kv_slots, width)?;
+        }
+        self.top = TopK::new(b, self.capacity.logit_rows, topk)?;
+        self.len = 0;
+        Ok(())
+    }
+
     fn wants_aux(&self) -> bool {
         true
     }

@@ -142,12 +142,26 @@ fn run_phase<T>(events: &EventSink, id: PhaseId, side: Side, work: impl FnOnce()
     }
 }
 
+/// What identifies a loaded drafter: a relaunch beside the same resident target with the
+/// same folder and the same effective configuration keeps its weights, and only sizes its
+/// caches for the new launch (a context clamp, a new tree shape).
+#[derive(Clone, Debug, PartialEq)]
+enum DrafterKey {
+    Eagle3(PathBuf, Eagle3Config),
+    Standalone(PathBuf, LlamaConfig),
+}
+
+struct LoadedDrafter<B: Backend> {
+    key: DrafterKey,
+    drafter: Box<dyn Drafter<B>>,
+}
+
 pub struct Engine<B: Backend> {
     backend: Arc<B>,
     events: EventSink,
     attempt: u32,
     target: Option<LoadedTarget<B>>,
-    drafter: Option<Box<dyn Drafter<B>>>,
+    drafter: Option<LoadedDrafter<B>>,
     shape: TreeShape,
     ready: bool,
 }
@@ -176,7 +190,7 @@ impl<B: Backend> Engine<B> {
     /// Bytes of weights one target step and one draft step read.
     pub fn weight_bytes(&self) -> (u64, Option<u64>) {
         let target = self.target.as_ref().and_then(|t| t.target.as_ref()).map_or(0, |t| t.model.weight_bytes());
-        (target, self.drafter.as_ref().map(|d| d.weight_bytes()))
+        (target, self.drafter.as_ref().map(|d| d.drafter.weight_bytes()))
     }
 
     /// Start (or restart) with `spec`. `preflight` is the full rule set (`check_spec`).
@@ -216,10 +230,11 @@ impl<B: Backend> Engine<B> {
         phase(&events, PhaseId::Preflight, PhaseState::Done, None);
         phase(&events, PhaseId::KernelCompile, PhaseState::Skipped, Some(format!("the {} backend compiles no kernels", self.backend.name())));
 
-        // The old drafter goes first so its memory is free for the new one.
-        self.drafter = None;
         let key = TargetKey { dir: PathBuf::from(model_path), dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
         let reused = self.target.as_ref().is_some_and(|t| t.key == key);
+        // A drafter may stay only beside the target it was loaded against (EAGLE-3 shares
+        // its embeddings); otherwise it goes first, so its memory is free for what loads next.
+        let kept_drafter = self.drafter.take().filter(|_| reused);
         if reused {
             phase(&events, PhaseId::TargetLoad, PhaseState::Skipped, Some("kept resident".into()));
         } else {
@@ -261,8 +276,10 @@ impl<B: Backend> Engine<B> {
                 })?;
             }
             Some(dir) => {
-                let (drafter, draft_cfg) =
-                    run_phase(&events, PhaseId::DrafterLoad, Side::Draft, || self.load_drafter(dir, spec, algorithm, tokens))?;
+                let (drafter, draft_cfg) = match self.keep_drafter(kept_drafter, dir, spec, algorithm, tokens) {
+                    Some(kept) => kept.map_err(|e| fail(&events, PhaseId::DrafterLoad, error_finding(Side::Draft, PhaseId::DrafterLoad, &e)))?,
+                    None => run_phase(&events, PhaseId::DrafterLoad, Side::Draft, || self.load_drafter(dir, spec, algorithm, tokens))?,
+                };
                 self.drafter = Some(drafter);
                 self.drafter_init(spec, algorithm, &draft_cfg)?;
             }
@@ -323,10 +340,6 @@ impl<B: Backend> Engine<B> {
     /// Allocate the target's KV cache for this launch's context; returns the token capacity.
     fn alloc_kv(&mut self, spec: &LaunchSpec, tree_slots: usize) -> Result<usize, EngineError> {
         let t = self.target.as_mut().expect("target loaded before kv-alloc");
-        let model = match t.target.take() {
-            Some(old) => old.into_model(),
-            None => t.model.take().expect("a loaded target has its model"),
-        };
         let context = context::target_context(&t.config, spec)?.length as usize;
         let tokens = context.min(CPU_MAX_TOKENS);
         if tokens < context {
@@ -336,7 +349,10 @@ impl<B: Backend> Engine<B> {
                 format!("context length {context}: the CPU reference keeps a KV cache of {tokens} tokens"),
             );
         }
-        let target = Target::new(model, tokens + tree_slots, tree_slots)?;
+        let target = match t.target.take() {
+            Some(old) => old.resized(tokens + tree_slots, tree_slots)?,
+            None => Target::new(t.model.take().expect("a loaded target has its model"), tokens + tree_slots, tree_slots)?,
+        };
         self.events.log(
             LogLevel::Info,
             SOURCE,
@@ -346,37 +362,66 @@ impl<B: Backend> Engine<B> {
         Ok(tokens)
     }
 
+    /// The drafter's identity for this launch, and its config as on disk (for drafter-init).
+    fn drafter_key(dir: &Path, spec: &LaunchSpec, algorithm: Algorithm) -> Result<(DrafterKey, ModelConfig), EngineError> {
+        let on_disk = ModelConfig::load_dir(dir)?;
+        let cfg = on_disk.with_overrides(&spec.draft_overrides);
+        let key = match algorithm {
+            Algorithm::Eagle3 => DrafterKey::Eagle3(dir.to_path_buf(), Eagle3Config::from_config(&cfg)?),
+            _ => DrafterKey::Standalone(dir.to_path_buf(), LlamaConfig::from_config(&cfg)?),
+        };
+        Ok((key, on_disk))
+    }
+
+    /// KV slots of the drafter: the committed sequence, the root and the draft tree.
+    fn drafter_slots(&self, tokens: usize) -> usize {
+        tokens + 1 + self.shape.draft_slots()
+    }
+
+    /// The previous drafter, when this launch leaves it valid: its caches sized for the new
+    /// launch, and drafter-load shown as skipped. `None` when it must be loaded again.
+    fn keep_drafter(
+        &self,
+        kept: Option<LoadedDrafter<B>>,
+        dir: &Path,
+        spec: &LaunchSpec,
+        algorithm: Algorithm,
+        tokens: usize,
+    ) -> Option<Result<(LoadedDrafter<B>, ModelConfig), EngineError>> {
+        let mut kept = kept?;
+        let (key, on_disk) = Self::drafter_key(dir, spec, algorithm).ok()?;
+        if key != kept.key {
+            return None;
+        }
+        phase(&self.events, PhaseId::DrafterLoad, PhaseState::Skipped, Some("kept resident".into()));
+        Some(kept.drafter.resize(self.drafter_slots(tokens), self.shape.topk).map(|()| (kept, on_disk)))
+    }
+
     fn load_drafter(
         &self,
         dir: &Path,
         spec: &LaunchSpec,
         algorithm: Algorithm,
         tokens: usize,
-    ) -> Result<(Box<dyn Drafter<B>>, ModelConfig), EngineError> {
-        let on_disk = ModelConfig::load_dir(dir)?;
-        let cfg = on_disk.with_overrides(&spec.draft_overrides);
+    ) -> Result<(LoadedDrafter<B>, ModelConfig), EngineError> {
+        let (key, on_disk) = Self::drafter_key(dir, spec, algorithm)?;
         let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
         let target = self.target.as_ref().and_then(|t| t.target.as_ref()).expect("target ready before the drafter");
-        let shape = self.shape;
-        let kv_slots = tokens + 1 + shape.draft_slots();
+        let (kv_slots, topk) = (self.drafter_slots(tokens), self.shape.topk);
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
-        let drafter: Box<dyn Drafter<B>> = match algorithm {
-            Algorithm::Eagle3 => {
-                let config = Eagle3Config::from_config(&cfg)?;
-                Box::new(self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
-                    Eagle3Drafter::load(config, ld, &target.model, cap, kv_slots, shape.topk)
-                })?)
-            }
-            _ => {
-                let config = LlamaConfig::from_config(&cfg)?;
+        let drafter: Box<dyn Drafter<B>> = match &key {
+            DrafterKey::Eagle3(_, config) => Box::new(self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
+                Eagle3Drafter::load(config.clone(), ld, &target.model, cap, kv_slots, topk)
+            })?),
+            DrafterKey::Standalone(_, config) => {
                 let model = self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
-                    LlamaModel::load(self.backend.clone(), config, ld, cap).map_err(EngineError::from)
+                    LlamaModel::load(self.backend.clone(), config.clone(), ld, cap).map_err(EngineError::from)
                 })?;
-                let file = cfg.file_name();
-                Box::new(StandaloneDrafter::new(model, target.model.config.vocab, kv_slots, shape.topk, &file)?)
+                let file = on_disk.file_name();
+                Box::new(StandaloneDrafter::new(model, target.model.config.vocab, kv_slots, topk, &file)?)
             }
         };
-        Ok((drafter, on_disk))
+        Ok((LoadedDrafter { key, drafter }, on_disk))
     }
 
     /// SGLang's draft-worker check, then the target's hidden-state capture for EAGLE-3.
@@ -423,7 +468,7 @@ impl<B: Backend> Engine<B> {
 
     fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: OnTokens<'_>) -> Result<Generation, EngineError> {
         let t = self.target.as_mut().and_then(|t| t.target.as_mut()).ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
-        spec_decode::generate(t, self.drafter.as_mut().map(|d| d.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
+        spec_decode::generate(t, self.drafter.as_mut().map(|d| d.drafter.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
     }
 
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {
@@ -472,7 +517,7 @@ impl<B: Backend> Engine<B> {
             });
             events.emit(Event::Token { ids: ids.to_vec(), text, drafted });
         };
-        let drafter = self.drafter.as_mut().filter(|_| use_drafter).map(|d| d.as_mut() as &mut dyn Drafter<B>);
+        let drafter = self.drafter.as_mut().filter(|_| use_drafter).map(|d| d.drafter.as_mut() as &mut dyn Drafter<B>);
         let g = spec_decode::generate(target, drafter, &prompt, &decoding, &mut on_tokens)?;
         if let Some(e) = failed {
             return Err(e.into());

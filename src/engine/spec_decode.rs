@@ -53,6 +53,16 @@ impl<B: Backend> Target<B> {
         self.model
     }
 
+    /// The same target for a relaunch that needs `kv_slots` and `tree_slots`: the cache is
+    /// kept when its size is unchanged (a request overwrites the slots it reads), so a
+    /// relaunch neither frees nor zeroes it again.
+    pub fn resized(self, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
+        if self.kv.slots == kv_slots && self.tree_slots == tree_slots {
+            return Ok(self);
+        }
+        Target::new(self.into_model(), kv_slots, tree_slots)
+    }
+
     /// The longest sequence (prompt + output) a request may reach.
     pub fn max_tokens(&self) -> usize {
         self.kv.slots - self.tree_slots

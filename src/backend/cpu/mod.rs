@@ -44,12 +44,24 @@ pub struct CpuIds {
     pub data: Vec<i32>,
 }
 
+/// Zeroed memory straight from the allocator: a large buffer (a KV cache) then comes as
+/// untouched zero pages, and costs its page faults only where it is written, rather than a
+/// memset of the whole buffer at kv-alloc.
 fn alloc_f32(len: usize, what: &str) -> Result<Vec<f32>, BackendError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| BackendError::OutOfMemory { bytes: len as u64 * 4, what: what.to_string() })?;
-    v.resize(len, 0.0);
-    Ok(v)
+    let oom = || BackendError::OutOfMemory { bytes: len as u64 * 4, what: what.to_string() };
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<f32>(len).map_err(|_| oom())?;
+    // SAFETY: the layout has a non-zero size; all-zero bits are a valid f32 (0.0); the Vec
+    // takes the allocation with the global allocator and the same layout it was made with.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<f32>();
+        if ptr.is_null() {
+            return Err(oom());
+        }
+        Ok(Vec::from_raw_parts(ptr, len, len))
+    }
 }
 
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
