@@ -1,6 +1,9 @@
 """Plot the loss curves of a demo run and a SmolLM2 drafter run into one PNG.
 
-    python3 plot_losses.py DEMO_METRICS.jsonl SMOL_METRICS.jsonl OUT.png
+    python3 plot_losses.py DEMO_METRICS.jsonl SMOL_METRICS.jsonl [MORE_SMOL_METRICS.jsonl ...] OUT.png
+
+Further SmolLM2 files are rounds that continued training the previous round's drafter
+(`--init-from`): their steps are drawn after it, with a line where each round starts.
 """
 import json
 import sys
@@ -21,7 +24,18 @@ def series(records, phase, key):
     return [r["step"] for r in rows], [r[key] for r in rows]
 
 
-def drafter_panel(ax, records, title):
+def continued(rounds):
+    """The records of consecutive training rounds as one run: steps offset, plus where each later round starts."""
+    merged, offset, starts = [], 0, []
+    for i, records in enumerate(rounds):
+        if i:
+            starts.append(offset)
+        merged += [dict(r, step=r["step"] + offset) if "step" in r else r for r in records]
+        offset += max((r["step"] for r in records if r.get("phase") == "drafter"), default=0)
+    return merged, starts
+
+
+def drafter_panel(ax, records, title, round_starts=()):
     ax.plot(*series(records, "drafter", "loss"), label="TTT loss (weighted sum)", color="black")
     ax.set_title(title)
     ax.set_xlabel("step")
@@ -36,11 +50,17 @@ def drafter_panel(ax, records, title):
     steps, accept = series(records, "draft-eval", "accept_length")
     if steps:
         twin.plot(steps, [a / 4 for a in accept], "o--", color="gray", label="simulated accept length / 4 (held-out)")
+    for start in round_starts:
+        ax.axvline(start, color="red", linestyle=":", label=f"next round (warm start) at step {start}")
+    if round_starts:
+        ax.legend(loc="upper right", fontsize=7)
     twin.legend(loc="center right", fontsize=7)
 
 
-def main(demo_path, smol_path, out):
-    demo, smol = read(demo_path), read(smol_path)
+def main(demo_path, *smol_paths_then_out):
+    *smol_paths, out = smol_paths_then_out
+    demo = read(demo_path)
+    smol, round_starts = continued([read(p) for p in smol_paths])
     fig, axes = plt.subplots(1, 3, figsize=(18, 5))
     ax = axes[0]
     ax.plot(*series(demo, "target", "loss"), label="train (dropout 0.2)")
@@ -50,11 +70,13 @@ def main(demo_path, smol_path, out):
     ax.set_ylabel("loss")
     ax.legend()
     drafter_panel(axes[1], demo, "demo EAGLE-3 drafter")
-    drafter_panel(axes[2], smol, "SmolLM2-135M-Instruct EAGLE-3 drafter")
+    drafter_panel(axes[2], smol, "SmolLM2-135M-Instruct EAGLE-3 drafter", round_starts)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    if len(sys.argv) < 4:
+        raise SystemExit(__doc__)
+    main(*sys.argv[1:])

@@ -8,9 +8,13 @@ checkpoint), data.npz (the generated training sequences), samples.txt, metrics.j
 summary.json.
 
 1. The target is the GGUF dequantized to f32 and rounded to bf16 (what `specdeck convert
-   gguf` produces). It answers the training prompts greedily (batched, KV cache) until
-   `--gen-budget` seconds are spent, and the held-out prompts for evaluation.
-2. Draft vocab: the `--draft-vocab` most frequent target ids in the responses (d2t/t2d).
+   gguf` produces). It answers the held-out prompts for evaluation and the training prompts
+   not answered in `--reuse-data` greedily (batched, KV cache, one CUDA graph per batch's
+   decode step) until `--gen-budget` seconds are spent; then, for `--sample-budget`
+   seconds, all training prompts once more at `--sample-temperature` (more contexts; the
+   loss is against the target's distribution either way).
+2. Draft vocab: the `--draft-vocab` most frequent target ids in the responses (d2t/t2d),
+   or the vocab of the drafter given by `--init-from`, whose weights training continues.
 3. The drafter (hidden 576 like the target; lm_head rows and final norm start from the
    target's tied embedding and norm) reads the residuals entering target layers 2, 15 and
    27 (config ids 1, 14, 26: SGLang's default for 30 layers) and is trained with the
@@ -25,9 +29,9 @@ import time
 import numpy as np
 import torch
 
-from sdtrain.eagle3 import drafter_config, simulated_accept_length, start_drafter, ttt_loss
+from sdtrain.eagle3 import drafter_config, resume_drafter, simulated_accept_length, start_drafter, ttt_loss
 from sdtrain.gguf_loader import load_gguf_llama
-from sdtrain.llama import generate
+from sdtrain.llama import generate_fast
 from sdtrain.loop import optimise, start_run
 
 AUX_LAYER_IDS = (1, 14, 26)
@@ -48,17 +52,37 @@ def split(flat, offsets):
     return [flat[offsets[i]:offsets[i + 1]].astype(np.int64).tolist() for i in range(len(offsets) - 1)]
 
 
-def answer(target, prompts, args, log, budget_s, label, max_new):
-    """Greedy responses, batch by batch, until the time budget is spent."""
-    start, responses = time.time(), []
-    for i in range(0, len(prompts), args.gen_batch):
+def answer(target, prompts, args, log, budget_s, label, max_new, temperature=0.0, limit=None):
+    """Responses (greedy unless `temperature`), shortest prompts first in batches, until the budget is spent
+    (or `limit` prompts are answered).
+
+    Returns (the prompts answered, in their given order, and their responses).
+    """
+    start, answered = time.time(), {}
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))[:limit]  # less left padding per batch
+    for i in range(0, len(order), args.gen_batch):
         if time.time() - start > budget_s:
             break
-        responses.extend(generate(target, prompts[i:i + args.gen_batch], max_new, stop_ids=STOP_IDS))
-        tokens = sum(map(len, responses))
-        log(f"{label}: {len(responses)}/{len(prompts)} responses, {tokens} tokens, "
+        rows = order[i:i + args.gen_batch]
+        batch = [prompts[r] for r in rows]
+        try:
+            outs = generate_fast(target, batch, max_new, stop_ids=STOP_IDS, temperature=temperature,
+                                 use_graph=None if args.cuda_graphs else False)
+        except RuntimeError as err:
+            if not args.cuda_graphs:
+                raise
+            # A capture failure leaves the model untouched: decode this and later batches eagerly.
+            log(f"{label}: CUDA graph decoding failed ({err}); decoding eagerly from here on")
+            args.cuda_graphs = False
+            torch.cuda.empty_cache()
+            outs = generate_fast(target, batch, max_new, stop_ids=STOP_IDS, temperature=temperature, use_graph=False)
+        for row, response in zip(rows, outs):
+            answered[row] = response
+        tokens = sum(map(len, answered.values()))
+        log(f"{label}: {len(answered)}/{len(prompts)} responses, {tokens} tokens, "
             f"{tokens / (time.time() - start):.0f} tok/s")
-    return responses
+    rows = sorted(answered)
+    return [prompts[r] for r in rows], [answered[r] for r in rows]
 
 
 def load_sequences(path):
@@ -102,9 +126,15 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gen-batch", type=int, default=2048)
+    ap.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                    help="decode eagerly (~90 ms per token step on the lent H200, launch-bound)")
     ap.add_argument("--max-new", type=int, default=320)
     ap.add_argument("--gen-budget", type=float, default=150.0, help="seconds of answering training prompts")
     ap.add_argument("--max-prompts", type=int, default=None)
+    ap.add_argument("--sample-budget", type=float, default=0.0,
+                    help="seconds of extra sampled answers to all training prompts, after the greedy ones")
+    ap.add_argument("--sample-temperature", type=float, default=0.7)
+    ap.add_argument("--max-sampled", type=int, default=None, help="at most this many sampled answers")
     ap.add_argument("--heldout-new", type=int, default=192)
     ap.add_argument("--max-heldout", type=int, default=None)
     ap.add_argument("--reuse-data", default=None,
@@ -115,6 +145,10 @@ def main():
     ap.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled (S=3 needs 3)")
     ap.add_argument("--draft-steps", type=int, default=None)
     ap.add_argument("--draft-budget", type=float, default=240.0)
+    ap.add_argument("--finish-by", type=float, default=None,
+                    help="Unix time by which training must end (leaves ~20 s to save); overrides --draft-budget")
+    ap.add_argument("--init-from", default=None,
+                    help="a drafter folder to continue training (its config, weights and draft vocab)")
     ap.add_argument("--eval-every", type=int, default=400)
     args = ap.parse_args()
 
@@ -131,7 +165,7 @@ def main():
     if args.max_prompts is not None:
         train_prompts = train_prompts[:args.max_prompts]
 
-    heldout_responses = answer(target, heldout_prompts, args, log, float("inf"), "held-out", args.heldout_new)
+    _, heldout_responses = answer(target, heldout_prompts, args, log, float("inf"), "held-out", args.heldout_new)
     with open(os.path.join(args.out, "samples.txt"), "w") as f:
         for p, r in list(zip(heldout_prompts, heldout_responses))[:8]:
             f.write(f"=== prompt\n{tokenizer.decode(p, skip_special_tokens=False)}\n=== greedy response\n"
@@ -143,21 +177,33 @@ def main():
     train_prompts = [p for p in train_prompts if tuple(p) not in asked]
     log(f"reused {len(reused_prompts)} sequences; {len(train_prompts)} prompts left to answer")
     gen_start = time.time()
-    responses = answer(target, train_prompts, args, log, args.gen_budget, "train", args.max_new)
-    gen_s = time.time() - gen_start
-    train_prompts = reused_prompts + train_prompts[:len(responses)]
+    new_prompts, responses = answer(target, train_prompts, args, log, args.gen_budget, "train", args.max_new)
+    train_prompts = reused_prompts + new_prompts
     responses = reused_responses + responses
+    sampled_prompts, sampled_responses = [], []
+    if args.sample_budget > 0:
+        torch.manual_seed(args.seed + 4)
+        sampled_prompts, sampled_responses = answer(target, train_prompts, args, log, args.sample_budget,
+                                                    f"sampled T={args.sample_temperature}", args.max_new,
+                                                    temperature=args.sample_temperature, limit=args.max_sampled)
+    gen_s = time.time() - gen_start
+    greedy_count = len(responses)
+    train_prompts, responses = train_prompts + sampled_prompts, responses + sampled_responses
     lengths = [len(p) + len(r) for p, r in zip(train_prompts, responses)]
     response_tokens = sum(map(len, responses))
     log(f"training data: {len(responses)} sequences, {sum(lengths)} tokens ({response_tokens} response tokens); "
-        f"{len(responses) - len(reused_prompts)} generated in {gen_s:.0f}s")
+        f"{greedy_count - len(reused_prompts)} greedy and {len(sampled_responses)} sampled generated in {gen_s:.0f}s")
     np.savez_compressed(os.path.join(args.out, "data.npz"),
                         ids=np.concatenate([np.asarray(p + r, dtype=np.uint16) for p, r in zip(train_prompts, responses)]),
-                        offsets=np.cumsum([0] + lengths), prompt_lengths=np.asarray([len(p) for p in train_prompts]))
+                        offsets=np.cumsum([0] + lengths), prompt_lengths=np.asarray([len(p) for p in train_prompts]),
+                        sampled=np.arange(len(responses)) >= greedy_count)
 
     counts = torch.bincount(torch.tensor([t for r in responses for t in r]), minlength=target.cfg.vocab_size)
-    drafter, teacher, coverage = start_drafter(smollm2_drafter_config(target.cfg, args.draft_vocab), target, counts,
-                                               AUX_LAYER_IDS, args.seed + 2, args.device, log)
+    if args.init_from:
+        drafter, teacher, coverage = resume_drafter(args.init_from, target, counts, AUX_LAYER_IDS, args.device, log)
+    else:
+        drafter, teacher, coverage = start_drafter(smollm2_drafter_config(target.cfg, args.draft_vocab), target,
+                                                   counts, AUX_LAYER_IDS, args.seed + 2, args.device, log)
     params = list(drafter.parameters())
 
     ids, mask = pack(train_prompts, responses, "cpu")
@@ -192,9 +238,12 @@ def main():
         log(f"drafter step {step}: simulated accept length (S=3, K=1) {value:.3f} over {rounds:.0f} held-out rounds")
 
     log(f"{len(batches)} batches per epoch")
+    if args.init_from:
+        eval_fn(0)  # the starting drafter, on this run's held-out responses
+    budget_s = args.draft_budget if args.finish_by is None else args.finish_by - 20.0 - time.time()
     train_start = time.time()
     steps = optimise(params, step_fn, lr=args.draft_lr, weight_decay=0.0, log=log, name="drafter",
-                     steps=args.draft_steps, budget_s=args.draft_budget, warmup=100, eval_every=args.eval_every,
+                     steps=args.draft_steps, budget_s=budget_s, warmup=100, eval_every=args.eval_every,
                      eval_fn=eval_fn)
     train_s = time.time() - train_start
     drafter.eval()
@@ -203,6 +252,7 @@ def main():
     log(f"drafter saved; simulated accept length {value:.3f}")
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump({"args": vars(args), "sequences": len(responses), "reused_sequences": len(reused_prompts),
+                   "sampled_sequences": len(sampled_responses),
                    "tokens": sum(lengths),
                    "response_tokens": response_tokens, "generation_s": round(gen_s, 1),
                    "draft_vocab_coverage": coverage, "steps": steps, "epochs": round(steps / len(batches), 2),

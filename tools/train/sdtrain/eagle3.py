@@ -137,9 +137,12 @@ class Eagle3Drafter(nn.Module):
             f.write("\n")
         save_file(self.checkpoint_tensors(), os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
-    def load(self, tensors):
-        own = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}
-        self.load_state_dict(own, strict=False)
+    def load(self, tensors, source="checkpoint"):
+        """Weights and d2t/t2d from checkpoint tensors; names must match exactly."""
+        result = self.load_state_dict({k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}, strict=False)
+        if result.unexpected_keys or set(result.missing_keys) != {"d2t", "t2d"}:
+            raise SystemExit(f"{source}: unexpected {result.unexpected_keys}, "
+                             f"missing {sorted(set(result.missing_keys) - {'d2t', 't2d'})}")
         self.set_vocab(tensors["d2t"], tensors["t2d"])
 
 
@@ -200,21 +203,39 @@ class TargetTeacher:
         return aux, torch.log_softmax(draft_logits, dim=-1), self.t2d[full_argmax]
 
 
+def _ready(drafter, target, aux_layer_ids, token_counts, device, log):
+    drafter.to(device).train()
+    coverage = token_counts[drafter.t2d.cpu()].sum().item() / token_counts.sum().item()
+    log(f"draft vocab: {drafter.cfg['draft_vocab_size']} of {drafter.cfg['vocab_size']} ids cover "
+        f"{coverage:.4f} of the counted tokens")
+    log(f"drafter: {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M parameters")
+    return drafter, TargetTeacher(target, aux_layer_ids, drafter.t2d), coverage
+
+
 def start_drafter(cfg, target, token_counts, aux_layer_ids, seed, device, log):
     """A drafter on the target's most frequent tokens, initialised from the target, and its teacher.
 
     lm_head rows and the final norm start from the target's head and norm; returns
     (drafter, teacher, share of the counted tokens the draft vocab covers).
     """
-    d2t, t2d = draft_vocab(token_counts, cfg["draft_vocab_size"])
-    coverage = token_counts[t2d].sum().item() / token_counts.sum().item()
-    log(f"draft vocab: {cfg['draft_vocab_size']} of {cfg['vocab_size']} ids cover {coverage:.4f} of the counted tokens")
     drafter = Eagle3Drafter(cfg, target.embed_tokens.weight)
-    drafter.set_vocab(d2t, t2d)
+    drafter.set_vocab(*draft_vocab(token_counts, cfg["draft_vocab_size"]))
     drafter.init_weights(seed, target_norm=target.norm.weight.float(), target_head=target.head_weight().float())
-    drafter.to(device).train()
-    log(f"drafter: {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M parameters")
-    return drafter, TargetTeacher(target, aux_layer_ids, drafter.t2d), coverage
+    return _ready(drafter, target, aux_layer_ids, token_counts, device, log)
+
+
+def resume_drafter(folder, target, token_counts, aux_layer_ids, device, log):
+    """The checkpoint in `folder` (its config, weights and d2t/t2d), to train further; as start_drafter."""
+    from safetensors.torch import load_file
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    if cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] != list(aux_layer_ids):
+        raise SystemExit(f"{folder}/config.json: aux layer ids differ from {list(aux_layer_ids)}")
+    drafter = Eagle3Drafter(cfg, target.embed_tokens.weight)
+    path = os.path.join(folder, "model.safetensors")
+    drafter.load(load_file(path), source=path)
+    log(f"drafter resumed from {folder}")
+    return _ready(drafter, target, aux_layer_ids, token_counts, device, log)
 
 
 def ttt_loss(drafter, teacher, ids, loss_mask, steps, decay=0.8):

@@ -228,12 +228,25 @@ class Llama(nn.Module):
         self.load_state_dict(own)
 
 
-@torch.no_grad()
-def generate(model, prompts, max_new_tokens, stop_ids=(), temperature=0.0, generator=None, pad_id=0):
-    """Batched generation with a KV cache; prompts are lists of ids (left-padded here).
+def grouped_decode_attention(q, k, v, key_mask):
+    """One query per row against a whole cache, without repeating K/V per head group.
 
-    Returns one list of new ids per prompt, cut after the first stop id (kept).
-    Greedy when temperature == 0.
+    q: [B, heads, 1, hd]; k, v: [B, kv_heads, C, hd]; key_mask: [B, C] bool (True = attend).
+    """
+    b, heads, _, hd = q.shape
+    kv_heads = k.shape[1]
+    grouped = q.reshape(b, kv_heads, heads // kv_heads, hd)
+    scores = torch.matmul(grouped, k.transpose(-1, -2)).float() * hd ** -0.5
+    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
+    return out.reshape(b, 1, heads * hd)
+
+
+def _prefill(model, prompts, max_new_tokens, pad_id):
+    """Left-pad the prompts, run them through `model` into fresh KV caches of width + max_new slots.
+
+    Returns (final normed hidden of each prompt's last token [B,H], caches, valid_key [B,C]
+    (False on left padding), prompt lengths [B], padded width).
     """
     device = model.embed_tokens.weight.device
     dtype = model.embed_tokens.weight.dtype
@@ -255,10 +268,30 @@ def generate(model, prompts, max_new_tokens, stop_ids=(), temperature=0.0, gener
     # A fully padded query row would softmax over nothing; let it see itself.
     mask = mask | torch.eye(width, dtype=torch.bool, device=device)[None, None]
     normed, _ = model(ids, positions, mask=mask, caches=caches)
+    return normed[:, -1], caches, valid_key, lengths, width
+
+
+def _cut_at_stop(out, stop_ids):
+    results = []
+    for row in out.tolist():
+        cut = next((i + 1 for i, tok in enumerate(row) if tok in stop_ids), len(row))
+        results.append(row[:cut])
+    return results
+
+
+@torch.no_grad()
+def generate(model, prompts, max_new_tokens, stop_ids=(), temperature=0.0, generator=None, pad_id=0):
+    """Batched generation with a KV cache; prompts are lists of ids (left-padded here).
+
+    Returns one list of new ids per prompt, cut after the first stop id (kept).
+    Greedy when temperature == 0.
+    """
+    last, caches, valid_key, lengths, width = _prefill(model, prompts, max_new_tokens, pad_id)
+    device = last.device
+    b = len(prompts)
     stop = torch.tensor(list(stop_ids) or [-1], device=device)
     out = torch.zeros(b, max_new_tokens, dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
-    last = normed[:, -1]
     for step in range(max_new_tokens):
         logits = model.logits(last).float()
         if temperature > 0:
@@ -275,11 +308,88 @@ def generate(model, prompts, max_new_tokens, stop_ids=(), temperature=0.0, gener
         key_mask = valid_key[:, None, None, :width + step + 1]
         normed, _ = model(nxt[:, None], pos, mask=key_mask, caches=caches)
         last = normed[:, -1]
-    results = []
-    for row in out.tolist():
-        cut = next((i + 1 for i, tok in enumerate(row) if tok in stop_ids), len(row))
-        results.append(row[:cut])
-    return results
+    return _cut_at_stop(out, stop_ids)
+
+
+class StaticDecoder:
+    """Decoding whose per-token step has fixed shapes, so a CUDA graph can replay it.
+
+    A 135M-parameter target decodes one token in ~1000 small kernels; on the lent GPU the
+    launches, not the math, set the eager step time (~90 ms at any batch size). Every
+    step here works on the full cache (its write column and the key mask come from a step
+    counter on the device), so one captured step replays for the whole response.
+    Greedy when temperature == 0, else sampled (Gumbel-max over the default generator,
+    which graph replay advances).
+    """
+
+    def __init__(self, model, prompts, max_new_tokens, stop_ids, temperature=0.0, pad_id=0):
+        self.model, self.temperature = model, temperature
+        last, caches, self.valid_key, self.lengths, self.width = _prefill(model, prompts, max_new_tokens, pad_id)
+        device = last.device
+        self.kv = [(c.k, c.v) for c in caches]
+        self.cols = torch.arange(self.width + max_new_tokens, device=device)
+        self.stop = torch.tensor(list(stop_ids) or [-1], device=device)
+        self.token = self.pick(model.logits(last).float())
+        self.step = torch.zeros((), dtype=torch.long, device=device)
+        self.out = torch.zeros(len(prompts), max_new_tokens, dtype=torch.long, device=device)
+        self.done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+
+    def advance(self):
+        """Record the current token at the step counter and compute the next one."""
+        model, col = self.model, self.width + self.step
+        self.out.index_copy_(1, self.step.view(1), self.token[:, None])
+        self.done.logical_or_((self.token[:, None] == self.stop[None, :]).any(-1))
+        key_mask = self.valid_key & (self.cols[None, :] <= col)
+        x = model.embed_tokens(self.token[:, None])
+        cos, sin = rope_cos_sin((self.lengths + self.step)[:, None], model.cfg.head_dim, model.cfg.rope_theta, x.dtype)
+        for layer, (cache_k, cache_v) in zip(model.layers, self.kv):
+            q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
+            cache_k.index_copy_(2, col.view(1), k)
+            cache_v.index_copy_(2, col.view(1), v)
+            x = x + layer.self_attn.o_proj(grouped_decode_attention(q, cache_k, cache_v, key_mask))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        self.token.copy_(self.pick(model.logits(model.norm(x)[:, -1]).float()))
+        self.step.add_(1)
+
+    def pick(self, logits):
+        if self.temperature > 0:
+            gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp_(min=1e-20)))
+            logits = logits / self.temperature + gumbel
+        return logits.argmax(-1)
+
+    def run(self, use_graph, check_every=16, eager_warmup=3):
+        """Decode all steps (stopping once every row has a stop id); returns the [B, steps] ids."""
+        total = self.out.shape[1]
+        replay = self.advance
+        taken = 0
+        if use_graph and total > eager_warmup:
+            # Warm-up steps are real steps, run on a side stream as CUDA graph capture wants.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(eager_warmup):
+                    self.advance()
+            torch.cuda.current_stream().wait_stream(side)
+            taken = eager_warmup
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):   # capture records the step without running it
+                self.advance()
+            replay = graph.replay
+        while taken < total:
+            replay()
+            taken += 1
+            if taken % check_every == 0 and bool(self.done.all()):
+                break
+        return self.out[:, :taken]
+
+
+@torch.no_grad()
+def generate_fast(model, prompts, max_new_tokens, stop_ids=(), temperature=0.0, use_graph=None, pad_id=0):
+    """Same contract as `generate`, through StaticDecoder (a CUDA graph on a GPU)."""
+    if use_graph is None:
+        use_graph = model.embed_tokens.weight.is_cuda
+    decoder = StaticDecoder(model, prompts, max_new_tokens, stop_ids, temperature, pad_id)
+    return _cut_at_stop(decoder.run(use_graph), stop_ids)
 
 
 def save_hf_folder(model, folder, extra_files=None):
