@@ -16,6 +16,7 @@ use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
+use crate::engine::ranks::RankVote;
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
@@ -150,6 +151,9 @@ pub struct Engine<B: Backend> {
     drafter: Option<Box<dyn Drafter<B>>>,
     shape: TreeShape,
     ready: bool,
+    /// Set on each rank of a tensor-parallel group: the ranks agree that every one of them
+    /// launched before any runs the warmup's collectives.
+    vote: Option<Arc<RankVote>>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -162,7 +166,13 @@ impl<B: Backend> Engine<B> {
             drafter: None,
             shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 },
             ready: false,
+            vote: None,
         }
+    }
+
+    /// Make this engine one rank of a tensor-parallel group that launches together.
+    pub fn join_group(&mut self, vote: Arc<RankVote>) {
+        self.vote = Some(vote);
     }
 
     pub fn is_ready(&self) -> bool {
@@ -186,7 +196,9 @@ impl<B: Backend> Engine<B> {
         self.attempt += 1;
         self.ready = false;
         self.events.emit(Event::Launch { attempt: self.attempt, spec: spec.clone() });
-        match self.launch_phases(spec, preflight) {
+        let launched = self.launch_phases(spec, preflight);
+        let launched = self.agree(launched).and_then(|reused| self.warmup().map(|()| reused));
+        match launched {
             Ok(reused_target) => {
                 let elapsed_s = start.elapsed().as_secs_f64();
                 self.ready = true;
@@ -214,7 +226,7 @@ impl<B: Backend> Engine<B> {
             return Err(fail(&events, PhaseId::Preflight, missing_flag("--model-path", "target model folder")));
         };
         phase(&events, PhaseId::Preflight, PhaseState::Done, None);
-        phase(&events, PhaseId::KernelCompile, PhaseState::Skipped, Some(format!("the {} backend compiles no kernels", self.backend.name())));
+        self.backend.kernel_compile(&events)?;
 
         // The old drafter goes first so its memory is free for the new one.
         self.drafter = None;
@@ -268,16 +280,36 @@ impl<B: Backend> Engine<B> {
             }
         }
         phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
-        run_phase(&events, PhaseId::Warmup, Side::Target, || {
-            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
-            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
-        })?;
         Ok(reused)
     }
 
+    /// In a tensor-parallel group, wait until every rank has finished its launch phases and
+    /// fail this one too when another failed (the warmup's all-reduces need every rank).
+    fn agree(&self, launched: Result<bool, Finding>) -> Result<bool, Finding> {
+        let Some(vote) = &self.vote else { return launched };
+        let all = vote.vote(launched.is_ok());
+        match launched {
+            Ok(_) if !all => {
+                let f = Finding::new(BACKEND_ERROR, Severity::Error, PhaseId::Warmup, "another tensor-parallel rank failed to launch");
+                Err(fail(&self.events, PhaseId::Warmup, f))
+            }
+            other => other,
+        }
+    }
+
+    fn warmup(&mut self) -> Result<(), Finding> {
+        let shape = self.shape;
+        run_phase(&self.events.clone(), PhaseId::Warmup, Side::Target, || {
+            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
+            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
+        })
+    }
+
     fn device_findings(&self, spec: &LaunchSpec) -> Vec<Finding> {
+        let on_cpu = self.backend.name() == "cpu";
         match spec.device {
             Device::Cpu => Vec::new(),
+            _ if !on_cpu => Vec::new(),
             Device::Auto => {
                 self.events.log(LogLevel::Info, SOURCE, "--device auto: this build has no CUDA backend; running on the CPU reference");
                 Vec::new()
@@ -311,8 +343,9 @@ impl<B: Backend> Engine<B> {
         load: impl FnOnce(&mut Loader<'_, B>) -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         let events = self.events.clone();
+        let gpu = self.backend.gpu_ordinal();
         let mut progress = |p: FileProgress| {
-            events.emit(Event::Progress { phase, unit: ProgressUnit::Bytes, gpu: None, label: p.file, done: p.done, total: p.total })
+            events.emit(Event::Progress { phase, unit: ProgressUnit::Bytes, gpu, label: p.file, done: p.done, total: p.total })
         };
         let mut ld = Loader::new(&*self.backend, ck, &mut progress);
         let out = load(&mut ld)?;
