@@ -175,6 +175,11 @@ impl<B: Backend> Engine<B> {
         self.vote = Some(vote);
     }
 
+    /// The backend's name ("cpu", "cuda").
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
     pub fn is_ready(&self) -> bool {
         self.ready
     }
@@ -305,23 +310,19 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// `--device cuda` given to an engine built on the CPU reference (the device itself is
+    /// chosen, and `auto`'s choice logged, where the backend is made: `ranks::engine_for`).
     fn device_findings(&self, spec: &LaunchSpec) -> Vec<Finding> {
-        let on_cpu = self.backend.name() == "cpu";
-        match spec.device {
-            Device::Cpu => Vec::new(),
-            _ if !on_cpu => Vec::new(),
-            Device::Auto => {
-                self.events.log(LogLevel::Info, SOURCE, "--device auto: this build has no CUDA backend; running on the CPU reference");
-                Vec::new()
-            }
-            Device::Cuda => vec![Finding::new(
-                DEVICE_UNAVAILABLE,
-                Severity::Error,
-                PhaseId::Preflight,
-                "The CUDA backend is not available in this build; use --device cpu (or auto).",
-            )
-            .with_evidence(Evidence::new(Side::Launch, "launch flags", "--device", "cuda"))],
+        if spec.device != Device::Cuda || self.backend.name() != "cpu" {
+            return Vec::new();
         }
+        vec![Finding::new(
+            DEVICE_UNAVAILABLE,
+            Severity::Error,
+            PhaseId::Preflight,
+            "--device cuda, but this engine runs on the CPU reference backend; use --device cpu (or auto).",
+        )
+        .with_evidence(Evidence::new(Side::Launch, "launch flags", "--device", "cuda"))]
     }
 
     fn load_target(&self, key: TargetKey) -> Result<LoadedTarget<B>, EngineError> {

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::engine::handle::{GenerateRequest, PreflightFn};
 use crate::engine::lifecycle::{Engine, LaunchOutcome, BACKEND_ERROR};
@@ -28,6 +29,8 @@ pub trait Serve {
     fn weight_bytes(&self) -> (u64, Option<u64>);
     /// Token ids to text with the loaded target's tokenizer.
     fn decode(&self, ids: &[u32]) -> Result<String, EngineError>;
+    /// Where it runs: the backend's name and the tensor-parallel ranks.
+    fn placement(&self) -> (&'static str, usize);
 }
 
 impl<B: Backend> Serve for Engine<B> {
@@ -46,6 +49,10 @@ impl<B: Backend> Serve for Engine<B> {
     fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
         let tok = self.tokenizer().ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
         Ok(tok.decode(ids)?)
+    }
+
+    fn placement(&self) -> (&'static str, usize) {
+        (self.backend_name(), 1)
     }
 }
 
@@ -88,6 +95,17 @@ impl RankVote {
         }
         r.verdict
     }
+}
+
+/// The engine `--device` and `--tp-size` ask for: the CPU reference (also `auto` without a
+/// GPU), one CUDA rank, or a group of CUDA ranks. No GPU for `--device cuda`, or fewer GPUs
+/// than `--tp-size`, is a finding.
+pub fn engine_for(spec: &LaunchSpec, events: &EventSink) -> Result<Box<dyn Serve>, Finding> {
+    Ok(match crate::backend::cuda::launch::backends_for(spec, events)? {
+        None => Box::new(Engine::new(CpuBackend, events.clone())),
+        Some(mut ranks) if ranks.len() == 1 => Box::new(Engine::new(ranks.remove(0), events.clone())),
+        Some(ranks) => Box::new(RankGroup::start(ranks, events.clone())),
+    })
 }
 
 type Job<B> = Box<dyn FnOnce(&mut Engine<B>) + Send>;
@@ -214,6 +232,11 @@ impl<B: Backend> Serve for RankGroup<B> {
         let ids = ids.to_vec();
         self.on_all(move |e| Serve::decode(e, &ids))?.swap_remove(0)
     }
+
+    fn placement(&self) -> (&'static str, usize) {
+        let name = self.on_all(|e| e.backend_name()).map_or("unknown", |mut n| n.swap_remove(0));
+        (name, self.world())
+    }
 }
 
 #[cfg(test)]
@@ -221,7 +244,6 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::backend::cpu::CpuBackend;
     use crate::backend::Shard;
     use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
     use crate::engine::tp_emulation::{group, RankCpu};

@@ -106,8 +106,8 @@ fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32]) -> anyho
 pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let weights = [bf16_noise(INTER * HIDDEN, 1), bf16_noise(INTER * HIDDEN, 2), bf16_noise(HIDDEN * INTER, 3)];
     let x: Vec<f32> = (0..ROWS * HIDDEN).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
-    let (y1, t1) = time_group(&open_group(modules, 1)?, &weights, &x)?;
-    let (yn, tn) = time_group(&open_group(modules, world)?, &weights, &x)?;
+    let (y1, t1) = time_group(&open_group(Some(modules), 1)?, &weights, &x)?;
+    let (yn, tn) = time_group(&open_group(Some(modules), world)?, &weights, &x)?;
     let num: f64 = y1.iter().zip(&yn).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
     let den: f64 = y1.iter().map(|a| (*a as f64).powi(2)).sum();
     let err = (num / den.max(1e-30)).sqrt();
