@@ -249,7 +249,12 @@ impl<B: Backend> Engine<B> {
         let shape = self.shape;
         let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
         let tokens = run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(spec, tree_slots))?;
-        phase(&events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+        let graphs = match (self.backend.uses_graphs(), spec.cuda_graph_max_bs) {
+            (false, _) => "no CUDA graphs on this backend",
+            (true, Some(0)) => "CUDA graphs off (--cuda-graph-max-bs 0)",
+            (true, _) => "greedy verify/decode steps are recorded at their first run (warmup) and replayed as graphs",
+        };
+        phase(&events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some(graphs.into()));
 
         let draft_dir = match algorithm {
             Algorithm::None => None,
@@ -370,7 +375,10 @@ impl<B: Backend> Engine<B> {
                 format!("context length {context}: the CPU reference keeps a KV cache of {tokens} tokens"),
             );
         }
-        let target = Target::new(model, tokens + tree_slots, tree_slots)?;
+        // The old cache's buffers go away: no recorded graph may point into them.
+        self.backend.graph_reset();
+        let mut target = Target::new(model, tokens + tree_slots, tree_slots)?;
+        target.graphs = self.backend.uses_graphs() && spec.cuda_graph_max_bs != Some(0);
         self.events.log(
             LogLevel::Info,
             SOURCE,

@@ -32,6 +32,9 @@ pub struct Target<B: Backend> {
     pub tree_slots: usize,
     mask: B::Ids,
     argmax: B::Ids,
+    /// Greedy verify steps (target-only decode included) run as graph steps, recorded once
+    /// per row count and shape and replayed after (`Backend::graph_step`; a GPU backend).
+    pub graphs: bool,
 }
 
 impl<B: Backend> Target<B> {
@@ -44,6 +47,7 @@ impl<B: Backend> Target<B> {
             mask: b.ids(rows * rows)?,
             argmax: b.ids(rows)?,
             tree_slots,
+            graphs: false,
             model,
         })
     }
@@ -62,16 +66,33 @@ impl<B: Backend> Target<B> {
     fn verify(&mut self, tree: &Tree, base: usize, sampling: Option<(&Sampling, &mut ChaCha8Rng)>) -> Result<(Walk, u32), EngineError> {
         let b = self.model.backend().clone();
         let n = tree.len();
-        self.model.inputs.set(&*b, &tree.tokens, &tree.positions(base));
-        let mask = if tree.is_chain() {
-            Mask::Causal
-        } else {
-            b.write_ids(&mut self.mask, &tree.mask());
-            Mask::Explicit(&self.mask)
+        let positions = tree.positions(base);
+        let tree_mask = (!tree.is_chain()).then(|| tree.mask());
+        let window = AttnWindow { prefix: base, region: n, queries: n };
+        let (model, kv, mask_ids, argmax) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.argmax);
+        let greedy = sampling.is_none();
+        // Everything up to the argmax only enqueues work, so a greedy step can be a graph.
+        let mut step = || {
+            model.inputs.set(&*b, &tree.tokens, &positions);
+            let mask = match &tree_mask {
+                None => Mask::Causal,
+                Some(m) => {
+                    b.write_ids(mask_ids, m);
+                    Mask::Explicit(&*mask_ids)
+                }
+            };
+            model.forward(kv, window, mask, Logits::All);
+            if greedy {
+                b.argmax(&model.logits, n, argmax);
+            }
         };
-        self.model.forward(&mut self.kv, AttnWindow { prefix: base, region: n, queries: n }, mask, Logits::All);
+        if self.graphs && greedy {
+            let shape = if tree_mask.is_some() { "tree" } else { "chain" };
+            b.graph_step(&format!("target-verify/{n}/{shape}"), &mut step);
+        } else {
+            step();
+        }
         let Some((s, rng)) = sampling else {
-            b.argmax(&self.model.logits, n, &mut self.argmax);
             let argmax: Vec<u32> = b.read_ids(&self.argmax, n)?.into_iter().map(|t| t as u32).collect();
             return Ok(verify::greedy(tree, &argmax));
         };
