@@ -61,7 +61,7 @@ fn load_model<B: Backend>(b: Arc<B>, dir: &Path, cap: Capacity) -> anyhow::Resul
 
 /// Prefill `prompt` and decode one token greedily; the logits of every prefill row and of
 /// the decode step.
-fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
+pub(crate) fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
     let n = prompt.len();
     let mut model = load_model(b.clone(), dir, Capacity { rows: 32, logit_rows: 32, positions: 128 })?;
     let mut kv = model.new_kv(64)?;
@@ -76,7 +76,7 @@ fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Resul
     Ok((prefill, b.read_rows(&model.logits, 0, 1)?))
 }
 
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+pub(crate) fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
     let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
     (num / den.max(1e-30)).sqrt()
