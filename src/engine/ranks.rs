@@ -246,6 +246,7 @@ mod tests {
     use super::*;
     use crate::backend::Shard;
     use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
+    use crate::backend::cuda::modelcheck::spec_for;
     use crate::engine::tp_emulation::{group, RankCpu};
     use crate::engine::weights::Loader;
     use crate::model::checkpoint::Checkpoint;
@@ -259,16 +260,8 @@ mod tests {
     }
 
     fn spec(dir: &Path, draft: Option<(&str, Algorithm, u32, u32, u32)>) -> LaunchSpec {
-        let mut s = LaunchSpec { model_path: Some(dir.join("target").display().to_string()), ..Default::default() };
-        s.speculative_algorithm = Some(Algorithm::None);
-        if let Some((sub, algo, steps, topk, n)) = draft {
-            s.draft_model_path = Some(dir.join(sub).display().to_string());
-            s.speculative_algorithm = Some(algo);
-            s.speculative_num_steps = Some(steps);
-            s.speculative_eagle_topk = Some(topk);
-            s.speculative_num_draft_tokens = Some(n);
-        }
-        s
+        let drafter = draft.map(|(sub, ..)| dir.join(sub));
+        spec_for(&dir.join("target"), draft.zip(drafter.as_deref()).map(|((_, algo, steps, topk, n), d)| (d, algo, steps, topk, n)))
     }
 
     fn tokens(engine: &mut dyn Serve, spec: &LaunchSpec) -> (Vec<u32>, f64) {

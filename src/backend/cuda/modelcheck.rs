@@ -101,10 +101,11 @@ pub fn logits_check<B: Backend>(test: Arc<B>, dir: &Path) -> anyhow::Result<(Vec
     Ok((v, json!({ "prefill_rel_err": ep, "decode_rel_err": ed })))
 }
 
-fn spec_for(target: &Path, draft: Option<(&Path, Algorithm, u32, u32, u32)>) -> LaunchSpec {
+/// A launch of `target`, target-only or with a drafter `(dir, algorithm, steps, topk, draft
+/// tokens)`, on whatever backend the caller's engine was made with.
+pub(crate) fn spec_for(target: &Path, draft: Option<(&Path, Algorithm, u32, u32, u32)>) -> LaunchSpec {
     let mut s = LaunchSpec { model_path: Some(target.display().to_string()), ..Default::default() };
-    // The engine's lifecycle still refuses `--device cuda`: the backend is chosen by the
-    // caller here, and the spec's device is only a label for that check.
+    // The backend is chosen by the caller here, not from the spec's device.
     s.device = Device::Cpu;
     match draft {
         Some((d, algo, steps, topk, n)) => {

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::backend::CudaBackend;
 use super::compile::CompiledModule;
-use super::modelcheck::{logits_of, rel_err, Verdict};
+use super::modelcheck::{logits_of, rel_err, spec_for, Verdict};
 use super::tp::open_group;
 use crate::backend::{Backend, BackendError, Shard};
 use crate::engine::handle::{GenerateRequest, PreflightFn};
@@ -172,17 +172,10 @@ pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) ->
     Ok((verdicts, json!({ "world": world, "prefill_rel_err": ep, "decode_rel_err": ed, "ranks_identical": same_on_ranks, "runs": runs })))
 }
 
+/// The launch of the small target, with drafter `(subfolder, algorithm, steps, topk, n)`.
 fn small_spec(small: &Path, draft: Option<(&str, Algorithm, u32, u32, u32)>) -> LaunchSpec {
-    let mut s = LaunchSpec { model_path: Some(small.join("target").display().to_string()), ..Default::default() };
-    s.speculative_algorithm = Some(Algorithm::None);
-    if let Some((sub, algo, steps, topk, n)) = draft {
-        s.draft_model_path = Some(small.join(sub).display().to_string());
-        s.speculative_algorithm = Some(algo);
-        s.speculative_num_steps = Some(steps);
-        s.speculative_eagle_topk = Some(topk);
-        s.speculative_num_draft_tokens = Some(n);
-    }
-    s
+    let drafter = draft.map(|(sub, ..)| small.join(sub));
+    spec_for(&small.join("target"), draft.zip(drafter.as_deref()).map(|((_, algo, steps, topk, n), dir)| (dir, algo, steps, topk, n)))
 }
 
 fn greedy_text(engine: &mut dyn Serve, spec: &LaunchSpec) -> anyhow::Result<Vec<u32>> {
