@@ -152,7 +152,7 @@ pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) ->
         Verdict { name: format!("TP{world} logits vs TP1, prefill of 12 / decode (rel. error)"), value: format!("{ep:.2e} / {ed:.2e}"), ok: Some(ep < 1e-2 && ed < 1e-2) },
         Verdict { name: format!("TP{world} logits bit-identical on every rank"), value: format!("{same_on_ranks}"), ok: Some(same_on_ranks) },
     ];
-    let cases: [(&str, Option<(&str, Algorithm, u32, u32, u32)>); 3] = [
+    let cases: [(&str, Option<Draft<'_>>); 3] = [
         ("target-only", None),
         ("EAGLE-3 chain", Some(("eagle3", Algorithm::Eagle3, 3, 1, 4))),
         ("STANDALONE tree", Some(("standalone", Algorithm::Standalone, 3, 2, 6))),
@@ -172,8 +172,11 @@ pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) ->
     Ok((verdicts, json!({ "world": world, "prefill_rel_err": ep, "decode_rel_err": ed, "ranks_identical": same_on_ranks, "runs": runs })))
 }
 
-/// The launch of the small target, with drafter `(subfolder, algorithm, steps, topk, n)`.
-fn small_spec(small: &Path, draft: Option<(&str, Algorithm, u32, u32, u32)>) -> LaunchSpec {
+/// A drafter of the small checkpoint: its subfolder, algorithm, steps, topk and draft tokens.
+type Draft<'a> = (&'a str, Algorithm, u32, u32, u32);
+
+/// The launch of the small target, target-only or with a drafter.
+fn small_spec(small: &Path, draft: Option<Draft<'_>>) -> LaunchSpec {
     let drafter = draft.map(|(sub, ..)| small.join(sub));
     spec_for(&small.join("target"), draft.zip(drafter.as_deref()).map(|((_, algo, steps, topk, n), dir)| (dir, algo, steps, topk, n)))
 }
