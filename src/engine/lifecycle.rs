@@ -16,6 +16,7 @@ use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
+use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
 use crate::engine::ranks::RankVote;
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
@@ -249,12 +250,7 @@ impl<B: Backend> Engine<B> {
         let shape = self.shape;
         let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
         let tokens = run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(spec, tree_slots))?;
-        let graphs = match (self.backend.uses_graphs(), spec.cuda_graph_max_bs) {
-            (false, _) => "no CUDA graphs on this backend",
-            (true, Some(0)) => "CUDA graphs off (--cuda-graph-max-bs 0)",
-            (true, _) => "greedy verify/decode steps are recorded at their first run (warmup) and replayed as graphs",
-        };
-        phase(&events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some(graphs.into()));
+        self.capture_target_graphs(spec, algorithm)?;
 
         let draft_dir = match algorithm {
             Algorithm::None => None,
@@ -291,6 +287,30 @@ impl<B: Backend> Engine<B> {
         }
         phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
         Ok(reused)
+    }
+
+    /// The `target-graph-capture` phase: the greedy verify step of each size the launch
+    /// uses (1 row for a decode, the draft tokens for a verify) recorded and captured, one
+    /// progress event per size; sizes above `--cuda-graph-max-bs` stay eager.
+    fn capture_target_graphs(&mut self, spec: &LaunchSpec, algorithm: Algorithm) -> Result<(), Finding> {
+        if !self.backend.uses_graphs() {
+            phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+            return Ok(());
+        }
+        let mut sizes = vec![1u32];
+        if algorithm != Algorithm::None && self.shape.draft_tokens > 1 {
+            sizes.push(self.shape.draft_tokens as u32);
+        }
+        let tree = !self.shape.is_chain();
+        let max_bs = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS);
+        let gpu = self.backend.gpu_ordinal();
+        let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated before graph capture");
+        capture_phase(&self.events, PhaseId::TargetGraphCapture, &sizes, max_bs, gpu, |bs| {
+            target.capture_verify(bs as usize, tree && bs > 1).map_err(|e| match e {
+                EngineError::Backend(b) => b,
+                other => BackendError::Device(other.to_string()),
+            })
+        })
     }
 
     /// In a tensor-parallel group, wait until every rank has finished its launch phases and
@@ -378,7 +398,9 @@ impl<B: Backend> Engine<B> {
         // The old cache's buffers go away: no recorded graph may point into them.
         self.backend.graph_reset();
         let mut target = Target::new(model, tokens + tree_slots, tree_slots)?;
-        target.graphs = self.backend.uses_graphs() && spec.cuda_graph_max_bs != Some(0);
+        if self.backend.uses_graphs() {
+            target.graph_rows = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS) as usize;
+        }
         self.events.log(
             LogLevel::Info,
             SOURCE,
