@@ -83,7 +83,7 @@ if ((GPUS >= 2)); then
 fi
 
 # 6. The same weights through transformers (greedy, batch 1, each cache setting).
-step hf 140 python3 "$HERE/hf_baseline.py" "$MODEL" --budget-s 110
+step hf 140 python3 "$HERE/hf_baseline.py" "$MODEL" --budget-s 120
 
 # 7. Ctrl-C during weight load: interrupt a cold start mid-load; cuda-check must stop at
 #    once with status 130 naming the section, and GPU memory must return to the baseline.
