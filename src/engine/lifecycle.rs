@@ -285,7 +285,8 @@ impl<B: Backend> Engine<B> {
                 self.drafter_init(spec, algorithm, &draft_cfg)?;
             }
         }
-        phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+        let draft_graphs = if self.backend.uses_graphs() { "draft steps run eagerly (not captured)" } else { "no CUDA graphs on this backend" };
+        phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some(draft_graphs.into()));
         Ok(reused)
     }
 
