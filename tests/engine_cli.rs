@@ -78,10 +78,15 @@ fn chat_applies_the_template_and_cuda_is_refused_clearly() {
     let out = json_of(&specdeck(&chat));
     assert!(!ids(&out["tokens"]).is_empty());
 
+    // This test machine has no NVIDIA driver: the probe's finding says so.
+    if specdeck::backend::cuda::probe::CudaLibrary::Driver.is_present() {
+        eprintln!("libcuda is present: the refusal of --device cuda without a driver is not checked here");
+        return;
+    }
     let cuda = specdeck(&["generate", "--model-path", path(&p.target), "--prompt", "w5", "--device", "cuda"]);
-    assert_eq!(cuda.status.code(), Some(2));
+    assert_eq!(cuda.status.code(), Some(1));
     let err = String::from_utf8_lossy(&cuda.stderr);
-    assert!(err.contains("--device cuda: the CUDA backend is not available in this build"), "{err}");
+    assert!(err.contains("[cuda-unavailable] in preflight: --device cuda, but libcuda.so.1 was not found"), "{err}");
 }
 
 #[test]
@@ -152,7 +157,9 @@ fn the_handle_runs_launch_generate_and_shutdown_as_events() {
     }));
     handle.shutdown();
     let events: Vec<Event> = std::iter::from_fn(|| rx.try_recv().ok().map(|e| e.event)).collect();
-    assert!(matches!(events[0], Event::Launch { attempt: 1, .. }));
+    // `--device auto` first says which device it chose (here the CPU: no driver, or a GPU).
+    assert!(matches!(&events[0], Event::Log { source, .. } if source == "cuda"), "{:?}", events[0]);
+    assert!(matches!(events[1], Event::Launch { attempt: 1, .. }));
     let ready = events.iter().position(|e| matches!(e, Event::Ready { reused_target: false, .. })).unwrap();
     assert!(matches!(events[ready - 1], Event::Phase { phase: PhaseId::Ready, state: PhaseState::Done, .. }));
     let tokens: Vec<(Vec<u32>, bool)> = events[ready..]

@@ -23,7 +23,7 @@ fn summarize_py_reads_real_run_outputs() {
     let out = Command::new("python3").args(["-m", "unittest", "-v", "scripts/gpu/test_summarize.py"]).current_dir(repo()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Ran 5 tests"), "{text}");
+    assert!(text.contains("Ran 9 tests"), "{text}");
 }
 
 #[test]

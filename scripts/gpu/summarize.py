@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The closing table of run.sh: every check cuda-check recorded, then the figures that
-combine runs (specdeck vs transformers, memory after quit and after Ctrl-C).
+combine runs (the engine's own decode with CUDA graphs vs the HBM floor, eager, and over 2
+GPUs; specdeck vs transformers; the Qwen pair; memory after quit and after Ctrl-C).
 
 usage: summarize.py OUT_DIR
 """
@@ -30,15 +31,69 @@ def last_json_line(path):
         return None
 
 
-def specdeck_decode(large):
+def specdeck_decode(large, bench=None):
     """The best batch-1 decode rate of the large model and where it comes from: the model
-    steps (eager or CUDA graphs) when that section ran, else the engine's own decode loop."""
+    steps (eager or CUDA graphs), the engine's bench with CUDA graphs, else the engine's
+    decode loop in cuda-check."""
     steps = (large.get("large-model-steps") or {}).get("result") or {}
     candidates = [(steps.get("graph_tokens_per_s"), "CUDA graphs"), (steps.get("eager_tokens_per_s"), "eager steps")]
+    candidates.append(((bench or {}).get("decode_tokens_per_s"), "engine bench, CUDA graphs"))
     engine = (large.get("large-model-engine") or {}).get("result") or {}
     candidates.append((engine.get("engine_decode_tokens_per_s"), "engine decode loop"))
     best = max(((v, how) for v, how in candidates if v), default=(None, None))
     return best
+
+
+TP_TARGET = 1.3
+FLOOR_TARGET = 0.85
+QWEN_TARGET = 1.5
+
+
+def engine_rows(out, large, row):
+    """`specdeck bench` on the 8B shape: CUDA graphs vs the floor, eager, TP 2."""
+    graphs = last_json_line(os.path.join(out, "engine-graphs.out"))
+    eager = last_json_line(os.path.join(out, "engine-eager.out"))
+    tp2 = last_json_line(os.path.join(out, "engine-tp2.out"))
+    for name, data in [("engine-graphs", graphs), ("engine-eager", eager), ("engine-tp2", tp2)]:
+        if data is None and os.path.exists(os.path.join(out, f"{name}.err")):
+            row(f"[{name}] specdeck bench", "FAIL", f"no results (see {name}.err)")
+    floor = ((large.get("large-model-steps") or {}).get("result") or {}).get("floor_tokens_per_s")
+    if graphs:
+        rate = graphs["decode_tokens_per_s"]
+        if floor:
+            ratio = rate / floor
+            row(f"engine decode, CUDA graphs vs HBM floor (target >= {FLOOR_TARGET:.0%})", "PASS" if ratio >= FLOOR_TARGET else "FAIL",
+                f"{rate:.1f} of {floor:.1f} tok/s = {ratio:.1%}")
+        else:
+            row("engine decode tok/s, CUDA graphs", "-", f"{rate:.1f} (no floor: large-model-steps did not run)")
+    if graphs and eager:
+        same = graphs["token_ids"] == eager["token_ids"]
+        row("engine tokens, CUDA graphs == eager", "PASS" if same else "FAIL",
+            f"{'identical' if same else 'DIFFERENT'}; eager {eager['decode_tokens_per_s']:.1f} tok/s")
+    if graphs and tp2:
+        same = graphs["token_ids"] == tp2["token_ids"]
+        row("engine tokens, TP 2 == TP 1", "PASS" if same else "FAIL", "identical" if same else "DIFFERENT")
+        ratio = tp2["decode_tokens_per_s"] / graphs["decode_tokens_per_s"]
+        row(f"engine decode TP 2 / TP 1 (target >= {TP_TARGET}x)", "PASS" if ratio >= TP_TARGET else "FAIL",
+            f"{tp2['decode_tokens_per_s']:.1f} / {graphs['decode_tokens_per_s']:.1f} tok/s = {ratio:.2f}x")
+    return graphs
+
+
+def qwen_rows(out, row):
+    """Qwen2.5-Coder 1.5B with the 0.5B STANDALONE draft on HumanEval, when it ran."""
+    data = last_json_line(os.path.join(out, "qwen.out"))
+    if data is None:
+        if os.path.exists(os.path.join(out, "qwen.err")):
+            row("[qwen] specdeck bench", "FAIL", "no results (see qwen.err)")
+        return
+    base = data.get("target_only") or {}
+    row("qwen greedy speculative == target-only", "PASS" if data.get("identical") else "FAIL",
+        "identical" if data.get("identical") else f"prompts {data.get('mismatched_prompts')} differ")
+    spec, alone = data["tokens_per_s"], base.get("tokens_per_s")
+    if alone:
+        speedup = spec / alone
+        row(f"qwen speculative / target-only tok/s (target >= {QWEN_TARGET}x)", "PASS" if speedup >= QWEN_TARGET else "FAIL",
+            f"{spec:.1f} / {alone:.1f} = {speedup:.2f}x; mean accept {data['mean_accept_length']:.2f} over {data['prompts']} prompts")
 
 
 def main():
@@ -58,7 +113,9 @@ def main():
             row(f"[{run}] {r['check']}", r["verdict"], r["value"])
 
     large = load(os.path.join(out, "large", "cuda-check.json")) or {}
-    ours, how = specdeck_decode(large)
+    bench = engine_rows(out, large, row)
+    qwen_rows(out, row)
+    ours, how = specdeck_decode(large, bench)
     hf = last_json_line(os.path.join(out, "hf.out"))
     theirs = (hf or {}).get("best_decode_tokens_per_s")
     if theirs:

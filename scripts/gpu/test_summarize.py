@@ -43,7 +43,9 @@ class Run1(unittest.TestCase):
         self.assertEqual(rows["Ctrl-C during load: memory back (MiB)"][0], "PASS")
 
 
-class LaterRun(unittest.TestCase):
+class CopyOfRun1(unittest.TestCase):
+    """A copy of run 1's outputs that a test edits the way a later run would change them."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp()
         self.out = os.path.join(self.dir, "out")
@@ -64,6 +66,9 @@ class LaterRun(unittest.TestCase):
         with open(os.path.join(self.out, name), "w") as f:
             f.write(text)
 
+
+
+class LaterRun(CopyOfRun1):
     def test_the_best_specdeck_figure_is_compared(self):
         self.edit_large("large-model-steps", {"eager_tokens_per_s": 180.0, "graph_tokens_per_s": 280.0})
         rows, _ = table(self.out)
@@ -84,6 +89,56 @@ class LaterRun(unittest.TestCase):
         rows, summary = table(self.out)
         self.assertEqual(rows["Ctrl-C during load: exit status 130, load section named"][0], "PASS")
         self.assertTrue(summary.startswith("summary: "), summary)
+
+
+def bench_line(rate, token_ids, **extra):
+    """One `specdeck bench --json` line, with the fields summarize.py reads."""
+    return json.dumps(dict({"decode_tokens_per_s": rate, "tokens_per_s": rate * 0.9, "token_ids": token_ids,
+                            "device": "cuda", "prompts": len(token_ids)}, **extra)) + "\n"
+
+
+class EngineAndQwen(CopyOfRun1):
+    def test_engine_graphs_against_the_floor_eager_and_tp2(self):
+        self.edit_large("large-model-steps", {"floor_tokens_per_s": 280.0, "eager_tokens_per_s": 150.0})
+        self.write("engine-graphs.out", bench_line(245.0, [[5, 6, 7], [8, 9]], tp_size=1))
+        self.write("engine-eager.out", bench_line(150.0, [[5, 6, 7], [8, 9]], tp_size=1))
+        self.write("engine-tp2.out", bench_line(400.0, [[5, 6, 7], [8, 9]], tp_size=2))
+        rows, _ = table(self.out)
+        self.assertEqual(rows["engine decode, CUDA graphs vs HBM floor (target >= 85%)"], ("PASS", "245.0 of 280.0 tok/s = 87.5%"))
+        self.assertEqual(rows["engine tokens, CUDA graphs == eager"], ("PASS", "identical; eager 150.0 tok/s"))
+        self.assertEqual(rows["engine tokens, TP 2 == TP 1"], ("PASS", "identical"))
+        self.assertEqual(rows["engine decode TP 2 / TP 1 (target >= 1.3x)"], ("PASS", "400.0 / 245.0 tok/s = 1.63x"))
+        # The engine's graph figure is the best specdeck figure here.
+        self.assertEqual(rows["specdeck / transformers decode (target >= 2x)"],
+                         ("FAIL", "245.0 (engine bench, CUDA graphs) / 134.8 tok/s = 1.82x"))
+
+    def test_different_tokens_a_slow_tp2_and_a_failed_bench_are_failures(self):
+        self.edit_large("large-model-steps", {"floor_tokens_per_s": 280.0})
+        self.write("engine-graphs.out", bench_line(200.0, [[5, 6, 7]]))
+        self.write("engine-eager.out", bench_line(150.0, [[5, 6, 8]]))
+        self.write("engine-tp2.out", bench_line(220.0, [[5, 6, 7]]))
+        self.write("qwen.err", "specdeck: error [backend-error] in target-load: ...\n")
+        rows, _ = table(self.out)
+        self.assertEqual(rows["engine decode, CUDA graphs vs HBM floor (target >= 85%)"], ("FAIL", "200.0 of 280.0 tok/s = 71.4%"))
+        self.assertEqual(rows["engine tokens, CUDA graphs == eager"], ("FAIL", "DIFFERENT; eager 150.0 tok/s"))
+        self.assertEqual(rows["engine decode TP 2 / TP 1 (target >= 1.3x)"], ("FAIL", "220.0 / 200.0 tok/s = 1.10x"))
+        self.assertEqual(rows["[qwen] specdeck bench"], ("FAIL", "no results (see qwen.err)"))
+
+    def test_a_tp2_bench_without_output_fails(self):
+        self.write("engine-graphs.out", bench_line(200.0, [[5]]))
+        self.write("engine-tp2.err", "thread panicked\n")
+        rows, _ = table(self.out)
+        self.assertEqual(rows["[engine-tp2] specdeck bench"], ("FAIL", "no results (see engine-tp2.err)"))
+        self.assertEqual(rows["engine decode tok/s, CUDA graphs"], ("-", "200.0 (no floor: large-model-steps did not run)"))
+        self.assertNotIn("engine decode TP 2 / TP 1 (target >= 1.3x)", rows)
+
+    def test_the_qwen_pair_reports_accept_length_and_speedup(self):
+        self.write("qwen.out", json.dumps({"tokens_per_s": 330.0, "mean_accept_length": 3.4, "prompts": 20, "identical": True,
+                                           "target_only": {"tokens_per_s": 150.0}}) + "\n")
+        rows, _ = table(self.out)
+        self.assertEqual(rows["qwen greedy speculative == target-only"], ("PASS", "identical"))
+        self.assertEqual(rows["qwen speculative / target-only tok/s (target >= 1.5x)"],
+                         ("PASS", "330.0 / 150.0 = 2.20x; mean accept 3.40 over 20 prompts"))
 
 
 if __name__ == "__main__":

@@ -154,6 +154,17 @@ pub trait Backend: Send + Sync + 'static {
     /// A short name for logs ("cpu", "cuda").
     fn name(&self) -> &'static str;
 
+    /// Ranks in this backend's tensor-parallel group: the model code sizes its per-rank
+    /// buffers and attention heads by it (`engine::tp`). 1 without tensor parallelism.
+    fn tp_world(&self) -> usize {
+        1
+    }
+
+    /// The GPU this backend runs on, for per-GPU progress events; `None` off the GPU.
+    fn gpu_ordinal(&self) -> Option<u32> {
+        None
+    }
+
     /// Run a whole step loop (a generation) where this backend issues work best. The CPU
     /// backend runs it on a rayon worker, so each parallel op is split with the calling thread
     /// rather than handed to the pool and waited for; a GPU backend runs it in place.

@@ -10,16 +10,16 @@ use anyhow::{anyhow, Context};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::backend::cpu::CpuBackend;
 use crate::cli::{BenchArgs, GenerateArgs, LaunchFlags};
 use crate::engine::handle::{GenerateRequest, PreflightFn};
-use crate::engine::lifecycle::{Engine, LaunchOutcome};
+use crate::engine::lifecycle::LaunchOutcome;
+use crate::engine::ranks::{engine_for, Serve};
 use crate::engine::spec_decode::Generation;
 use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseId, PhaseState};
 use crate::finding::{exit_code, Finding};
 use crate::model::config::ModelConfig;
 use crate::preflight::context;
-use crate::spec::{Algorithm, Device, LaunchSpec};
+use crate::spec::{Algorithm, LaunchSpec};
 
 /// The preflight the engine runs: the context-length rule over both configs. (The full rule
 /// set, `preflight::check_spec`, replaces it when the preflight module lands.)
@@ -83,25 +83,33 @@ fn phases_json(phases: &[(PhaseId, f64)]) -> Value {
     phases.iter().map(|(p, s)| json!({"phase": p.name(), "seconds": s})).collect()
 }
 
-/// A launched engine, or the exit status of a failed launch (after printing why).
-fn start(spec: &LaunchSpec, preflight: &PreflightFn) -> Result<(Engine<CpuBackend>, EventReceiver), i32> {
-    if spec.device == Device::Cuda {
-        eprintln!("specdeck: --device cuda: the CUDA backend is not available in this build; use --device cpu");
-        return Err(2);
+fn print_finding(f: &Finding) {
+    eprintln!("specdeck: {} [{}] in {}: {}", f.severity.name(), f.id, f.phase, f.message);
+    for e in &f.evidence {
+        eprintln!("    {} {} {} = {}", e.side.name(), e.file, e.key, e.value);
     }
-    let (sink, rx) = EventSink::channel();
-    let mut engine = Engine::new(CpuBackend, sink);
-    if matches!(engine.launch(spec, &**preflight), LaunchOutcome::Ready { .. }) {
+}
+
+/// A launched engine (the CPU reference, one GPU, or one rank per GPU with `--tp-size`), or
+/// the exit status of a failed launch (after printing why).
+fn start(spec: &LaunchSpec, preflight: &PreflightFn) -> Result<(Box<dyn Serve>, EventReceiver), i32> {
+    let (sink, mut rx) = EventSink::channel();
+    let mut engine = match engine_for(spec, &sink) {
+        Ok(e) => e,
+        Err(f) => {
+            phase_seconds(&mut rx);
+            print_finding(&f);
+            return Err(exit_code(std::slice::from_ref(&f)).max(1));
+        }
+    };
+    if matches!(engine.launch(spec, preflight), LaunchOutcome::Ready { .. }) {
         return Ok((engine, rx));
     }
-    let mut rx = rx;
+    drop(engine);
     let mut findings: Vec<Finding> = Vec::new();
     while let Ok(ev) = rx.try_recv() {
         if let Event::Finding(f) = ev.event {
-            eprintln!("specdeck: {} [{}] in {}: {}", f.severity.name(), f.id, f.phase, f.message);
-            for e in &f.evidence {
-                eprintln!("    {} {} {} = {}", e.side.name(), e.file, e.key, e.value);
-            }
+            print_finding(&f);
             findings.push(f);
         }
     }
@@ -122,9 +130,9 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<i32> {
         temperature: args.temperature,
         seed: args.seed,
     };
-    let g = engine.generate(&req)?;
+    let g = engine.generate_with(&req, true)?;
     let phases = phase_seconds(&mut rx);
-    let text = engine.tokenizer().expect("a ready engine has a tokenizer").decode(&g.tokens)?;
+    let text = engine.decode(&g.tokens)?;
     if args.json {
         let out = json!({
             "tokens": g.tokens,
@@ -179,7 +187,7 @@ fn aggregate(gens: &[Generation]) -> Value {
 /// Greedy generations of every prompt; with `compare`, each prompt also target-only (the
 /// drafter stays loaded), the two modes alternating first and second from prompt to prompt so
 /// that both see the same machine load.
-fn run_all(engine: &mut Engine<CpuBackend>, prompts: &[String], args: &BenchArgs, compare: bool) -> anyhow::Result<(Vec<Generation>, Vec<Generation>)> {
+fn run_all(engine: &mut dyn Serve, prompts: &[String], args: &BenchArgs, compare: bool) -> anyhow::Result<(Vec<Generation>, Vec<Generation>)> {
     let (mut main, mut base) = (Vec::new(), Vec::new());
     for (i, p) in prompts.iter().enumerate() {
         let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
@@ -224,16 +232,25 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     let phases = phase_seconds(&mut rx);
     let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
     let compare = args.compare_target_only && speculative;
-    let (gens, base) = run_all(&mut engine, &prompts, args, compare)?;
+    let (gens, base) = run_all(&mut *engine, &prompts, args, compare)?;
     let (target_bytes, draft_bytes) = engine.weight_bytes();
     let mut out = aggregate(&gens);
+    let (device, tp) = engine.placement();
+    out["device"] = json!(device);
+    out["tp_size"] = json!(tp);
     out["prompts"] = json!(prompts.len());
     out["phases"] = phases_json(&phases);
+    // Per prompt, so two runs (TP 2 against TP 1, say) can be compared token for token.
+    out["token_ids"] = gens.iter().map(|g| json!(g.tokens)).collect();
     if compare {
         let mismatches: Vec<usize> = (0..prompts.len()).filter(|&i| base[i].tokens != gens[i].tokens).collect();
         out["target_only"] = aggregate(&base);
         out["identical"] = json!(mismatches.is_empty());
         out["mismatched_prompts"] = json!(mismatches);
+    }
+    if device != "cpu" {
+        // The host's bandwidth is no floor for a GPU (scripts/gpu measures the device's).
+        return print_bench(&out, args.json);
     }
     // Measured before and after the run; the floor takes the better one, since other load on
     // the machine can only lower a measurement.
@@ -251,10 +268,15 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
     if let Some(rate) = target_only.and_then(|t| t["decode_tokens_per_s"].as_f64()) {
         out["target_only_ratio_to_floor"] = json!(rate / floor);
     }
-    if args.json {
+    print_bench(&out, args.json)
+}
+
+/// Print the bench figures; the status is 1 when speculative and target-only tokens differ.
+fn print_bench(out: &Value, json: bool) -> anyhow::Result<i32> {
+    if json {
         println!("{out}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(out)?);
     }
     Ok(if out.get("identical") == Some(&json!(false)) { 1 } else { 0 })
 }

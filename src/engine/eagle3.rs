@@ -181,6 +181,8 @@ pub struct Eagle3Drafter<B: Backend> {
     /// Positions `[0, len)` have draft KV (pairs `(h_p, x_{p+1})`).
     len: usize,
     weight_bytes: u64,
+    /// This rank's heads (all of them at tp = 1).
+    geometry: AttnGeometry,
 }
 
 impl<B: Backend> Eagle3Drafter<B> {
@@ -242,7 +244,7 @@ impl<B: Backend> Eagle3Drafter<B> {
         let vd = hot.len();
         let own = [&fc, &hidden_norm, &norm].into_iter().chain(fc_bias.as_ref()).map(|w| b.weight_bytes(w)).sum::<u64>();
         let weight_bytes = own + layer_bytes(b, &layer) + b.weight_bytes(&lm_head);
-        let shape = c.layer_shape();
+        let shape = c.layer_shape().for_rank(b.tp_world())?;
         let rows = cap.rows;
         let buf = Buffers {
             e: b.tensor(rows, c.hidden)?,
@@ -260,7 +262,8 @@ impl<B: Backend> Eagle3Drafter<B> {
             rope: c.rope.table(b, cap.positions)?,
             inputs: StepInputs::new(b, rows)?,
             scratch: LayerScratch::new(b, rows, &shape)?,
-            kv: KvCache::new(b, 1, kv_slots, c.kv_heads * c.head_dim)?,
+            kv: KvCache::new(b, 1, kv_slots, shape.kv_heads * c.head_dim)?,
+            geometry: AttnGeometry { heads: shape.heads, kv_heads: shape.kv_heads, head_dim: c.head_dim, scale: 1.0 / (c.head_dim as f32).sqrt() },
             embed,
             lm_head,
             fc,
@@ -300,12 +303,7 @@ impl<B: Backend> Eagle3Drafter<B> {
         b.copy_cols(&buf.en, n, &mut buf.u, 0);
         b.copy_cols(&buf.xn, n, &mut buf.u, c.hidden);
         let step = LayerStep {
-            geometry: AttnGeometry {
-                heads: c.heads,
-                kv_heads: c.kv_heads,
-                head_dim: c.head_dim,
-                scale: 1.0 / (c.head_dim as f32).sqrt(),
-            },
+            geometry: self.geometry,
             eps: c.eps,
             rope: &self.rope,
             positions: &self.inputs.positions,

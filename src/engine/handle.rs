@@ -6,11 +6,10 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::backend::cpu::CpuBackend;
-use crate::engine::lifecycle::Engine;
-use crate::event::{Event, EventSink, LogLevel};
+use crate::engine::ranks::{engine_for, Serve};
+use crate::event::{Event, EventSink, LogLevel, PhaseState};
 use crate::finding::Finding;
-use crate::spec::LaunchSpec;
+use crate::spec::{Device, LaunchSpec};
 
 /// The preflight rule set the engine runs in its preflight phase (`preflight::check_spec`).
 pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
@@ -78,18 +77,38 @@ impl Drop for EngineHandle {
     }
 }
 
+/// The engine is made at the first launch, for its `--device` and `--tp-size`, and made
+/// again only when a relaunch changes them (otherwise a relaunch may keep the target).
 fn run(events: EventSink, preflight: PreflightFn, rx: mpsc::Receiver<EngineCommand>) {
-    let mut engine = Engine::new(CpuBackend, events.clone());
+    let mut engine: Option<(Box<dyn Serve>, (Device, u32))> = None;
     let reason = loop {
         match rx.recv() {
             Ok(EngineCommand::Launch(spec)) => {
-                engine.launch(&spec, &*preflight);
-            }
-            Ok(EngineCommand::Generate(req)) => {
-                if let Err(e) = engine.generate(&req) {
-                    events.log(LogLevel::Error, "engine", format!("generate: {e}"));
+                let placement = (spec.device, spec.tp());
+                if engine.as_ref().is_none_or(|(_, p)| *p != placement) {
+                    engine = None;
+                    match engine_for(&spec, &events) {
+                        Ok(e) => engine = Some((e, placement)),
+                        Err(f) => {
+                            let phase = f.phase;
+                            events.emit(Event::Finding(f));
+                            events.emit(Event::Phase { phase, state: PhaseState::Failed, detail: None });
+                            continue;
+                        }
+                    }
+                }
+                if let Some((e, _)) = &mut engine {
+                    e.launch(&spec, &preflight);
                 }
             }
+            Ok(EngineCommand::Generate(req)) => match &mut engine {
+                Some((e, _)) => {
+                    if let Err(err) = e.generate_with(&req, true) {
+                        events.log(LogLevel::Error, "engine", format!("generate: {err}"));
+                    }
+                }
+                None => events.log(LogLevel::Error, "engine", "generate: the engine is not ready: launch it first"),
+            },
             Ok(EngineCommand::Shutdown) => break "shutdown",
             Err(_) => break "the console went away",
         }

@@ -16,6 +16,8 @@ use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
+use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
+use crate::engine::ranks::RankVote;
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
@@ -164,6 +166,9 @@ pub struct Engine<B: Backend> {
     drafter: Option<LoadedDrafter<B>>,
     shape: TreeShape,
     ready: bool,
+    /// Set on each rank of a tensor-parallel group: the ranks agree that every one of them
+    /// launched before any runs the warmup's collectives.
+    vote: Option<Arc<RankVote>>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -176,7 +181,18 @@ impl<B: Backend> Engine<B> {
             drafter: None,
             shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 },
             ready: false,
+            vote: None,
         }
+    }
+
+    /// Make this engine one rank of a tensor-parallel group that launches together.
+    pub fn join_group(&mut self, vote: Arc<RankVote>) {
+        self.vote = Some(vote);
+    }
+
+    /// The backend's name ("cpu", "cuda").
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
     }
 
     pub fn is_ready(&self) -> bool {
@@ -200,7 +216,9 @@ impl<B: Backend> Engine<B> {
         self.attempt += 1;
         self.ready = false;
         self.events.emit(Event::Launch { attempt: self.attempt, spec: spec.clone() });
-        match self.launch_phases(spec, preflight) {
+        let launched = self.launch_phases(spec, preflight);
+        let launched = self.agree(launched).and_then(|reused| self.warmup().map(|()| reused));
+        match launched {
             Ok(reused_target) => {
                 let elapsed_s = start.elapsed().as_secs_f64();
                 self.ready = true;
@@ -228,7 +246,7 @@ impl<B: Backend> Engine<B> {
             return Err(fail(&events, PhaseId::Preflight, missing_flag("--model-path", "target model folder")));
         };
         phase(&events, PhaseId::Preflight, PhaseState::Done, None);
-        phase(&events, PhaseId::KernelCompile, PhaseState::Skipped, Some(format!("the {} backend compiles no kernels", self.backend.name())));
+        self.backend.kernel_compile(&events)?;
 
         let key = TargetKey { dir: PathBuf::from(model_path), dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
         let reused = self.target.as_ref().is_some_and(|t| t.key == key);
@@ -247,7 +265,7 @@ impl<B: Backend> Engine<B> {
         let shape = self.shape;
         let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
         let tokens = run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(spec, tree_slots))?;
-        phase(&events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+        self.capture_target_graphs(spec, algorithm)?;
 
         let draft_dir = match algorithm {
             Algorithm::None => None,
@@ -284,29 +302,70 @@ impl<B: Backend> Engine<B> {
                 self.drafter_init(spec, algorithm, &draft_cfg)?;
             }
         }
-        phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
-        run_phase(&events, PhaseId::Warmup, Side::Target, || {
-            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
-            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
-        })?;
+        let draft_graphs = if self.backend.uses_graphs() { "draft steps run eagerly (not captured)" } else { "no CUDA graphs on this backend" };
+        phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some(draft_graphs.into()));
         Ok(reused)
     }
 
-    fn device_findings(&self, spec: &LaunchSpec) -> Vec<Finding> {
-        match spec.device {
-            Device::Cpu => Vec::new(),
-            Device::Auto => {
-                self.events.log(LogLevel::Info, SOURCE, "--device auto: this build has no CUDA backend; running on the CPU reference");
-                Vec::new()
-            }
-            Device::Cuda => vec![Finding::new(
-                DEVICE_UNAVAILABLE,
-                Severity::Error,
-                PhaseId::Preflight,
-                "The CUDA backend is not available in this build; use --device cpu (or auto).",
-            )
-            .with_evidence(Evidence::new(Side::Launch, "launch flags", "--device", "cuda"))],
+    /// The `target-graph-capture` phase: the greedy verify step of each size the launch
+    /// uses (1 row for a decode, the draft tokens for a verify) recorded and captured, one
+    /// progress event per size; sizes above `--cuda-graph-max-bs` stay eager.
+    fn capture_target_graphs(&mut self, spec: &LaunchSpec, algorithm: Algorithm) -> Result<(), Finding> {
+        if !self.backend.uses_graphs() {
+            phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
+            return Ok(());
         }
+        let mut sizes = vec![1u32];
+        if algorithm != Algorithm::None && self.shape.draft_tokens > 1 {
+            sizes.push(self.shape.draft_tokens as u32);
+        }
+        let tree = !self.shape.is_chain();
+        let max_bs = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS);
+        let gpu = self.backend.gpu_ordinal();
+        let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated before graph capture");
+        capture_phase(&self.events, PhaseId::TargetGraphCapture, &sizes, max_bs, gpu, |bs| {
+            target.capture_verify(bs as usize, tree && bs > 1).map_err(|e| match e {
+                EngineError::Backend(b) => b,
+                other => BackendError::Device(other.to_string()),
+            })
+        })
+    }
+
+    /// In a tensor-parallel group, wait until every rank has finished its launch phases and
+    /// fail this one too when another failed (the warmup's all-reduces need every rank).
+    fn agree(&self, launched: Result<bool, Finding>) -> Result<bool, Finding> {
+        let Some(vote) = &self.vote else { return launched };
+        let all = vote.vote(launched.is_ok());
+        match launched {
+            Ok(_) if !all => {
+                let f = Finding::new(BACKEND_ERROR, Severity::Error, PhaseId::Warmup, "another tensor-parallel rank failed to launch");
+                Err(fail(&self.events, PhaseId::Warmup, f))
+            }
+            other => other,
+        }
+    }
+
+    fn warmup(&mut self) -> Result<(), Finding> {
+        let shape = self.shape;
+        run_phase(&self.events.clone(), PhaseId::Warmup, Side::Target, || {
+            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
+            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
+        })
+    }
+
+    /// `--device cuda` given to an engine built on the CPU reference (the device itself is
+    /// chosen, and `auto`'s choice logged, where the backend is made: `ranks::engine_for`).
+    fn device_findings(&self, spec: &LaunchSpec) -> Vec<Finding> {
+        if spec.device != Device::Cuda || self.backend.name() != "cpu" {
+            return Vec::new();
+        }
+        vec![Finding::new(
+            DEVICE_UNAVAILABLE,
+            Severity::Error,
+            PhaseId::Preflight,
+            "--device cuda, but this engine runs on the CPU reference backend; use --device cpu (or auto).",
+        )
+        .with_evidence(Evidence::new(Side::Launch, "launch flags", "--device", "cuda"))]
     }
 
     fn load_target(&self, key: TargetKey) -> Result<LoadedTarget<B>, EngineError> {
@@ -328,8 +387,9 @@ impl<B: Backend> Engine<B> {
         load: impl FnOnce(&mut Loader<'_, B>) -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         let events = self.events.clone();
+        let gpu = self.backend.gpu_ordinal();
         let mut progress = |p: FileProgress| {
-            events.emit(Event::Progress { phase, unit: ProgressUnit::Bytes, gpu: None, label: p.file, done: p.done, total: p.total })
+            events.emit(Event::Progress { phase, unit: ProgressUnit::Bytes, gpu, label: p.file, done: p.done, total: p.total })
         };
         let mut ld = Loader::new(&*self.backend, ck, &mut progress);
         let out = load(&mut ld)?;
@@ -349,10 +409,15 @@ impl<B: Backend> Engine<B> {
                 format!("context length {context}: the CPU reference keeps a KV cache of {tokens} tokens"),
             );
         }
-        let target = match t.target.take() {
+        // The old cache's buffers may go away: no recorded graph may point into them.
+        self.backend.graph_reset();
+        let mut target = match t.target.take() {
             Some(old) => old.resized(tokens + tree_slots, tree_slots)?,
             None => Target::new(t.model.take().expect("a loaded target has its model"), tokens + tree_slots, tree_slots)?,
         };
+        if self.backend.uses_graphs() {
+            target.graph_rows = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS) as usize;
+        }
         self.events.log(
             LogLevel::Info,
             SOURCE,

@@ -150,10 +150,6 @@ impl LlamaConfig {
         }
     }
 
-    pub fn kv_width(&self) -> usize {
-        self.kv_heads * self.head_dim
-    }
-
     /// SGLang's default EAGLE-3 capture layers `[2, L/2, L-3]` (inputs of those layers).
     pub fn default_capture_layers(&self) -> Vec<usize> {
         let l = self.layers;
@@ -205,7 +201,9 @@ pub(crate) struct Layer<B: Backend> {
     pub mlp: Mlp<B>,
 }
 
-/// Shapes of one decoder layer's tensors, for loading.
+/// Shapes of one decoder layer's tensors, for loading (the whole model's; `for_rank` gives
+/// one tensor-parallel rank's).
+#[derive(Clone, Copy)]
 pub(crate) struct LayerShape {
     pub hidden: usize,
     /// Width of the attention input (2×hidden for EAGLE-3's fused layer).
@@ -383,6 +381,8 @@ pub struct LlamaModel<B: Backend> {
     pub logits: B::Tensor,
     pub capture: Option<Capture<B>>,
     weight_bytes: u64,
+    /// This rank's heads (all of them at tp = 1).
+    geometry: AttnGeometry,
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -390,6 +390,7 @@ impl<B: Backend> LlamaModel<B> {
         let c = &config;
         let embed = Arc::new(ld.weight("model.embed_tokens.weight", &[c.vocab, c.hidden], Shard::Replicated)?);
         let shape = layer_shape(c);
+        let local = shape.for_rank(backend.tp_world())?;
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             layers.push(Layer::load(ld, &format!("model.layers.{i}."), &shape)?);
@@ -416,8 +417,9 @@ impl<B: Backend> LlamaModel<B> {
             h: b.tensor(cap.rows, c.hidden)?,
             x: b.tensor(cap.rows, c.hidden)?,
             last: b.tensor(1, c.hidden)?,
-            scratch: LayerScratch::new(b, cap.rows, &shape)?,
+            scratch: LayerScratch::new(b, cap.rows, &local)?,
             logits: b.tensor(cap.logit_rows, c.vocab)?,
+            geometry: AttnGeometry { heads: local.heads, kv_heads: local.kv_heads, ..c.geometry() },
             capture: None,
             embed,
             lm_head,
@@ -440,7 +442,7 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     pub fn new_kv(&self, slots: usize) -> Result<KvCache<B>, BackendError> {
-        KvCache::new(&*self.backend, self.config.layers, slots, self.config.kv_width())
+        KvCache::new(&*self.backend, self.config.layers, slots, self.geometry.kv_heads * self.geometry.head_dim)
     }
 
     /// Capture the inputs of `layers` (ascending) from now on; `None` stops capturing.
@@ -465,7 +467,7 @@ impl<B: Backend> LlamaModel<B> {
         b.embed(&self.embed, &self.inputs.ids, n, &mut self.h);
         b.rms_norm(&self.h, &self.layers[0].input_ln, c.eps, n, &mut self.x);
         let step = LayerStep {
-            geometry: c.geometry(),
+            geometry: self.geometry,
             eps: c.eps,
             rope: &self.rope,
             positions: &self.inputs.positions,

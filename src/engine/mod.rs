@@ -10,8 +10,12 @@ pub mod eagle3;
 pub mod handle;
 pub mod kv;
 pub mod lifecycle;
+pub mod ranks;
 pub mod llama;
 pub mod spec_decode;
+pub mod tp;
+#[cfg(test)]
+pub mod tp_emulation;
 pub mod tree;
 pub mod verify;
 pub mod weights;

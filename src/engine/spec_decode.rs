@@ -32,6 +32,10 @@ pub struct Target<B: Backend> {
     pub tree_slots: usize,
     mask: B::Ids,
     argmax: B::Ids,
+    /// Greedy verify steps (target-only decode included) of at most this many rows run as
+    /// graph steps, recorded once per row count and shape and replayed after
+    /// (`Backend::graph_step`, a GPU backend; 0: none).
+    pub graph_rows: usize,
 }
 
 impl<B: Backend> Target<B> {
@@ -44,6 +48,7 @@ impl<B: Backend> Target<B> {
             mask: b.ids(rows * rows)?,
             argmax: b.ids(rows)?,
             tree_slots,
+            graph_rows: 0,
             model,
         })
     }
@@ -72,16 +77,33 @@ impl<B: Backend> Target<B> {
     fn verify(&mut self, tree: &Tree, base: usize, sampling: Option<(&Sampling, &mut ChaCha8Rng)>) -> Result<(Walk, u32), EngineError> {
         let b = self.model.backend().clone();
         let n = tree.len();
-        self.model.inputs.set(&*b, &tree.tokens, &tree.positions(base));
-        let mask = if tree.is_chain() {
-            Mask::Causal
-        } else {
-            b.write_ids(&mut self.mask, &tree.mask());
-            Mask::Explicit(&self.mask)
+        let positions = tree.positions(base);
+        let tree_mask = (!tree.is_chain()).then(|| tree.mask());
+        let window = AttnWindow { prefix: base, region: n, queries: n };
+        let (model, kv, mask_ids, argmax) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.argmax);
+        let greedy = sampling.is_none();
+        // Everything up to the argmax only enqueues work, so a greedy step can be a graph.
+        let mut step = || {
+            model.inputs.set(&*b, &tree.tokens, &positions);
+            let mask = match &tree_mask {
+                None => Mask::Causal,
+                Some(m) => {
+                    b.write_ids(mask_ids, m);
+                    Mask::Explicit(&*mask_ids)
+                }
+            };
+            model.forward(kv, window, mask, Logits::All);
+            if greedy {
+                b.argmax(&model.logits, n, argmax);
+            }
         };
-        self.model.forward(&mut self.kv, AttnWindow { prefix: base, region: n, queries: n }, mask, Logits::All);
+        if greedy && n <= self.graph_rows {
+            let shape = if tree_mask.is_some() { "tree" } else { "chain" };
+            b.graph_step(&format!("target-verify/{n}/{shape}"), &mut step);
+        } else {
+            step();
+        }
         let Some((s, rng)) = sampling else {
-            b.argmax(&self.model.logits, n, &mut self.argmax);
             let argmax: Vec<u32> = b.read_ids(&self.argmax, n)?.into_iter().map(|t| t as u32).collect();
             return Ok(verify::greedy(tree, &argmax));
         };
@@ -95,6 +117,21 @@ impl<B: Backend> Target<B> {
         let walk = verify::sample(tree, &child_prob, &coins, s.rule);
         let next = b.sample(&self.model.logits, walk.last(), &walk.rejected, final_coin)?;
         Ok((walk, next))
+    }
+
+    /// Record and capture the greedy verify step of `n` rows (a chain, or a tree when
+    /// `tree`) as a graph: the step run twice on placeholder tokens at the start of the cache,
+    /// whose slots a generation overwrites from its prefill on.
+    pub fn capture_verify(&mut self, n: usize, tree: bool) -> Result<(), EngineError> {
+        let placeholder = Tree {
+            tokens: vec![0; n],
+            parent: (0..n).map(|i| if tree { (i > 0).then_some(0) } else { i.checked_sub(1) }).collect(),
+            depth: (0..n).map(|i| if tree { i.min(1) } else { i }).collect(),
+        };
+        for _ in 0..2 {
+            self.verify(&placeholder, 0, None)?;
+        }
+        Ok(())
     }
 
     fn aux(&self) -> Option<&B::Tensor> {
@@ -273,4 +310,42 @@ fn generate_here<B: Backend>(
     b.sync()?;
     out.seconds = start.elapsed().as_secs_f64();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::engine::llama::{Capacity, Family, LlamaConfig};
+    use crate::engine::weights::Loader;
+    use crate::model::checkpoint::Checkpoint;
+    use crate::model::config::ModelConfig;
+    use crate::testkit::TinyLlama;
+
+    /// The graph-capture phase runs verify steps on placeholder tokens at the start of the
+    /// cache; the generation after it must be the one a fresh cache gives.
+    #[test]
+    fn capturing_verify_steps_leaves_no_trace_in_a_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        TinyLlama::new(Family::Llama, 41).write(dir.path()).unwrap();
+        let config = LlamaConfig::from_config(&ModelConfig::load_dir(dir.path()).unwrap()).unwrap();
+        let ck = Checkpoint::open(dir.path()).unwrap();
+        let b = Arc::new(CpuBackend);
+        let mut progress = |_| {};
+        let mut ld = Loader::new(&*b, &ck, &mut progress);
+        let model = LlamaModel::load(b.clone(), config, &mut ld, Capacity { rows: 16, logit_rows: 8, positions: 128 }).unwrap();
+        ld.finish();
+        let decoding = Decoding { shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 }, sampling: None, max_new_tokens: 20, stop: Vec::new() };
+        let prompt = [5, 9, 17, 33];
+        let mut fresh = Target::new(model, 64, 8).unwrap();
+        let want = generate(&mut fresh, None, &prompt, &decoding, &mut |_, _| {}).unwrap().tokens;
+        let mut captured = Target::new(fresh.into_model(), 64, 8).unwrap();
+        captured.capture_verify(1, false).unwrap();
+        captured.capture_verify(6, true).unwrap();
+        let got = generate(&mut captured, None, &prompt, &decoding, &mut |_, _| {}).unwrap().tokens;
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 20);
+    }
 }

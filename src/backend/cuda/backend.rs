@@ -198,6 +198,14 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    fn tp_world(&self) -> usize {
+        self.rank.world
+    }
+
+    fn gpu_ordinal(&self) -> Option<u32> {
+        Some(self.gpu.ordinal as u32)
+    }
+
     fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
         if self.gpu.kernels_loaded() {
             let detail = Some("kernels loaded by an earlier launch".to_string());

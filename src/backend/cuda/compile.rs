@@ -121,10 +121,13 @@ impl PtxCache {
     }
 
     /// Store atomically (write a temporary file, then rename), so a crash or a parallel
-    /// start never leaves a half-written PTX under the final name.
+    /// start never leaves a half-written PTX under the final name. The temporary name is
+    /// unique per writer: tensor-parallel ranks compile on their own threads at once.
     pub fn put(&self, module: &str, key: &str, ptx: &str) -> std::io::Result<()> {
+        static WRITER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         std::fs::create_dir_all(&self.dir)?;
-        let tmp = self.dir.join(format!(".{module}-{key}.{}.tmp", std::process::id()));
+        let writer = WRITER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.dir.join(format!(".{module}-{key}.{}-{writer}.tmp", std::process::id()));
         std::fs::write(&tmp, ptx)?;
         std::fs::rename(&tmp, self.path(module, key))
     }

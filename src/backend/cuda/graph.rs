@@ -258,6 +258,7 @@ pub fn capture_phase(
     phase: PhaseId,
     sizes: &[u32],
     max_bs: u32,
+    gpu: Option<u32>,
     mut capture: impl FnMut(u32) -> Result<(), BackendError>,
 ) -> Result<(), Finding> {
     let sizes: Vec<u32> = sizes.iter().copied().filter(|&s| s <= max_bs).collect();
@@ -280,7 +281,7 @@ pub fn capture_phase(
         events.emit(Event::Progress {
             phase,
             unit: ProgressUnit::BatchSize,
-            gpu: None,
+            gpu,
             label: bs.to_string(),
             done: i as u64 + 1,
             total: sizes.len() as u64,
@@ -325,7 +326,7 @@ mod tests {
         );
         let (sink, mut rx) = EventSink::channel();
         let mut seen = Vec::new();
-        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, &capture_sizes(8), 8, |bs| {
+        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, &capture_sizes(8), 8, Some(0), |bs| {
             seen.push(bs);
             if bs == 4 { Err(BackendError::Device("boom".into())) } else { Ok(()) }
         });
@@ -347,13 +348,13 @@ mod tests {
     fn capture_phase_keeps_sizes_within_the_max() {
         let (sink, mut rx) = EventSink::channel();
         let mut seen = Vec::new();
-        capture_phase(&sink, PhaseId::TargetGraphCapture, &[1, 5, 16], 8, |bs| {
+        capture_phase(&sink, PhaseId::TargetGraphCapture, &[1, 5, 16], 8, None, |bs| {
             seen.push(bs);
             Ok(())
         })
         .unwrap();
         assert_eq!(seen, vec![1, 5]);
-        capture_phase(&sink, PhaseId::DraftGraphCapture, &[16], 8, |_| panic!("nothing to capture")).unwrap();
+        capture_phase(&sink, PhaseId::DraftGraphCapture, &[16], 8, None, |_| panic!("nothing to capture")).unwrap();
         let phases: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
             .filter_map(|e| match e.event {
                 Event::Phase { phase, state, detail } => Some(format!("{phase} {state:?} {}", detail.unwrap_or_default())),

@@ -5,6 +5,7 @@
 
 use super::backend::CudaBackend;
 use super::probe::{choose_device, probe, CudaInventory, DeviceChoice};
+use super::tp::open_group;
 use crate::backend::BackendError;
 use crate::event::{EventSink, LogLevel, PhaseId};
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
@@ -31,26 +32,45 @@ pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<
     }
 }
 
-/// Open GPUs `0 .. tp` for the engine. Its model code drives one rank so far: a larger
-/// `--tp-size` is a finding with the remedy of one GPU (cuda-check's tensor-parallel
-/// section runs the sharded MLP block over every GPU).
+/// Open GPUs `0 .. tp` for the engine, one backend per tensor-parallel rank (NCCL joins
+/// them when `tp > 1`); more ranks than visible GPUs is a finding naming both counts.
 fn open_ranks(inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, Finding> {
     let fail = |message: String| Finding::new(CUDA_START_FAILED, Severity::Error, PhaseId::KernelCompile, message);
+    check_rank_count(inventory, tp)?;
+    if tp > 1 && !inventory.nccl_present {
+        return Err(fail(format!("--tp-size {tp} needs NCCL (libnccl.so.2), which was not found")).with_remedy(one_gpu()));
+    }
+    open_group(None, tp).map_err(|e| fail(format!("opening GPUs 0..{tp}: {e}")))
+}
+
+/// `--tp-size` must be between 1 and the number of visible GPUs.
+fn check_rank_count(inventory: &CudaInventory, tp: usize) -> Result<(), Finding> {
     if tp == 0 || tp > inventory.gpus.len() {
-        return Err(fail(format!("--tp-size {tp} needs {tp} GPUs; {} visible", inventory.gpus.len()))
-            .with_evidence(Evidence::new(Side::Launch, "--tp-size", "--tp-size", tp as u64)));
+        let f = Finding::new(
+            CUDA_START_FAILED,
+            Severity::Error,
+            PhaseId::KernelCompile,
+            format!("--tp-size {tp} needs {tp} GPUs; {} visible", inventory.gpus.len()),
+        )
+        .with_evidence(Evidence::new(Side::Launch, "--tp-size", "--tp-size", tp as u64));
+        return Err(if inventory.gpus.is_empty() { f } else { f.with_remedy(fit_gpus(inventory.gpus.len())) });
     }
-    if tp > 1 {
-        return Err(fail(format!("--tp-size {tp}: the engine runs its model on one GPU; tensor parallelism is not wired into it"))
-            .with_evidence(Evidence::new(Side::Launch, "--tp-size", "--tp-size", tp as u64))
-            .with_remedy(Remedy::new(
-                "single-gpu",
-                "--tp-size",
-                "run on one GPU",
-                vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "1".into() }],
-            )));
-    }
-    CudaBackend::open_for_launch(0).map(|b| vec![b]).map_err(|e| fail(format!("opening GPU 0: {e}")))
+    Ok(())
+}
+
+fn one_gpu() -> Remedy {
+    Remedy::new("single-gpu", "--tp-size", "run on one GPU", vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "1".into() }])
+}
+
+/// The largest power of two up to the visible GPUs (head counts split by powers of two).
+fn fit_gpus(visible: usize) -> Remedy {
+    let tp = 1usize << visible.ilog2();
+    Remedy::new(
+        "fit-visible-gpus",
+        "--tp-size",
+        format!("shard over the {tp} visible GPU{}", if tp == 1 { "" } else { "s" }),
+        vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: tp.to_string() }],
+    )
 }
 
 /// A `memory-budget` finding for an allocation that failed in `phase`, with the remedy
@@ -129,18 +149,26 @@ mod tests {
         assert_eq!(r.changes, vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "8".into() }]);
     }
 
-    /// The engine drives one GPU: more ranks are a finding with the one-GPU remedy, and
-    /// more ranks than GPUs name both counts; neither touches a GPU.
+    /// More ranks than GPUs names both counts and offers the GPUs there are; none of this
+    /// touches a GPU.
     #[test]
-    fn the_engine_takes_one_rank() {
+    fn tp_size_must_fit_the_visible_gpus() {
         use super::super::probe::GpuInfo;
         let gpu = |ordinal| GpuInfo { ordinal, name: "NVIDIA H200".into(), compute_capability: (9, 0), total_memory_bytes: 150 << 30 };
-        let inventory = CudaInventory { gpus: vec![gpu(0), gpu(1)], nccl_present: true };
-        let f = open_ranks(&inventory, 2).err().unwrap();
+        let inventory = |n: usize| CudaInventory { gpus: (0..n).map(gpu).collect(), nccl_present: true };
+        let f = check_rank_count(&inventory(2), 8).unwrap_err();
         assert_eq!(f.id, CUDA_START_FAILED);
-        assert_eq!(f.message, "--tp-size 2: the engine runs its model on one GPU; tensor parallelism is not wired into it");
-        assert_eq!(f.remedy("single-gpu").unwrap().changes, vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "1".into() }]);
-        assert_eq!(open_ranks(&inventory, 3).err().unwrap().message, "--tp-size 3 needs 3 GPUs; 2 visible");
+        assert_eq!(f.message, "--tp-size 8 needs 8 GPUs; 2 visible");
+        assert_eq!(f.remedy("fit-visible-gpus").unwrap().changes, vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "2".into() }]);
+        assert_eq!(check_rank_count(&inventory(6), 8).unwrap_err().remedy("fit-visible-gpus").unwrap().changes[0], SpecChange::SetFlag { flag: "--tp-size".into(), value: "4".into() });
+        assert_eq!(check_rank_count(&inventory(2), 0).unwrap_err().message, "--tp-size 0 needs 0 GPUs; 2 visible");
+        for tp in [1, 2, 4, 8] {
+            assert!(check_rank_count(&inventory(8), tp).is_ok());
+        }
+        let no_nccl = CudaInventory { nccl_present: false, ..inventory(2) };
+        let f = open_ranks(&no_nccl, 2).err().unwrap();
+        assert_eq!(f.message, "--tp-size 2 needs NCCL (libnccl.so.2), which was not found");
+        assert!(f.remedy("single-gpu").is_some());
     }
 
     #[test]

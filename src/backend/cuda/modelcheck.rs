@@ -61,7 +61,7 @@ fn load_model<B: Backend>(b: Arc<B>, dir: &Path, cap: Capacity) -> anyhow::Resul
 
 /// Prefill `prompt` and decode one token greedily; the logits of every prefill row and of
 /// the decode step.
-fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
+pub(crate) fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
     let n = prompt.len();
     let mut model = load_model(b.clone(), dir, Capacity { rows: 32, logit_rows: 32, positions: 128 })?;
     let mut kv = model.new_kv(64)?;
@@ -76,7 +76,7 @@ fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Resul
     Ok((prefill, b.read_rows(&model.logits, 0, 1)?))
 }
 
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+pub(crate) fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
     let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
     (num / den.max(1e-30)).sqrt()
@@ -101,10 +101,11 @@ pub fn logits_check<B: Backend>(test: Arc<B>, dir: &Path) -> anyhow::Result<(Vec
     Ok((v, json!({ "prefill_rel_err": ep, "decode_rel_err": ed })))
 }
 
-fn spec_for(target: &Path, draft: Option<(&Path, Algorithm, u32, u32, u32)>) -> LaunchSpec {
+/// A launch of `target`, target-only or with a drafter `(dir, algorithm, steps, topk, draft
+/// tokens)`, on whatever backend the caller's engine was made with.
+pub(crate) fn spec_for(target: &Path, draft: Option<(&Path, Algorithm, u32, u32, u32)>) -> LaunchSpec {
     let mut s = LaunchSpec { model_path: Some(target.display().to_string()), ..Default::default() };
-    // The engine's lifecycle still refuses `--device cuda`: the backend is chosen by the
-    // caller here, and the spec's device is only a label for that check.
+    // The backend is chosen by the caller here, not from the spec's device.
     s.device = Device::Cpu;
     match draft {
         Some((d, algo, steps, topk, n)) => {

@@ -24,7 +24,7 @@ use super::conformance::compare_backends;
 use super::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
 use super::gpu::{release_pool_memory, Gpu};
 use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
-use super::tpcheck::tp_check;
+use super::tpcheck::{tp_check, tp_model_check};
 use super::probe::{probe, CudaInventory};
 use super::shard::RankInfo;
 use super::sources::SOURCES;
@@ -183,6 +183,14 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
     }
     if gpus >= 2 {
         r.section("tensor-parallel", |r| verdicts(r, tp_check(&modules, gpus)?));
+        // The small model's 4 heads / 2 KV heads split over 2 ranks.
+        r.section("tensor-parallel-model", |r| {
+            let small = std::env::temp_dir().join(format!("specdeck-tp-small-{}", std::process::id()));
+            write_small_models(&small)?;
+            let result = tp_model_check(&modules, &small, 2);
+            let _ = std::fs::remove_dir_all(&small);
+            verdicts(r, result?)
+        });
     }
     drop(modules);
     r.section("teardown", |r| {

@@ -45,7 +45,12 @@ pub fn contiguous_bf16(view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> O
 
 /// The bf16 values and shape this rank keeps of `view`.
 pub fn shard_weight(view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> Result<(Vec<bf16>, Vec<usize>), BackendError> {
-    let data = view.to_bf16()?;
+    shard_values(view.to_bf16()?, view, shard, rank)
+}
+
+/// The part of `data` (all of `view`'s values, row-major, in any element type) that this
+/// rank keeps, and its shape.
+pub fn shard_values<T: Copy>(data: Vec<T>, view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> Result<(Vec<T>, Vec<usize>), BackendError> {
     let shape = view.shape.to_vec();
     if rank.world == 1 || shard == Shard::Replicated {
         return Ok((data, shape));

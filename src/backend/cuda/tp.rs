@@ -32,18 +32,24 @@ impl NcclComm {
     }
 }
 
-/// Open GPUs `0 .. world` as one tensor-parallel group.
-pub fn open_group(modules: &[CompiledModule], world: usize) -> Result<Vec<CudaBackend>, BackendError> {
+/// Open GPUs `0 .. world` as one tensor-parallel group, with `modules` loaded, or bare for
+/// an engine (each rank loads its kernels in its launch's `kernel-compile` phase).
+pub fn open_group(modules: Option<&[CompiledModule]>, world: usize) -> Result<Vec<CudaBackend>, BackendError> {
+    let open = |rank: usize| match modules {
+        Some(m) => Gpu::open(rank, m),
+        None => Gpu::open_bare(rank),
+    };
     if world == 1 {
-        return Ok(vec![CudaBackend::open(0, modules, RankInfo::single(), None)?]);
+        return Ok(vec![CudaBackend::from_gpu(open(0)?, RankInfo::single(), None)?]);
     }
     let id = Id::new().map_err(|e| BackendError::Device(format!("NCCL unique id: {e:?}")))?;
     let results: Vec<Result<CudaBackend, BackendError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
+                let open = &open;
                 s.spawn(move || {
                     let info = RankInfo { rank, world };
-                    let gpu = Gpu::open(rank, modules)?;
+                    let gpu = open(rank)?;
                     let comm = Comm::from_rank(gpu.stream.clone(), rank, world, id)
                         .map_err(|e| BackendError::Device(format!("GPU {rank}: NCCL init of rank {rank}/{world}: {e:?}")))?;
                     CudaBackend::from_gpu(gpu, info, Some(NcclComm(Mutex::new(SendComm(comm)))))

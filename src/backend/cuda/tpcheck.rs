@@ -1,18 +1,26 @@
 //! `cuda-check`'s tensor-parallel section: a Llama-3.1-8B-sized MLP block (gate and up
 //! column-parallel, down row-parallel, then the NCCL all-reduce) on 1 GPU and on `world`
 //! GPUs, one thread per rank: the outputs must agree, and the time per block says what
-//! tensor parallelism buys on this machine's links.
+//! tensor parallelism buys on this machine's links. `tp_model_check` runs the engine's
+//! model code and rank threads over the GPUs against one GPU on a small checkpoint.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
 
 use super::backend::CudaBackend;
 use super::compile::CompiledModule;
-use super::modelcheck::Verdict;
+use super::modelcheck::{logits_of, rel_err, spec_for, Verdict};
 use super::tp::open_group;
 use crate::backend::{Backend, BackendError, Shard};
+use crate::engine::handle::{GenerateRequest, PreflightFn};
+use crate::engine::lifecycle::{Engine, LaunchOutcome};
+use crate::engine::ranks::{RankGroup, Serve};
+use crate::event::EventSink;
 use crate::model::checkpoint::TensorView;
+use crate::spec::{Algorithm, LaunchSpec};
 
 const HIDDEN: usize = 4096;
 const INTER: usize = 14336;
@@ -106,8 +114,8 @@ fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32]) -> anyho
 pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let weights = [bf16_noise(INTER * HIDDEN, 1), bf16_noise(INTER * HIDDEN, 2), bf16_noise(HIDDEN * INTER, 3)];
     let x: Vec<f32> = (0..ROWS * HIDDEN).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
-    let (y1, t1) = time_group(&open_group(modules, 1)?, &weights, &x)?;
-    let (yn, tn) = time_group(&open_group(modules, world)?, &weights, &x)?;
+    let (y1, t1) = time_group(&open_group(Some(modules), 1)?, &weights, &x)?;
+    let (yn, tn) = time_group(&open_group(Some(modules), world)?, &weights, &x)?;
     let num: f64 = y1.iter().zip(&yn).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
     let den: f64 = y1.iter().map(|a| (*a as f64).powi(2)).sum();
     let err = (num / den.max(1e-30)).sqrt();
@@ -121,4 +129,63 @@ pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec
         },
     ];
     Ok((verdicts, json!({ "world": world, "rel_err": err, "tp1_us": t1 * 1e6, "tpn_us": tn * 1e6, "speedup": speedup })))
+}
+
+/// The engine's model code over `world` GPUs against one GPU, on the small checkpoint
+/// (`modelcheck::write_small_models`, its heads split evenly over 2): logits of a prefill
+/// and a decode step (each rank on its own thread), and greedy tokens through the engine's
+/// rank threads, target-only, EAGLE-3 chain and STANDALONE tree.
+pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 97 + 5) % 2048).collect();
+    let one = open_group(Some(modules), 1)?.remove(0);
+    let (p1, d1) = logits_of(Arc::new(one), &small.join("target"), &prompt)?;
+    let ranks = open_group(Some(modules), world)?;
+    let per_rank: Vec<anyhow::Result<(Vec<f32>, Vec<f32>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks.into_iter().map(|b| s.spawn(|| logits_of(Arc::new(b), &small.join("target"), &prompt))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a rank thread panicked")))).collect()
+    });
+    let mut per_rank = per_rank.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    let same_on_ranks = per_rank.windows(2).all(|w| w[0] == w[1]);
+    let (pn, dn) = per_rank.swap_remove(0);
+    let (ep, ed) = (rel_err(&pn, &p1), rel_err(&dn, &d1));
+    let mut verdicts = vec![
+        Verdict { name: format!("TP{world} logits vs TP1, prefill of 12 / decode (rel. error)"), value: format!("{ep:.2e} / {ed:.2e}"), ok: Some(ep < 1e-2 && ed < 1e-2) },
+        Verdict { name: format!("TP{world} logits bit-identical on every rank"), value: format!("{same_on_ranks}"), ok: Some(same_on_ranks) },
+    ];
+    let cases: [(&str, Option<Draft<'_>>); 3] = [
+        ("target-only", None),
+        ("EAGLE-3 chain", Some(("eagle3", Algorithm::Eagle3, 3, 1, 4))),
+        ("STANDALONE tree", Some(("standalone", Algorithm::Standalone, 3, 2, 6))),
+    ];
+    let (sink, _rx) = EventSink::channel();
+    let mut tp1: Box<dyn Serve> = Box::new(Engine::new(open_group(Some(modules), 1)?.remove(0), sink.clone()));
+    let mut tpn: Box<dyn Serve> = Box::new(RankGroup::start(open_group(Some(modules), world)?, sink));
+    let mut runs = Vec::new();
+    for (name, draft) in cases {
+        let spec = small_spec(small, draft);
+        let a = greedy_text(&mut *tp1, &spec)?;
+        let b = greedy_text(&mut *tpn, &spec)?;
+        let same = a == b;
+        verdicts.push(Verdict { name: format!("TP{world} greedy == TP1, {name} (48 tokens)"), value: if same { "identical".into() } else { "DIFFERENT".into() }, ok: Some(same) });
+        runs.push(json!({ "case": name, "tp1": a, "tpn": b, "identical": same }));
+    }
+    Ok((verdicts, json!({ "world": world, "prefill_rel_err": ep, "decode_rel_err": ed, "ranks_identical": same_on_ranks, "runs": runs })))
+}
+
+/// A drafter of the small checkpoint: its subfolder, algorithm, steps, topk and draft tokens.
+type Draft<'a> = (&'a str, Algorithm, u32, u32, u32);
+
+/// The launch of the small target, target-only or with a drafter.
+fn small_spec(small: &Path, draft: Option<Draft<'_>>) -> LaunchSpec {
+    let drafter = draft.map(|(sub, ..)| small.join(sub));
+    spec_for(&small.join("target"), draft.zip(drafter.as_deref()).map(|((_, algo, steps, topk, n), dir)| (dir, algo, steps, topk, n)))
+}
+
+fn greedy_text(engine: &mut dyn Serve, spec: &LaunchSpec) -> anyhow::Result<Vec<u32>> {
+    let preflight: PreflightFn = Arc::new(|_: &LaunchSpec| Vec::new());
+    if let LaunchOutcome::Failed(f) = engine.launch(spec, &preflight) {
+        anyhow::bail!("launch failed: [{}] {}", f.id, f.message);
+    }
+    let req = GenerateRequest { prompt: "w5 w9 w17 w33 w4 w250 w1000 w7".into(), max_new_tokens: 48, chat: false, temperature: 0.0, seed: 0 };
+    Ok(engine.generate_with(&req, true)?.tokens)
 }

@@ -1,0 +1,359 @@
+//! A tensor-parallel engine: one `Engine` per rank, each on its own thread with its own
+//! backend (one GPU, one stream), all given the same commands (`engine::tp` says why the
+//! ranks are whole engines). Rank 0 reports to the caller's event stream; the other ranks'
+//! load progress (tagged with their GPU), findings and warnings are forwarded to it.
+//!
+//! `Serve` is what a command needs from an engine, so `generate`, `bench` and the console's
+//! engine thread drive one rank or N the same way.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::engine::handle::{GenerateRequest, PreflightFn};
+use crate::engine::lifecycle::{Engine, LaunchOutcome, BACKEND_ERROR};
+use crate::engine::spec_decode::Generation;
+use crate::engine::EngineError;
+use crate::event::{Event, EventSink, LogLevel, PhaseId};
+use crate::finding::{Finding, Severity};
+use crate::spec::LaunchSpec;
+
+/// What the headless commands and the console's engine thread need from an engine.
+pub trait Serve {
+    fn launch(&mut self, spec: &LaunchSpec, preflight: &PreflightFn) -> LaunchOutcome;
+    /// Serve a request (`use_drafter: false` decodes target-only with the drafter loaded).
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError>;
+    /// Bytes of weights one target step and one draft step read, on one rank.
+    fn weight_bytes(&self) -> (u64, Option<u64>);
+    /// Token ids to text with the loaded target's tokenizer.
+    fn decode(&self, ids: &[u32]) -> Result<String, EngineError>;
+    /// Where it runs: the backend's name and the tensor-parallel ranks.
+    fn placement(&self) -> (&'static str, usize);
+}
+
+impl<B: Backend> Serve for Engine<B> {
+    fn launch(&mut self, spec: &LaunchSpec, preflight: &PreflightFn) -> LaunchOutcome {
+        Engine::launch(self, spec, &**preflight)
+    }
+
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
+        Engine::generate_with(self, req, use_drafter)
+    }
+
+    fn weight_bytes(&self) -> (u64, Option<u64>) {
+        Engine::weight_bytes(self)
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
+        let tok = self.tokenizer().ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
+        Ok(tok.decode(ids)?)
+    }
+
+    fn placement(&self) -> (&'static str, usize) {
+        (self.backend_name(), 1)
+    }
+}
+
+/// A barrier that also tells every rank whether all of them succeeded.
+pub struct RankVote {
+    world: usize,
+    round: Mutex<Round>,
+    done: Condvar,
+}
+
+struct Round {
+    number: u64,
+    arrived: usize,
+    all_ok: bool,
+    /// The verdict of the last finished round.
+    verdict: bool,
+}
+
+impl RankVote {
+    pub fn new(world: usize) -> RankVote {
+        RankVote { world, round: Mutex::new(Round { number: 0, arrived: 0, all_ok: true, verdict: true }), done: Condvar::new() }
+    }
+
+    /// Wait for every rank's `ok`; true when all were.
+    pub fn vote(&self, ok: bool) -> bool {
+        let mut r = self.round.lock().unwrap_or_else(|p| p.into_inner());
+        let number = r.number;
+        r.arrived += 1;
+        r.all_ok &= ok;
+        if r.arrived == self.world {
+            r.verdict = r.all_ok;
+            r.number += 1;
+            r.arrived = 0;
+            r.all_ok = true;
+            self.done.notify_all();
+            return r.verdict;
+        }
+        while r.number == number {
+            r = self.done.wait(r).unwrap_or_else(|p| p.into_inner());
+        }
+        r.verdict
+    }
+}
+
+/// The engine `--device` and `--tp-size` ask for: the CPU reference (also `auto` without a
+/// GPU), one CUDA rank, or a group of CUDA ranks. No GPU for `--device cuda`, or fewer GPUs
+/// than `--tp-size`, is a finding.
+pub fn engine_for(spec: &LaunchSpec, events: &EventSink) -> Result<Box<dyn Serve>, Finding> {
+    Ok(match crate::backend::cuda::launch::backends_for(spec, events)? {
+        None => Box::new(Engine::new(CpuBackend, events.clone())),
+        Some(mut ranks) if ranks.len() == 1 => Box::new(Engine::new(ranks.remove(0), events.clone())),
+        Some(ranks) => Box::new(RankGroup::start(ranks, events.clone())),
+    })
+}
+
+type Job<B> = Box<dyn FnOnce(&mut Engine<B>) + Send>;
+
+/// N engines, one per rank, each on its own thread.
+pub struct RankGroup<B: Backend> {
+    ranks: Vec<mpsc::Sender<Job<B>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<B: Backend> RankGroup<B> {
+    /// One engine per backend, rank `r` on `backends[r]`.
+    pub fn start(backends: Vec<B>, events: EventSink) -> RankGroup<B> {
+        let vote = Arc::new(RankVote::new(backends.len()));
+        let mut ranks = Vec::new();
+        let mut threads = Vec::new();
+        for (rank, backend) in backends.into_iter().enumerate() {
+            let sink = if rank == 0 { events.clone() } else { forwarded(rank, events.clone(), &mut threads) };
+            let (tx, rx) = mpsc::channel::<Job<B>>();
+            let vote = vote.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("specdeck-rank-{rank}"))
+                .spawn(move || {
+                    let mut engine = Engine::new(backend, sink);
+                    engine.join_group(vote);
+                    for job in rx {
+                        job(&mut engine);
+                    }
+                })
+                .expect("the OS can start a rank thread");
+            ranks.push(tx);
+            threads.push(thread);
+        }
+        RankGroup { ranks, threads }
+    }
+
+    pub fn world(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Run `f` on every rank's engine at once; the results in rank order.
+    pub fn on_all<R: Send + 'static>(&self, f: impl Fn(&mut Engine<B>) -> R + Send + Sync + 'static) -> Result<Vec<R>, EngineError> {
+        let f = Arc::new(f);
+        let (tx, rx) = mpsc::channel();
+        for (rank, r) in self.ranks.iter().enumerate() {
+            let (f, tx) = (f.clone(), tx.clone());
+            let _ = r.send(Box::new(move |e: &mut Engine<B>| {
+                let _ = tx.send((rank, f(e)));
+            }));
+        }
+        drop(tx);
+        let mut out: Vec<Option<R>> = (0..self.ranks.len()).map(|_| None).collect();
+        for (rank, r) in rx {
+            out[rank] = Some(r);
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(rank, r)| r.ok_or_else(|| EngineError::Request(format!("tensor-parallel rank {rank} stopped"))))
+            .collect()
+    }
+}
+
+/// A sink for rank `rank` whose load progress, findings and warnings reach `main`.
+fn forwarded(rank: usize, main: EventSink, threads: &mut Vec<JoinHandle<()>>) -> EventSink {
+    let (sink, mut rx) = EventSink::channel();
+    let thread = std::thread::Builder::new()
+        .name(format!("specdeck-rank-{rank}-events"))
+        .spawn(move || {
+            while let Some(ev) = rx.blocking_recv() {
+                let keep = match &ev.event {
+                    Event::Progress { .. } | Event::Finding(_) => true,
+                    Event::Log { level, .. } => *level >= LogLevel::Warning,
+                    _ => false,
+                };
+                if keep {
+                    main.emit(ev.event);
+                }
+            }
+        })
+        .expect("the OS can start a forwarding thread");
+    threads.push(thread);
+    sink
+}
+
+impl<B: Backend> Drop for RankGroup<B> {
+    /// Every rank's engine is dropped (its GPU memory freed) before this returns.
+    fn drop(&mut self) {
+        self.ranks.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<B: Backend> Serve for RankGroup<B> {
+    fn launch(&mut self, spec: &LaunchSpec, preflight: &PreflightFn) -> LaunchOutcome {
+        let (spec, preflight) = (spec.clone(), preflight.clone());
+        match self.on_all(move |e| e.launch(&spec, &*preflight)) {
+            Ok(mut outcomes) => {
+                // A failing rank's own finding is forwarded; rank 0's outcome names the failure.
+                outcomes.swap_remove(0)
+            }
+            Err(e) => LaunchOutcome::Failed(Finding::new(BACKEND_ERROR, Severity::Error, PhaseId::Warmup, e.to_string())),
+        }
+    }
+
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
+        let req = req.clone();
+        let mut gens = self.on_all(move |e| e.generate_with(&req, use_drafter))?.into_iter();
+        let first = gens.next().expect("a group has rank 0")?;
+        for (rank, g) in gens.enumerate() {
+            if g?.tokens != first.tokens {
+                return Err(EngineError::Request(format!("tensor-parallel rank {} chose other tokens than rank 0", rank + 1)));
+            }
+        }
+        Ok(first)
+    }
+
+    fn weight_bytes(&self) -> (u64, Option<u64>) {
+        self.on_all(|e| e.weight_bytes()).map(|mut w| w.swap_remove(0)).unwrap_or((0, None))
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
+        let ids = ids.to_vec();
+        self.on_all(move |e| Serve::decode(e, &ids))?.swap_remove(0)
+    }
+
+    fn placement(&self) -> (&'static str, usize) {
+        let name = self.on_all(|e| e.backend_name()).map_or("unknown", |mut n| n.swap_remove(0));
+        (name, self.world())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::backend::Shard;
+    use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
+    use crate::backend::cuda::modelcheck::spec_for;
+    use crate::engine::tp_emulation::{group, RankCpu};
+    use crate::engine::weights::Loader;
+    use crate::model::checkpoint::Checkpoint;
+    use crate::model::config::ModelConfig;
+    use crate::spec::Algorithm;
+    use crate::testkit::{TinyEagle3, TinyLlama, TinyStandalone};
+
+    /// 8 query heads over 4 KV heads (GQA), splittable over 1, 2 and 4 ranks.
+    fn target(kv_heads: usize) -> TinyLlama {
+        TinyLlama { hidden: 64, heads: 8, kv_heads, intermediate: 128, ..TinyLlama::new(Family::Llama, 31) }
+    }
+
+    fn spec(dir: &Path, draft: Option<(&str, Algorithm, u32, u32, u32)>) -> LaunchSpec {
+        let drafter = draft.map(|(sub, ..)| dir.join(sub));
+        spec_for(&dir.join("target"), draft.zip(drafter.as_deref()).map(|((_, algo, steps, topk, n), d)| (d, algo, steps, topk, n)))
+    }
+
+    fn tokens(engine: &mut dyn Serve, spec: &LaunchSpec) -> (Vec<u32>, f64) {
+        let preflight: PreflightFn = Arc::new(|_: &LaunchSpec| Vec::new());
+        let outcome = engine.launch(spec, &preflight);
+        assert!(matches!(outcome, LaunchOutcome::Ready { .. }), "{outcome:?}");
+        let req = GenerateRequest { prompt: "w5 w9 w17 w33 w4".into(), max_new_tokens: 24, chat: false, temperature: 0.0, seed: 0 };
+        let g = engine.generate_with(&req, true).unwrap();
+        (g.tokens.clone(), g.mean_accept_length())
+    }
+
+    /// The engine's rank threads over 2 and 4 CPU ranks (sharded weights, summed
+    /// all-reduce) choose the same greedy tokens as one rank: target-only, EAGLE-3 chain and
+    /// STANDALONE tree, with relaunches keeping the target on every rank.
+    #[test]
+    fn tensor_parallel_greedy_equals_one_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = target(4);
+        let weights = t.write(&dir.path().join("target")).unwrap();
+        TinyEagle3 { head_dim: 16, intermediate: 64, ..TinyEagle3::new(32) }.write(&dir.path().join("eagle3"), &t, &weights).unwrap();
+        TinyStandalone::new(33).write(&dir.path().join("standalone"), &t, &weights).unwrap();
+        let specs = [
+            spec(dir.path(), None),
+            spec(dir.path(), Some(("eagle3", Algorithm::Eagle3, 3, 1, 4))),
+            spec(dir.path(), Some(("standalone", Algorithm::Standalone, 3, 2, 6))),
+        ];
+        let (sink, _rx) = EventSink::channel();
+        let mut one = Engine::new(CpuBackend, sink);
+        let reference: Vec<(Vec<u32>, f64)> = specs.iter().map(|s| tokens(&mut one, s)).collect();
+        assert!(reference[0].0.len() > 8, "{:?}", reference[0]);
+        assert!(reference[1].1 > 1.0, "the EAGLE-3 drafter must be accepted sometimes: {:?}", reference[1]);
+        for world in [2, 4] {
+            let (sink, _rx) = EventSink::channel();
+            let mut ranks = RankGroup::start(group(world), sink);
+            for (s, (want, accept)) in specs.iter().zip(&reference) {
+                let (got, got_accept) = tokens(&mut ranks, s);
+                assert_eq!(&got, want, "tp {world}, {:?}", s.speculative_algorithm);
+                assert_eq!(got_accept, *accept, "tp {world}, {:?}", s.speculative_algorithm);
+            }
+        }
+    }
+
+    /// Which tensors each rank splits, and how, for 1, 2, 4 and 8 ranks: q/k/v, gate and up
+    /// by output rows, o and down by input columns, the rest whole.
+    #[test]
+    fn the_shard_plan_for_1_2_4_8_ranks() {
+        let dir = tempfile::tempdir().unwrap();
+        target(8).write(dir.path()).unwrap();
+        let config = LlamaConfig::from_config(&ModelConfig::load_dir(dir.path()).unwrap()).unwrap();
+        let ck = Checkpoint::open(dir.path()).unwrap();
+        for world in [1, 2, 4, 8] {
+            let rank: RankCpu = group(world).swap_remove(world - 1);
+            let b = Arc::new(rank);
+            let mut progress = |_| {};
+            let mut ld = Loader::new(&*b, &ck, &mut progress);
+            let model = LlamaModel::load(b.clone(), config.clone(), &mut ld, Capacity { rows: 4, logit_rows: 4, positions: 16 }).unwrap();
+            ld.finish();
+            let loaded = b.loaded.lock().unwrap();
+            let of = |name: &str| loaded.iter().find(|(n, ..)| n == name).map(|(_, s, shape)| (*s, shape.clone())).unwrap();
+            let p = "model.layers.3.";
+            // head_dim 8: 8 heads = 64 rows of q, 8 KV heads = 64 rows of k and v.
+            assert_eq!(of(&format!("{p}self_attn.q_proj.weight")), (Shard::Column, vec![64 / world, 64]));
+            assert_eq!(of(&format!("{p}self_attn.k_proj.weight")), (Shard::Column, vec![64 / world, 64]));
+            assert_eq!(of(&format!("{p}self_attn.v_proj.weight")), (Shard::Column, vec![64 / world, 64]));
+            assert_eq!(of(&format!("{p}self_attn.o_proj.weight")), (Shard::Row, vec![64, 64 / world]));
+            assert_eq!(of(&format!("{p}mlp.gate_proj.weight")), (Shard::Column, vec![128 / world, 64]));
+            assert_eq!(of(&format!("{p}mlp.up_proj.weight")), (Shard::Column, vec![128 / world, 64]));
+            assert_eq!(of(&format!("{p}mlp.down_proj.weight")), (Shard::Row, vec![64, 128 / world]));
+            assert_eq!(of(&format!("{p}input_layernorm.weight")), (Shard::Replicated, vec![64]));
+            assert_eq!(of("model.embed_tokens.weight"), (Shard::Replicated, vec![64, 64]));
+            assert_eq!(of("model.norm.weight"), (Shard::Replicated, vec![64]));
+            // The rank's KV cache holds its KV heads only.
+            let kv = model.new_kv(10).unwrap();
+            assert_eq!(kv.k[0].cols, 64 / world);
+        }
+    }
+
+    /// A failing rank fails the launch of every rank, before any collective.
+    #[test]
+    fn a_rank_that_fails_fails_the_group_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        target(4).write(&dir.path().join("target")).unwrap();
+        // 8 heads do not split over 3 ranks: every rank fails in target-load, none hangs.
+        let (sink, mut rx) = EventSink::channel();
+        let mut ranks = RankGroup::start(group(3), sink);
+        let preflight: PreflightFn = Arc::new(|_: &LaunchSpec| Vec::new());
+        let LaunchOutcome::Failed(f) = ranks.launch(&spec(dir.path(), None), &preflight) else { panic!("launch must fail") };
+        assert_eq!(f.phase, PhaseId::TargetLoad);
+        assert!(f.message.contains("--tp-size 3 does not divide num_attention_heads 8"), "{}", f.message);
+        drop(ranks);
+        // Ranks 1 and 2 forwarded their own findings.
+        let findings = std::iter::from_fn(|| rx.try_recv().ok()).filter(|e| matches!(e.event, Event::Finding(_))).count();
+        assert_eq!(findings, 3);
+    }
+}
