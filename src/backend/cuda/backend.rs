@@ -50,12 +50,16 @@ pub struct CudaIds {
     buf: DeviceBuf<i32>,
 }
 
+/// Fields drop in this order, and it matters: the CUDA graphs go first, while the NCCL
+/// communicator their all-reduce nodes belong to is still alive (destroying such a graph
+/// after the communicator was aborted hangs the process at teardown), then the
+/// communicator, then the GPU's memory and context.
 pub struct CudaBackend {
+    pub(crate) graphs: Graphs,
+    nccl: Option<NcclComm>,
     pub(crate) gpu: Gpu,
     pub(crate) matmuls: Matmuls,
     rank: RankInfo,
-    nccl: Option<NcclComm>,
-    pub(crate) graphs: Graphs,
     /// Embedding ids outside the vocabulary land here (checked at sync).
     bad_id: DeviceBuf<i32>,
     /// Host row lists copied up for one op at a time (stream order keeps them apart).
