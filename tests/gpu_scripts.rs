@@ -1,6 +1,6 @@
 //! The GPU machine's scripts, checked here without a GPU: the closing table of a run
 //! (`scripts/gpu/summarize.py`, against the real outputs of run 1 and edited copies of
-//! them), the shell syntax of `run.sh` and `stage.sh`, and (ignored: slow, needs g++) the
+//! them), the shell syntax of `run.sh`, `stage.sh` and `diag.sh`, and (ignored: slow, needs g++) the
 //! kernels on the CPU emulation.
 
 use std::path::Path;
@@ -28,7 +28,7 @@ fn summarize_py_reads_real_run_outputs() {
 
 #[test]
 fn gpu_shell_scripts_parse() {
-    for script in ["scripts/gpu/run.sh", "scripts/gpu/stage.sh"] {
+    for script in ["scripts/gpu/run.sh", "scripts/gpu/stage.sh", "scripts/gpu/diag.sh"] {
         let out = Command::new("bash").args(["-n", script]).current_dir(repo()).output().unwrap();
         assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     }
