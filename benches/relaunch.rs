@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use specdeck::backend::cpu::CpuBackend;
 use specdeck::engine::lifecycle::{Engine, LaunchOutcome};
-use specdeck::event::{Event, EventReceiver, EventSink, PhaseState};
+use specdeck::event::{Event, EventReceiver, EventSink, PhaseTimer};
 use specdeck::finding::Finding;
 use specdeck::preflight::context;
 use specdeck::spec::{Algorithm, LaunchSpec};
@@ -44,23 +44,16 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// Seconds per finished phase of the last launch in `events`, in order.
+/// Milliseconds per finished phase of the last launch in `events`, in order.
 fn phase_times(events: &mut EventReceiver) -> String {
-    let mut started = std::collections::HashMap::new();
-    let mut out = Vec::new();
+    let mut timer = PhaseTimer::default();
     while let Ok(ev) = events.try_recv() {
-        match ev.event {
-            Event::Launch { .. } => out.clear(),
-            Event::Phase { phase, state: PhaseState::Started, .. } => {
-                started.insert(phase, ev.t);
-            }
-            Event::Phase { phase, state: PhaseState::Done, .. } => {
-                out.push(format!("{phase} {:.1}", (ev.t - started.get(&phase).copied().unwrap_or(ev.t)) * 1e3));
-            }
-            _ => {}
+        if matches!(ev.event, Event::Launch { .. }) {
+            timer = PhaseTimer::default();
         }
+        timer.observe(&ev);
     }
-    out.join(", ")
+    timer.ended.iter().map(|(phase, s)| format!("{phase} {:.1}", s * 1e3)).collect::<Vec<_>>().join(", ")
 }
 
 /// One round: the failing launch, then the remedy's relaunch in the same engine, then a

@@ -193,6 +193,31 @@ impl TimedEvent {
 
 pub type EventReceiver = mpsc::UnboundedReceiver<TimedEvent>;
 
+/// Seconds each phase took, from its `Started` to its `Done` or `Failed`, in the order the
+/// phases ended (skipped phases take no time and are left out).
+#[derive(Debug, Default)]
+pub struct PhaseTimer {
+    started: std::collections::HashMap<PhaseId, f64>,
+    pub ended: Vec<(PhaseId, f64)>,
+}
+
+impl PhaseTimer {
+    pub fn observe(&mut self, ev: &TimedEvent) {
+        let Event::Phase { phase, state, .. } = &ev.event else { return };
+        match state {
+            PhaseState::Started => {
+                self.started.insert(*phase, ev.t);
+            }
+            PhaseState::Done | PhaseState::Failed => {
+                if let Some(t0) = self.started.remove(phase) {
+                    self.ended.push((*phase, ev.t - t0));
+                }
+            }
+            PhaseState::Skipped => {}
+        }
+    }
+}
+
 /// The producer side of the stream. Cheap to clone; usable from plain threads and tasks.
 /// Sends never block, and a closed receiver is not an error (the console may have quit).
 #[derive(Clone, Debug)]

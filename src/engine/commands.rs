@@ -1,7 +1,6 @@
 //! The headless `generate` and `bench` commands: launch the engine in this thread, serve
 //! prompts, print figures (JSON with `--json`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +14,7 @@ use crate::engine::handle::{GenerateRequest, PreflightFn};
 use crate::engine::lifecycle::LaunchOutcome;
 use crate::engine::ranks::{engine_for, Serve};
 use crate::engine::spec_decode::Generation;
-use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseId, PhaseState};
+use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseId, PhaseTimer};
 use crate::finding::{exit_code, Finding};
 use crate::model::config::ModelConfig;
 use crate::preflight::context;
@@ -54,29 +53,16 @@ fn launch_spec(flags: &LaunchFlags, preflight: &PreflightFn) -> anyhow::Result<L
 
 /// Seconds per phase that ran, in order, from the launch's events; log lines go to stderr.
 fn phase_seconds(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
-    let mut started = BTreeMap::new();
-    let mut out = Vec::new();
+    let mut timer = PhaseTimer::default();
     while let Ok(ev) = rx.try_recv() {
         if let Event::Log { level, source, line } = &ev.event {
             if *level >= LogLevel::Info {
                 eprintln!("specdeck: {source}: {line}");
             }
         }
-        if let Event::Phase { phase, state, .. } = ev.event {
-            match state {
-                PhaseState::Started => {
-                    started.insert(phase, ev.t);
-                }
-                PhaseState::Done | PhaseState::Failed => {
-                    if let Some(t0) = started.remove(&phase) {
-                        out.push((phase, ev.t - t0));
-                    }
-                }
-                PhaseState::Skipped => {}
-            }
-        }
+        timer.observe(&ev);
     }
-    out
+    timer.ended
 }
 
 fn phases_json(phases: &[(PhaseId, f64)]) -> Value {

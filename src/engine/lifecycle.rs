@@ -274,7 +274,7 @@ impl<B: Backend> Engine<B> {
                     UNSUPPORTED_ALGORITHM,
                     Severity::Error,
                     PhaseId::DrafterLoad,
-                    "EAGLE (1/2) drafters are not implemented by this engine; use EAGLE3 or STANDALONE.",
+                    "This engine drafts with EAGLE-3 (fc over three target hidden states) or a STANDALONE model; an EAGLE (1/2) drafter reads one top-layer feature and has another checkpoint layout. Launch with --speculative-algorithm EAGLE3 or STANDALONE.",
                 )
                 .with_evidence(Evidence::new(Side::Launch, "launch flags", "--speculative-algorithm", "EAGLE"));
                 return Err(fail(&events, PhaseId::DrafterLoad, f));

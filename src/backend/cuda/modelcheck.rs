@@ -25,7 +25,7 @@ use crate::engine::lifecycle::{Engine, LaunchOutcome};
 use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel, Logits};
 use crate::engine::spec_decode::Generation;
 use crate::engine::weights::Loader;
-use crate::event::{Event, EventReceiver, EventSink, PhaseState};
+use crate::event::{EventReceiver, EventSink, PhaseId, PhaseTimer};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
 use crate::spec::{Algorithm, Device, LaunchSpec};
@@ -178,25 +178,12 @@ pub fn spec_equality<B: Backend>(backend: B, dir: &Path, n: usize) -> anyhow::Re
 }
 
 /// Seconds per phase from a launch's events.
-fn phase_times(rx: &mut EventReceiver) -> Vec<(String, f64)> {
-    let mut started = std::collections::HashMap::new();
-    let mut out = Vec::new();
+fn phase_times(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
+    let mut timer = PhaseTimer::default();
     while let Ok(ev) = rx.try_recv() {
-        if let Event::Phase { phase, state, .. } = ev.event {
-            match state {
-                PhaseState::Started => {
-                    started.insert(phase, ev.t);
-                }
-                PhaseState::Done | PhaseState::Failed => {
-                    if let Some(t0) = started.remove(&phase) {
-                        out.push((phase.name().to_string(), ev.t - t0));
-                    }
-                }
-                PhaseState::Skipped => {}
-            }
-        }
+        timer.observe(&ev);
     }
-    out
+    timer.ended
 }
 
 /// Cold start, relaunch and engine decode on a large checkpoint. `compile_s` is the cold
@@ -209,7 +196,7 @@ pub fn large_model_engine(modules: &[CompiledModule], dir: &Path, compile_s: f64
     let (cold, _) = launch(&mut engine, &spec)?;
     let phases = phase_times(&mut rx);
     let (target_bytes, _) = engine.weight_bytes();
-    let load_s = phases.iter().find(|(p, _)| p == "target-load").map_or(0.0, |(_, s)| *s);
+    let load_s = phases.iter().find(|(p, _)| *p == PhaseId::TargetLoad).map_or(0.0, |(_, s)| *s);
     let prompt: Vec<u32> = (0..32).map(|i| 1000 + i * 37).collect();
     let g = greedy(&mut engine, &prompt, new_tokens)?;
     let decode_tps = g.tokens.len() as f64 / (g.seconds - g.prefill_seconds).max(1e-9);
