@@ -45,6 +45,7 @@ __device__ __forceinline__ void load_lane(const float* p, bool vec, int per_lane
 extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32(const float* q, const float* k, const float* v, float* out, int heads,
                                          int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
                                          int queries, const int* window, const int* mask) {
+    pdl_enter();
     extern __shared__ float smem[];
     const int qi = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);

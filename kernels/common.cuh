@@ -10,6 +10,26 @@ typedef __nv_bfloat16 bf16;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Programmatic dependent launch (the host launches every kernel with it allowed): a kernel
+// lets the next one be scheduled at once, and waits for the previous one's writes before
+// touching anything it wrote. A kernel must call pdl_wait() before its first read of an
+// activation and before its first write; reading weights earlier is what the scheme is for.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The start of every kernel that reads no weights ahead.
+__device__ __forceinline__ void pdl_enter() {
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
 struct SumOp {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };

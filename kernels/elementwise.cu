@@ -6,6 +6,7 @@
 
 // out = silu(gate) * up
 extern "C" __global__ void silu_mul_f32(const float* gate, const float* up, float* out, long long len) {
+    pdl_enter();
     GRID_STRIDE(i, len) {
         const float g = gate[i];
         out[i] = g / (1.f + __expf(-g)) * up[i];
@@ -14,16 +15,19 @@ extern "C" __global__ void silu_mul_f32(const float* gate, const float* up, floa
 
 // dst += src
 extern "C" __global__ void add_f32(float* dst, const float* src, long long len) {
+    pdl_enter();
     GRID_STRIDE(i, len) dst[i] += src[i];
 }
 
 // x[r, c] += bias[c] for the first len = rows * cols elements (Qwen2's q/k/v bias).
 extern "C" __global__ void add_bias_f32(float* x, const bf16* bias, int cols, long long len) {
+    pdl_enter();
     GRID_STRIDE(i, len) x[i] += __bfloat162float(bias[i % cols]);
 }
 
 // The bf16 copy of activations that cuBLAS multiplies (prefill-sized matmuls).
 extern "C" __global__ void f32_to_bf16(const float* src, bf16* dst, long long len) {
+    pdl_enter();
     GRID_STRIDE(i, len) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
@@ -32,6 +36,7 @@ extern "C" __global__ void f32_to_bf16(const float* src, bf16* dst, long long le
 // writes the KV cache at the new position.
 extern "C" __global__ void copy_rows_f32(const float* src, float* dst, int cols, int rows, int src_start_arg,
                                          int dst_start_arg, const int* starts) {
+    pdl_enter();
     const long long src_start = starts ? starts[0] : src_start_arg;
     const long long dst_start = starts ? starts[1] : dst_start_arg;
     const long long len = (long long)rows * cols;
@@ -41,12 +46,14 @@ extern "C" __global__ void copy_rows_f32(const float* src, float* dst, int cols,
 // dst[r, dst_col + c] = src[r, c] for r < rows, c < src_cols (concatenating features).
 extern "C" __global__ void copy_cols_f32(const float* src, int src_cols, float* dst, int dst_cols, int dst_col,
                                          int rows) {
+    pdl_enter();
     const long long len = (long long)rows * src_cols;
     GRID_STRIDE(i, len) dst[(i / src_cols) * dst_cols + dst_col + i % src_cols] = src[i];
 }
 
 // dst[r] = src[rows[r]] for r < n. Grid: n blocks.
 extern "C" __global__ void gather_rows_f32(const float* src, float* dst, int cols, const int* rows) {
+    pdl_enter();
     const float* s = src + (long long)rows[blockIdx.x] * cols;
     float* d = dst + (long long)blockIdx.x * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
@@ -57,6 +64,7 @@ extern "C" __global__ void gather_rows_f32(const float* src, float* dst, int col
 // destination, so moving row by row in order never overwrites a row before it is read.
 // One block; a barrier between rows.
 extern "C" __global__ void move_rows_f32(float* t, int cols, const int* params, int count) {
+    pdl_enter();
     const long long dst_start = params[0];
     for (int i = 0; i < count; ++i) {
         const long long s = params[1 + i], d = dst_start + i;

@@ -3,6 +3,7 @@
 // name the token at the next sync instead of reading out of bounds. One block per token.
 extern "C" __global__ void embedding_f32(const int* ids, const bf16* table, float* out, int hidden, int vocab,
                                          int* bad_id) {
+    pdl_enter();
     const int t = blockIdx.x;
     const int id = ids[t];
     float* dst = out + (long long)t * hidden;

@@ -1,28 +1,36 @@
 // Skinny matmuls for decode and verify steps: y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n])
 // for up to 8 rows of f32 x and bf16 W in the [out, in] layout. At these sizes the work is
-// streaming W from memory once, so everything here serves that:
+// streaming W from memory once; the arithmetic goes to the tensor cores so that it costs
+// nothing next to that:
 //
-// - A task is RR consecutive weight rows; a warp walks whole rows, each lane loading 16
-//   bytes (8 weights) per row every 256 columns, U such column steps issued before the
-//   first is used: RR * U loads of 16 bytes in flight per lane. Weights bypass L1
-//   (read once), so x, which every warp re-reads, stays there.
-// - The grid is persistent: as many blocks as fit on the GPU at once (the host asks the
-//   driver), each warp taking tasks warp, warp + all_warps, ... so every SM streams until
-//   the end and no wave of blocks is left half-empty.
-// - One launch covers up to three matrices multiplying the same x (q, k and v), or a
-//   gate and an up matrix whose products meet in SiLU(gate) * up without leaving
-//   registers (`gemv_gate_up_*`).
+// - One mma.m16n8k8 (tf32 in, f32 accumulate) multiplies 16 weight rows by the 8 rows of
+//   x at once. bf16 widens to tf32 exactly; x rounds to tf32 (10-bit mantissa).
+// - Lanes load W in 16-byte pieces, 8 weights of one row: lane (g, t) = (lane / 4,
+//   lane % 4) reads columns c + 8t .. c + 8t + 7 of rows g and g + 8 of a 16-row tile, for
+//   32 columns per warp and step. The dot product does not care in which order k is
+//   visited, so mma k-slot t / t + 4 of step j takes column c + 8t + 2j / c + 8t + 2j + 1,
+//   and x is read in the same order. Each warp has U such steps of loads in flight.
+// - K is cut into S slices of W columns (S a power of two); warp w of a block takes slices
+//   w, w + NW, ... of the block's row tile, and the block then adds the S partial sums in
+//   a fixed pairwise tree ((s0 + s1) + (s2 + s3)) + ... in shared memory.
 //
-// The sum for (m, n) runs over k in the same order whatever the row count M, RR or U: each
-// lane accumulates its own columns (lane * 8 + 256 * i + j, ascending), then the warp adds
-// the 32 lane sums in a fixed tree. A verify step's rows therefore equal, bit for bit, the
-// decode steps they stand for, and the host may pick RR and U per shape for speed alone.
-// K % 8 == 0 and 16-byte aligned W and x rows are required (the host checks).
+// What that buys besides speed: an output (m, n) is the same bits whatever the row count M,
+// the row tile, or the loads in flight (an mma column depends on its own x row only, and the
+// k order is fixed by W), so a verify step's rows equal the decode steps they stand for.
+// And a row-parallel shard of K over 2 ranks computes exactly the two halves of that tree,
+// so the all-reduced sum equals the single-GPU result bit for bit when the host derives W
+// from the unsharded K (backend/cuda/gemm.rs).
+//
+// Launched with programmatic dependent launch: the first weight loads are issued before
+// waiting for the kernel that writes x, so the weight stream starts while that one drains.
+// K % 8 == 0, W % 32 == 0 when S > 1, and 16-byte aligned W and x rows are required (the
+// host checks).
 
-#define GEMV_THREADS 256
-#define GEMV_WARPS (GEMV_THREADS / 32)
+#define GEMV_MAX_SLICES 32
+#define GEMV_MAX_WARPS 16
 
-// A streamed weight load: non-coherent path, no L1 allocation.
+// A streamed weight load: non-coherent path, no L1 allocation (x, re-read by every warp,
+// keeps L1).
 __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
     uint4 r;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -31,160 +39,221 @@ __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
     return r;
 }
 
-// acc[m][r] += this lane's share of x[m] . rows[r], for the first `m_rows` (<= MAXM) rows of x.
-template <int MAXM, int RR, int U>
-__device__ __forceinline__ void dot_rows(const float* __restrict__ x, int m_rows, int k_in, const bf16* (&rows)[RR],
-                                         float (&acc)[MAXM][RR]) {
-    const int lane = threadIdx.x & 31;
-    for (int k0 = lane * 8; k0 < k_in; k0 += 256 * U) {
-        uint4 wv[U][RR];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int k = k0 + u * 256;
-#pragma unroll
-            for (int r = 0; r < RR; ++r) wv[u][r] = k < k_in ? ld_stream(rows[r] + k) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int k = k0 + u * 256;
-            if (k >= k_in) break;
-            float wf[RR][8];
-#pragma unroll
-            for (int r = 0; r < RR; ++r) unpack8(wv[u][r], wf[r]);
-#pragma unroll
-            for (int m = 0; m < MAXM; ++m) {
-                if (m < m_rows) {
-                    float xf[8];
-                    load8(x + (long long)m * k_in + k, xf);
-#pragma unroll
-                    for (int r = 0; r < RR; ++r)
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) acc[m][r] = fmaf(wf[r][j], xf[j], acc[m][r]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < MAXM; ++m)
-#pragma unroll
-        for (int r = 0; r < RR; ++r) acc[m][r] = warp_sum(acc[m][r]);
+__device__ __forceinline__ unsigned tf32_of(float v) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
 }
 
-template <int MAXM, int RR>
-__device__ __forceinline__ void zero(float (&acc)[MAXM][RR]) {
-#pragma unroll
-    for (int m = 0; m < MAXM; ++m)
-#pragma unroll
-        for (int r = 0; r < RR; ++r) acc[m][r] = 0.f;
+// acc (16 weight rows x 8 x rows) += A (rows g, g + 8; k-slots t, t + 4) . B (k-slots t, t + 4; x row g).
+__device__ __forceinline__ void mma_tf32(float (&acc)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ int global_warp() { return blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5); }
-__device__ __forceinline__ int all_warps() { return gridDim.x * GEMV_WARPS; }
-
-// One matrix of a multi-matrix launch.
-struct GemvSegment {
-    const bf16* w;
-    const bf16* bias;
-    float* y;
-    int n;
+// What one launch computes, whatever its kind. Row tiles of RT = 16 * MT weight rows are
+// numbered across up to three matrices side by side (plain: q, k and v share x), or cover
+// RT / 2 gate rows and the same RT / 2 up rows (gate-up).
+struct GemvArgs {
+    const float* x;
+    int m_rows;
+    int k_in;
+    int slice_cols;
+    int slices;
+    const bf16* w[3];
+    const bf16* bias[3];
+    float* y[3];
+    int n[3];
 };
 
-// Segment s of three, chosen by value (indexing an array with a run-time s would put the
-// array in local memory).
-__device__ __forceinline__ GemvSegment pick(int s, const GemvSegment& a, const GemvSegment& b, const GemvSegment& c) {
-    return s == 0 ? a : (s == 1 ? b : c);
+// Pointers to the weight rows this lane reads for 16-row tile i of the block: rows g and
+// g + 8 of the tile (plain), or gate row g and up row g of the tile's 8 features (gate-up).
+// Rows past the end repeat the last row; their sums are never written.
+template <bool GATE_UP>
+__device__ __forceinline__ void tile_rows(const GemvArgs& a, int seg, int first, int i, int g, const bf16* (&rows)[2]) {
+    if (GATE_UP) {
+        const long long row = (long long)min(first + 8 * i + g, a.n[0] - 1) * a.k_in;
+        rows[0] = a.w[0] + row;
+        rows[1] = a.w[1] + row;
+    } else {
+        const bf16* w = seg == 0 ? a.w[0] : (seg == 1 ? a.w[1] : a.w[2]);
+        const int n = seg == 0 ? a.n[0] : (seg == 1 ? a.n[1] : a.n[2]);
+        rows[0] = w + (long long)min(first + 16 * i + g, n - 1) * a.k_in;
+        rows[1] = w + (long long)min(first + 16 * i + g + 8, n - 1) * a.k_in;
+    }
 }
 
-// Tasks of RR rows over up to three matrices side by side (n = 0 for an unused one).
-template <int MAXM, int RR, int U>
-__device__ void gemv_segments(const float* x, int m_rows, int k_in, GemvSegment a, GemvSegment b, GemvSegment c) {
-    const int end_a = (a.n + RR - 1) / RR;
-    const int end_b = end_a + (b.n + RR - 1) / RR;
-    const int end_c = end_b + (c.n + RR - 1) / RR;
-    const int lane = threadIdx.x & 31;
-    for (int t = global_warp(); t < end_c; t += all_warps()) {
-        const int s = t < end_a ? 0 : (t < end_b ? 1 : 2);
-        const GemvSegment g = pick(s, a, b, c);
-        const int n0 = (t - (s == 0 ? 0 : (s == 1 ? end_a : end_b))) * RR;
-        const bf16* rows[RR];
+// Mma step j's A registers from one 16-byte load: weight 8t + 2j sits in the low half of
+// word j, weight 8t + 2j + 1 in its high half; tf32 is the bf16 bits shifted up.
+__device__ __forceinline__ unsigned word(const uint4& v, int j) {
+    return j == 0 ? v.x : (j == 1 ? v.y : (j == 2 ? v.z : v.w));
+}
+
+template <int MT, int U>
+__device__ __forceinline__ void load_round(const bf16* (&rows)[MT][2], int c, int end, int t, uint4 (&w)[U][MT][2]) {
 #pragma unroll
-        for (int r = 0; r < RR; ++r) rows[r] = g.w + (long long)min(n0 + r, g.n - 1) * k_in;
-        float acc[MAXM][RR];
-        zero(acc);
-        dot_rows<MAXM, RR, U>(x, m_rows, k_in, rows, acc);
-        // Lane 0 writes: each lane's butterfly adds the 32 partial sums in its own order,
-        // and lane 0's order is the one every configuration shares.
-        if (lane == 0) {
+    for (int u = 0; u < U; ++u) {
+        const int col = c + 32 * u + 8 * t;
 #pragma unroll
-            for (int r = 0; r < RR; ++r) {
-                const int n = n0 + r;
-                if (n < g.n) {
-                    const float bias = g.bias ? __bfloat162float(g.bias[n]) : 0.f;
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
-                    for (int m = 0; m < MAXM; ++m)
-                        if (m < m_rows) g.y[(long long)m * g.n + n] = acc[m][r] + bias;
-                }
+            for (int h = 0; h < 2; ++h) w[u][i][h] = col < end ? ld_stream(rows[i][h] + col) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+template <int MT, int U>
+__device__ __forceinline__ void mma_round(const GemvArgs& a, int c, int end, int g, int t, const uint4 (&w)[U][MT][2],
+                                          float (&acc)[MT][4]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c0 = c + 32 * u;
+        if (c0 >= end) break;  // warp-uniform: the whole warp leaves together
+        const int col = c0 + 8 * t;
+        float xf[8];
+        if (g < a.m_rows && col < end) {
+            load8(a.x + (long long)g * a.k_in + col, xf);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) xf[j] = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const unsigned b0 = tf32_of(xf[2 * j]), b1 = tf32_of(xf[2 * j + 1]);
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const unsigned r0 = word(w[u][i][0], j), r8 = word(w[u][i][1], j);
+                mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, b0, b1);
             }
         }
     }
 }
 
-// act[m, n] = silu(x[m] . gate[n]) * (x[m] . up[n]); a task is RR / 2 rows of each matrix.
-template <int MAXM, int RR, int U>
-__device__ void gemv_gate_up(const float* x, int m_rows, int k_in, const bf16* gate, const bf16* up, float* act,
-                             int n_out) {
-    constexpr int HALF = RR / 2;
-    const int tasks = (n_out + HALF - 1) / HALF;
-    const int lane = threadIdx.x & 31;
-    for (int t = global_warp(); t < tasks; t += all_warps()) {
-        const int n0 = t * HALF;
-        const bf16* rows[RR];
-#pragma unroll
-        for (int r = 0; r < HALF; ++r) {
-            const long long row = (long long)min(n0 + r, n_out - 1) * k_in;
-            rows[r] = gate + row;
-            rows[HALF + r] = up + row;
+template <int MT>
+__device__ __forceinline__ int part_index(int s, int i, int row, int tok) {
+    return ((s * MT + i) * 16 + row) * 8 + tok;
+}
+
+// The fixed pairwise tree over the S partial sums of one output, in place; returns the total.
+template <int MT>
+__device__ __forceinline__ float tree_sum(float* part, int slices, int i, int row, int tok) {
+    for (int stride = 1; stride < slices; stride <<= 1)
+        for (int s = 0; s + stride < slices; s += 2 * stride)
+            part[part_index<MT>(s, i, row, tok)] += part[part_index<MT>(s + stride, i, row, tok)];
+    return part[part_index<MT>(0, i, row, tok)];
+}
+
+// One K slice with the weights loaded straight into registers, round after round.
+template <int MT, int U>
+__device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16* (&rows)[MT][2], int k0, int k1, int g,
+                                                   int t, bool& waited, float (&acc)[MT][4]) {
+    for (int c = k0; c < k1; c += 32 * U) {
+        uint4 w[U][MT][2];
+        load_round<MT, U>(rows, c, k1, t, w);
+        if (!waited) {
+            // x is the previous kernel's output: only now wait for it.
+            pdl_wait();
+            waited = true;
         }
-        float acc[MAXM][RR];
-        zero(acc);
-        dot_rows<MAXM, RR, U>(x, m_rows, k_in, rows, acc);
-        if (lane == 0) {
+        mma_round<MT, U>(a, c, k1, g, t, w, acc);
+    }
+}
+
+template <int MT, int U, bool GATE_UP>
+__device__ void gemv_tile(const GemvArgs& a) {
+    constexpr int RT = 16 * MT;
+    __shared__ float part[GEMV_MAX_SLICES * MT * 16 * 8];
+    pdl_launch_dependents();
+
+    // Which matrix and rows this block's tile covers.
+    int seg = 0, first = blockIdx.x * (GATE_UP ? RT / 2 : RT);
+    if (!GATE_UP) {
+        const int tiles0 = (a.n[0] + RT - 1) / RT, tiles1 = (a.n[1] + RT - 1) / RT;
+        int tile = blockIdx.x;
+        if (tile >= tiles0) { tile -= tiles0; seg = 1; if (tile >= tiles1) { tile -= tiles1; seg = 2; } }
+        first = tile * RT;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const bf16* rows[MT][2];
 #pragma unroll
-            for (int r = 0; r < HALF; ++r) {
-                const int n = n0 + r;
-                if (n < n_out) {
+    for (int i = 0; i < MT; ++i) tile_rows<GATE_UP>(a, seg, first, i, g, rows[i]);
+
+    // A warp takes at most two slices (the most slices over the most warps); their sums
+    // wait in registers until every warp is done.
+    constexpr int MAX_OWN = GEMV_MAX_SLICES / GEMV_MAX_WARPS;
+    float acc[MAX_OWN][MT][4];
+    bool waited = false;
 #pragma unroll
-                    for (int m = 0; m < MAXM; ++m) {
-                        if (m < m_rows) {
-                            const float g = acc[m][r];
-                            act[(long long)m * n_out + n] = g / (1.f + __expf(-g)) * acc[m][HALF + r];
-                        }
-                    }
-                }
-            }
+    for (int j = 0; j < MAX_OWN; ++j) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.f;
+        const int s = warp + j * warps;
+        if (s >= a.slices) continue;
+        const int k0 = s * a.slice_cols, k1 = min(k0 + a.slice_cols, a.k_in);
+        slice_in_registers<MT, U>(a, rows, k0, k1, g, t, waited, acc[j]);
+    }
+    if (!waited) pdl_wait();
+#pragma unroll
+    for (int j = 0; j < MAX_OWN; ++j) {
+        const int s = warp + j * warps;
+        if (s >= a.slices) continue;
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            part[part_index<MT>(s, i, g, 2 * t)] = acc[j][i][0];
+            part[part_index<MT>(s, i, g, 2 * t + 1)] = acc[j][i][1];
+            part[part_index<MT>(s, i, g + 8, 2 * t)] = acc[j][i][2];
+            part[part_index<MT>(s, i, g + 8, 2 * t + 1)] = acc[j][i][3];
+        }
+    }
+    __syncthreads();
+
+    // Each thread owns whole outputs, so the in-place trees need no further barrier.
+    if (GATE_UP) {
+        for (int o = threadIdx.x; o < MT * 8 * 8; o += blockDim.x) {
+            const int i = o / 64, row = (o / 8) % 8, tok = o % 8;
+            const int n = first + 8 * i + row;
+            if (tok >= a.m_rows || n >= a.n[0]) continue;
+            const float gate = tree_sum<MT>(part, a.slices, i, row, tok);
+            const float up = tree_sum<MT>(part, a.slices, i, row + 8, tok);
+            a.y[0][(long long)tok * a.n[0] + n] = gate / (1.f + __expf(-gate)) * up;
+        }
+    } else {
+        const bf16* bias = seg == 0 ? a.bias[0] : (seg == 1 ? a.bias[1] : a.bias[2]);
+        float* y = seg == 0 ? a.y[0] : (seg == 1 ? a.y[1] : a.y[2]);
+        const int n_seg = seg == 0 ? a.n[0] : (seg == 1 ? a.n[1] : a.n[2]);
+        for (int o = threadIdx.x; o < RT * 8; o += blockDim.x) {
+            const int i = o / 128, row = (o / 8) % 16, tok = o % 8;
+            const int n = first + 16 * i + row;
+            if (tok >= a.m_rows || n >= n_seg) continue;
+            const float sum = tree_sum<MT>(part, a.slices, i, row, tok);
+            y[(long long)tok * n_seg + n] = sum + (bias ? __bfloat162float(bias[n]) : 0.f);
         }
     }
 }
 
-// The entry points, one per (most rows, weight rows per task, column steps in flight):
-// gemv_m{MAXM}_r{RR}_u{U} and gemv_gate_up_m{MAXM}_r{RR}_u{U}. The host picks among them
-// by row count and shape (backend/cuda/gemm.rs lists the same set).
-#define GEMV_ENTRY(MAXM, RR, U)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_m##MAXM##_r##RR##_u##U(                     \
-        const float* x, int m_rows, int k_in, const bf16* w0, const bf16* b0, float* y0, int n0, const bf16* w1, \
-        const bf16* b1, float* y1, int n1, const bf16* w2, const bf16* b2, float* y2, int n2) {                  \
-        gemv_segments<MAXM, RR, U>(x, m_rows, k_in, {w0, b0, y0, n0}, {w1, b1, y1, n1}, {w2, b2, y2, n2});       \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_gate_up_m##MAXM##_r##RR##_u##U(             \
-        const float* x, int m_rows, int k_in, const bf16* gate, const bf16* up, float* act, int n_out) {         \
-        gemv_gate_up<MAXM, RR, U>(x, m_rows, k_in, gate, up, act, n_out);                                        \
+// The entry points, one per (16-row tiles per block, 32-column steps per round):
+// gemv_t{MT}_u{U} and gemv_gate_up_t{MT}_u{U}. Every configuration computes the same bits;
+// the host times them per shape and keeps the fastest (backend/cuda/gemm.rs lists the set).
+#define GEMV_ENTRY(MT, U)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32) gemv_t##MT##_u##U(                    \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* w0, const bf16* b0, float* y0, \
+        int n0, const bf16* w1, const bf16* b1, float* y1, int n1, const bf16* w2, const bf16* b2, float* y2,      \
+        int n2) {                                                                                                   \
+        gemv_tile<MT, U, false>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2}, {y0, y1, y2},    \
+                                 {n0, n1, n2}});                                                                    \
+    }                                                                                                               \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32) gemv_gate_up_t##MT##_u##U(            \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* gate, const bf16* up,         \
+        float* act, int n_out) {                                                                                    \
+        gemv_tile<MT, U, true>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr}, {nullptr, nullptr, nullptr}, \
+                                {act, nullptr, nullptr}, {n_out, n_out, 0}});                                       \
     }
 
-GEMV_ENTRY(1, 4, 4)
-GEMV_ENTRY(1, 2, 8)
-GEMV_ENTRY(2, 4, 4)
-GEMV_ENTRY(2, 2, 8)
-GEMV_ENTRY(4, 4, 2)
-GEMV_ENTRY(4, 2, 4)
-GEMV_ENTRY(8, 4, 2)
-GEMV_ENTRY(8, 2, 4)
+GEMV_ENTRY(1, 2)
+GEMV_ENTRY(1, 3)
+GEMV_ENTRY(1, 4)
+GEMV_ENTRY(2, 2)

@@ -23,6 +23,7 @@ __device__ void scale_row(const float* src, const bf16* __restrict__ w, float* d
 }
 
 extern "C" __global__ void rmsnorm_f32(const float* x, const bf16* w, float* out, int n, float eps) {
+    pdl_enter();
     __shared__ float scratch[32];
     const float* src = x + (long long)blockIdx.x * n;
     float* dst = out + (long long)blockIdx.x * n;
@@ -34,23 +35,28 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const bf16* w, float* out
 
 extern "C" __global__ void add_rmsnorm_f32(float* residual, const float* delta, const bf16* w, float* out, int n,
                                            float eps) {
+    pdl_enter();
     __shared__ float scratch[32];
     const long long row = (long long)blockIdx.x * n;
     float* res = residual + row;
     const float* d = delta + row;
     float* dst = out + row;
-    const bool vec = (n % 8 == 0) && aligned16(res) && aligned16(dst) && aligned16(w);
+    const bool vec = (n % 8 == 0) && aligned16(res) && aligned16(d) && aligned16(dst) && aligned16(w);
     float ss = 0.f;
     // The add walks the same indices as scale_row's threads, so each element is re-read by
     // the thread that wrote it.
     if (vec) {
-        for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8)
+        for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
+            float r[8], dv[8];
+            load8(res + i, r);
+            load8(d + i, dv);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const float r = res[i + j] + d[i + j];
-                res[i + j] = r;
-                ss += r * r;
+                r[j] += dv[j];
+                ss += r[j] * r[j];
             }
+            store8(res + i, r);
+        }
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             const float r = res[i] + d[i];

@@ -28,6 +28,7 @@ __device__ __forceinline__ void rotate_head(float* head, int head_dim, const flo
 // In place on every head of the first rows of x. Grid: (rows, heads).
 extern "C" __global__ void rope_f32(float* x, int cols, int head_dim, const float* cos_table,
                                     const float* sin_table, const int* positions, int interleaved) {
+    pdl_enter();
     float* head = x + (long long)blockIdx.x * cols + (long long)blockIdx.y * head_dim;
     rotate_head(head, head_dim, cos_table, sin_table, positions[blockIdx.x], interleaved, nullptr);
 }
@@ -40,6 +41,7 @@ extern "C" __global__ void rope_store_kv_f32(float* q, float* k, const float* v,
                                              int head_dim, const float* cos_table, const float* sin_table,
                                              const int* positions, int interleaved, float* k_cache,
                                              float* v_cache, int slot_arg, const int* slot_dev) {
+    pdl_enter();
     const int row = blockIdx.x, h = blockIdx.y;
     const long long pos = positions[row];
     if (h < heads) {

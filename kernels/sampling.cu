@@ -3,22 +3,36 @@
 
 // out[r] = argmax(x[r, :cols]). Grid: rows.
 extern "C" __global__ void argmax_f32(const float* x, int cols, int* out) {
+    pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float* row = x + (long long)blockIdx.x * cols;
     float best = -INFINITY;
     int best_i = 0x7fffffff;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        if (ranks_before(row[i], i, best, best_i)) {
-            best = row[i];
+    auto consider = [&](float v, int i) {
+        if (ranks_before(v, i, best, best_i)) {
+            best = v;
             best_i = i;
         }
+    };
+    // A vocabulary row is long: 16-byte loads, several in flight per thread.
+    const int vec = aligned16(row) ? cols / 4 : 0;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < vec; j += blockDim.x) {
+        const float4 v = reinterpret_cast<const float4*>(row)[j];
+        consider(v.x, 4 * j);
+        consider(v.y, 4 * j + 1);
+        consider(v.z, 4 * j + 2);
+        consider(v.w, 4 * j + 3);
+    }
+    for (int i = 4 * vec + threadIdx.x; i < cols; i += blockDim.x) consider(row[i], i);
     block_best(best, best_i, sv, si);
     if (threadIdx.x == 0) out[blockIdx.x] = best_i;
 }
 
 // In place: x[r] = softmax(x[r] / temperature). Grid: rows.
 extern "C" __global__ void softmax_f32(float* x, int cols, float temperature) {
+    pdl_enter();
     __shared__ float scratch[32];
     float* row = x + (long long)blockIdx.x * cols;
     float mx = -INFINITY;
@@ -39,6 +53,7 @@ extern "C" __global__ void softmax_f32(float* x, int cols, float temperature) {
 // ranked strictly after the previous pick, so no exclusion list is needed. Grid: rows.
 extern "C" __global__ void topk_f32(const float* x, int cols, int k, float* values, int values_cols,
                                     int* indices) {
+    pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float* row = x + (long long)blockIdx.x * cols;
@@ -78,6 +93,7 @@ __device__ __forceinline__ bool listed(const int* list, int n, int i) {
 // One block of at most 1024 threads.
 extern "C" __global__ void sample_probs_f32(const float* probs, int cols, int row, const int* excluded,
                                             int n_excluded, float coin, int* out) {
+    pdl_enter();
     __shared__ float scratch[32];
     __shared__ float chunk[1024];
     __shared__ float s_target, s_before;

@@ -7,7 +7,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-${TMPDIR:-/tmp}/specdeck-kernel-emu}"
 mkdir -p "$build"
-python3 "$repo/tools/kernel-emu/prep.py" "$build/kernels.h" gemv.cu attention.cu rope.cu
+python3 "$repo/tools/kernel-emu/prep.py" "$build/kernels.h" attention.cu rope.cu
 g++ -std=c++20 -O1 -pthread -I "$repo/tools/kernel-emu" -I "$build" \
     "$repo/tools/kernel-emu/kernels_test.cpp" -o "$build/kernels_test"
 exec "$build/kernels_test"

@@ -102,6 +102,10 @@ pub struct LaunchFlags {
     /// auto (CUDA when present, else CPU), cpu or cuda.
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
+    /// Batch-invariant matmuls everywhere, prefill included (SGLang's switch): output no
+    /// longer depends on a step's row count or, over 2 GPUs, on the tensor-parallel split.
+    #[arg(long)]
+    pub enable_deterministic_inference: bool,
     /// Apply a remedy by its id (repeatable), then continue.
     #[arg(long = "apply", value_name = "FIX_ID")]
     pub apply: Vec<String>,
@@ -132,6 +136,9 @@ impl LaunchFlags {
             if let Some(v) = value {
                 spec.set_flag(flag, v)?;
             }
+        }
+        if self.enable_deterministic_inference {
+            spec.deterministic = true;
         }
         for (k, v) in std::env::vars() {
             if k.starts_with("SGLANG_") {

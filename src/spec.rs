@@ -99,6 +99,11 @@ pub struct LaunchSpec {
     /// Memory per GPU for the budget when NVML has no GPU to ask.
     pub gpu_memory_gib: Option<f64>,
     pub device: Device,
+    /// `--enable-deterministic-inference` (a switch, as in SGLang): every matmul goes through
+    /// the batch-invariant kernels, prefill included, so output does not depend on how many
+    /// rows a step has or, over 2 GPUs, on the tensor-parallel split.
+    #[serde(default)]
+    pub deterministic: bool,
     /// Environment variables that matter to the launch (SGLANG_*, CUDA_*, ...).
     pub env: BTreeMap<String, String>,
     /// In-memory overrides of the drafter's config.json, by JSON pointer.
@@ -108,6 +113,9 @@ pub struct LaunchSpec {
     /// Flags of a pasted command line that specdeck does not act on, kept for display.
     pub extra_flags: Vec<(String, Option<String>)>,
 }
+
+/// The switches (flags without a value) specdeck acts on, by their SGLang name.
+pub const SWITCHES: &[&str] = &["--enable-deterministic-inference"];
 
 /// The flags `LaunchSpec::set_flag` understands, by their canonical SGLang name.
 pub const KNOWN_FLAGS: &[&str] = &[
@@ -167,6 +175,13 @@ impl LaunchSpec {
             "--cuda-graph-max-bs" => self.cuda_graph_max_bs = Some(parse_num(flag, value, "an integer")?),
             "--max-running-requests" => self.max_running_requests = Some(parse_num(flag, value, "an integer")?),
             "--gpu-memory-gib" => self.gpu_memory_gib = Some(parse_num(flag, value, "a number of GiB")?),
+            "--enable-deterministic-inference" => {
+                self.deterministic = match value.trim().to_ascii_lowercase().as_str() {
+                    "" | "1" | "true" => true,
+                    "0" | "false" => false,
+                    _ => return Err(SpecError::BadValue { flag: flag.to_string(), expected: "true or false", value: value.to_string() }),
+                }
+            }
             "--device" => {
                 self.device = Device::parse(value).ok_or_else(|| SpecError::BadValue {
                     flag: flag.to_string(),
@@ -198,6 +213,7 @@ impl LaunchSpec {
             "--max-running-requests" => self.max_running_requests = None,
             "--gpu-memory-gib" => self.gpu_memory_gib = None,
             "--device" => self.device = Device::Auto,
+            "--enable-deterministic-inference" => self.deterministic = false,
             other => self.extra_flags.retain(|(f, _)| f != other),
         }
     }
@@ -226,6 +242,8 @@ impl LaunchSpec {
         if self.device != Device::Auto {
             push("--device", Some(self.device.name().to_string()));
         }
+        // A switch: an empty value, which the command line leaves out.
+        push("--enable-deterministic-inference", self.deterministic.then(String::new));
         out
     }
 
@@ -305,6 +323,7 @@ impl LaunchSpec {
             };
             match value {
                 Some(v) => spec.set_flag(flag, &v)?,
+                None if SWITCHES.contains(&canonical_flag(flag)) => spec.set_flag(flag, "")?,
                 None if KNOWN_FLAGS.contains(&canonical_flag(flag)) => {
                     return Err(SpecError::MissingValue { flag: flag.to_string() })
                 }
@@ -325,7 +344,7 @@ impl fmt::Display for LaunchSpec {
     /// A shell-like line: env assignments, then the flags.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        parts.extend(self.flags().into_iter().map(|(flag, v)| format!("{flag} {v}")));
+        parts.extend(self.flags().into_iter().map(|(flag, v)| if v.is_empty() { flag.to_string() } else { format!("{flag} {v}") }));
         f.write_str(&parts.join(" "))
     }
 }
@@ -349,6 +368,21 @@ mod tests {
             spec.extra_flags,
             vec![("--trust-remote-code".to_string(), None), ("--host".to_string(), Some("0.0.0.0".to_string()))]
         );
+    }
+
+    /// SGLang's deterministic switch takes no value on a command line, round-trips through
+    /// the displayed line, and can be unset.
+    #[test]
+    fn the_deterministic_switch_is_a_flag_without_a_value() {
+        let mut spec = LaunchSpec::from_command_line("python3 -m sglang.launch_server --model-path /m --enable-deterministic-inference --tp 2").unwrap();
+        assert!(spec.deterministic);
+        assert_eq!((spec.tp_size, spec.extra_flags.len()), (Some(2), 0));
+        assert_eq!(spec.to_string(), "--model-path /m --tp-size 2 --enable-deterministic-inference");
+        assert_eq!(LaunchSpec::from_command_line(&spec.to_string()).unwrap(), spec);
+        spec.unset_flag("--enable-deterministic-inference");
+        assert!(!spec.deterministic);
+        let err = LaunchSpec::from_command_line("x --enable-deterministic-inference=maybe").unwrap_err();
+        assert_eq!(err.to_string(), "--enable-deterministic-inference: expected true or false, got \"maybe\"");
     }
 
     #[test]

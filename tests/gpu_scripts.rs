@@ -1,6 +1,6 @@
 //! The GPU machine's scripts, checked here without a GPU: the closing table of a run
 //! (`scripts/gpu/summarize.py`, against the real outputs of run 1 and edited copies of
-//! them), the shell syntax of `run.sh`, `stage.sh` and `diag.sh`, and (ignored: slow, needs g++) the
+//! them), the shell syntax of the scripts there, and (ignored: slow, needs g++) the
 //! kernels on the CPU emulation.
 
 use std::path::Path;
@@ -23,12 +23,12 @@ fn summarize_py_reads_real_run_outputs() {
     let out = Command::new("python3").args(["-m", "unittest", "-v", "scripts/gpu/test_summarize.py"]).current_dir(repo()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Ran 9 tests"), "{text}");
+    assert!(text.contains("Ran 10 tests"), "{text}");
 }
 
 #[test]
 fn gpu_shell_scripts_parse() {
-    for script in ["scripts/gpu/run.sh", "scripts/gpu/stage.sh", "scripts/gpu/diag.sh"] {
+    for script in ["scripts/gpu/run.sh", "scripts/gpu/stage.sh", "scripts/gpu/diag.sh", "scripts/gpu/profile.sh", "scripts/gpu/qwen_join.sh"] {
         let out = Command::new("bash").args(["-n", script]).current_dir(repo()).output().unwrap();
         assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     }

@@ -44,6 +44,18 @@ def specdeck_decode(large, bench=None):
     return best
 
 
+def same_tokens(one, two):
+    """Verdict and value of a TP 2 == TP 1 comparison of two bench runs."""
+    a, b = one["token_ids"], two["token_ids"]
+    first = [(i, next((j for j, (x, y) in enumerate(zip(p, q)) if x != y), min(len(p), len(q))))
+             for i, (p, q) in enumerate(zip(a, b)) if p != q]
+    speeds = f"{two['decode_tokens_per_s']:.1f} / {one['decode_tokens_per_s']:.1f} tok/s"
+    if not first:
+        return "PASS", f"identical over {len(a)} prompts; {speeds}"
+    where = ", ".join(f"prompt {i} from token {j}" for i, j in first)
+    return "FAIL", f"DIFFERENT ({where}); {speeds}"
+
+
 TP_TARGET = 1.3
 FLOOR_TARGET = 0.85
 QWEN_TARGET = 1.5
@@ -70,9 +82,17 @@ def engine_rows(out, large, row):
         same = graphs["token_ids"] == eager["token_ids"]
         row("engine tokens, CUDA graphs == eager", "PASS" if same else "FAIL",
             f"{'identical' if same else 'DIFFERENT'}; eager {eager['decode_tokens_per_s']:.1f} tok/s")
+    nopdl = last_json_line(os.path.join(out, "engine-graphs-nopdl.out"))
+    if graphs and nopdl:
+        same = graphs["token_ids"] == nopdl["token_ids"]
+        row("engine decode, CUDA graphs with / without programmatic dependent launch", "PASS" if same else "FAIL",
+            f"{graphs['decode_tokens_per_s']:.1f} / {nopdl['decode_tokens_per_s']:.1f} tok/s; tokens {'identical' if same else 'DIFFERENT'}")
+    det = last_json_line(os.path.join(out, "engine-det.out"))
+    det_tp2 = last_json_line(os.path.join(out, "engine-det-tp2.out"))
+    if det and det_tp2:
+        row("engine tokens, TP 2 == TP 1, --enable-deterministic-inference", *same_tokens(det, det_tp2))
     if graphs and tp2:
-        same = graphs["token_ids"] == tp2["token_ids"]
-        row("engine tokens, TP 2 == TP 1", "PASS" if same else "FAIL", "identical" if same else "DIFFERENT")
+        row("engine tokens, TP 2 == TP 1", *same_tokens(graphs, tp2))
         ratio = tp2["decode_tokens_per_s"] / graphs["decode_tokens_per_s"]
         row(f"engine decode TP 2 / TP 1 (target >= {TP_TARGET}x)", "PASS" if ratio >= TP_TARGET else "FAIL",
             f"{tp2['decode_tokens_per_s']:.1f} / {graphs['decode_tokens_per_s']:.1f} tok/s = {ratio:.2f}x")
@@ -81,6 +101,10 @@ def engine_rows(out, large, row):
 
 def qwen_rows(out, row):
     """Qwen2.5-Coder 1.5B with the 0.5B STANDALONE draft on HumanEval, when it ran."""
+    det1 = last_json_line(os.path.join(out, "qwen-det-tp1.out"))
+    det2 = last_json_line(os.path.join(out, "qwen-det-tp2.out"))
+    if det1 and det2:
+        row("qwen target-only tokens, TP 2 == TP 1, --enable-deterministic-inference", *same_tokens(det1, det2))
     data = last_json_line(os.path.join(out, "qwen.out"))
     if data is None:
         if os.path.exists(os.path.join(out, "qwen.err")):
@@ -94,6 +118,10 @@ def qwen_rows(out, row):
         speedup = spec / alone
         row(f"qwen speculative / target-only tok/s (target >= {QWEN_TARGET}x)", "PASS" if speedup >= QWEN_TARGET else "FAIL",
             f"{spec:.1f} / {alone:.1f} = {speedup:.2f}x; mean accept {data['mean_accept_length']:.2f} over {data['prompts']} prompts")
+    tp1 = last_json_line(os.path.join(out, "qwen-tp1.out"))
+    tp2 = last_json_line(os.path.join(out, "qwen-tp2.out"))
+    if tp1 and tp2:
+        row("qwen target-only tokens, TP 2 == TP 1", *same_tokens(tp1, tp2))
 
 
 def main():

@@ -106,7 +106,7 @@ class EngineAndQwen(CopyOfRun1):
         rows, _ = table(self.out)
         self.assertEqual(rows["engine decode, CUDA graphs vs HBM floor (target >= 85%)"], ("PASS", "245.0 of 280.0 tok/s = 87.5%"))
         self.assertEqual(rows["engine tokens, CUDA graphs == eager"], ("PASS", "identical; eager 150.0 tok/s"))
-        self.assertEqual(rows["engine tokens, TP 2 == TP 1"], ("PASS", "identical"))
+        self.assertEqual(rows["engine tokens, TP 2 == TP 1"], ("PASS", "identical over 2 prompts; 400.0 / 245.0 tok/s"))
         self.assertEqual(rows["engine decode TP 2 / TP 1 (target >= 1.3x)"], ("PASS", "400.0 / 245.0 tok/s = 1.63x"))
         # The engine's graph figure is the best specdeck figure here.
         self.assertEqual(rows["specdeck / transformers decode (target >= 2x)"],
@@ -123,6 +123,17 @@ class EngineAndQwen(CopyOfRun1):
         self.assertEqual(rows["engine tokens, CUDA graphs == eager"], ("FAIL", "DIFFERENT; eager 150.0 tok/s"))
         self.assertEqual(rows["engine decode TP 2 / TP 1 (target >= 1.3x)"], ("FAIL", "220.0 / 200.0 tok/s = 1.10x"))
         self.assertEqual(rows["[qwen] specdeck bench"], ("FAIL", "no results (see qwen.err)"))
+
+    def test_deterministic_runs_name_where_tp2_first_differs(self):
+        self.write("engine-det.out", bench_line(200.0, [[5, 6, 7, 8], [1, 2]]))
+        self.write("engine-det-tp2.out", bench_line(270.0, [[5, 6, 9, 8], [1, 2]]))
+        self.write("qwen-det-tp1.out", bench_line(500.0, [[3], [4]]))
+        self.write("qwen-det-tp2.out", bench_line(480.0, [[3], [4]]))
+        rows, _ = table(self.out)
+        self.assertEqual(rows["engine tokens, TP 2 == TP 1, --enable-deterministic-inference"],
+                         ("FAIL", "DIFFERENT (prompt 0 from token 2); 270.0 / 200.0 tok/s"))
+        self.assertEqual(rows["qwen target-only tokens, TP 2 == TP 1, --enable-deterministic-inference"],
+                         ("PASS", "identical over 2 prompts; 480.0 / 500.0 tok/s"))
 
     def test_a_tp2_bench_without_output_fails(self):
         self.write("engine-graphs.out", bench_line(200.0, [[5]]))

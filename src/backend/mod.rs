@@ -337,6 +337,11 @@ pub trait Backend: Send + Sync + 'static {
         step();
     }
 
+    /// `--enable-deterministic-inference`: every matmul through the batch-invariant path,
+    /// prefill included. A backend whose matmuls do not depend on the row count anyway (the
+    /// CPU reference) has nothing to change.
+    fn set_deterministic(&self, _on: bool) {}
+
     /// Whether `graph_step` records and replays graphs here (the launch then captures its
     /// steps in the graph-capture phases).
     fn uses_graphs(&self) -> bool {

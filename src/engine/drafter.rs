@@ -32,6 +32,8 @@ pub trait Drafter<B: Backend>: Send {
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError>;
     /// Whether `extend` needs the target's captured hidden states.
     fn wants_aux(&self) -> bool;
+    /// Draft steps of up to this many rows run as CUDA-graph steps (0: none).
+    fn set_graph_rows(&mut self, rows: usize);
     /// Bytes of weights one draft forward reads.
     fn weight_bytes(&self) -> u64;
     /// The first scratch slot of a draft tree (draft-tree slots are counted from here).
@@ -61,8 +63,18 @@ impl<B: Backend> TopK<B> {
     /// Top-k of `softmax(logits)` (no temperature, as SGLang drafts), rows `0..rows`, with
     /// each index mapped to a target id. The logits are replaced by probabilities.
     pub fn candidates(&mut self, b: &B, logits: &mut B::Tensor, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<Vec<Candidate>>, BackendError> {
+        self.enqueue(b, logits, rows);
+        self.read(b, rows, to_target)
+    }
+
+    /// The device half of `candidates`: ops only, so it can close a graph step.
+    pub fn enqueue(&mut self, b: &B, logits: &mut B::Tensor, rows: usize) {
         b.softmax(logits, rows, 1.0);
         b.topk(logits, rows, self.k, &mut self.values, &mut self.indices);
+    }
+
+    /// The read-back half of `candidates`.
+    pub fn read(&self, b: &B, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<Vec<Candidate>>, BackendError> {
         let p = b.read_rows(&self.values, 0, rows)?;
         let i = b.read_ids(&self.indices, rows * self.k)?;
         Ok(p.chunks(self.k)
@@ -72,6 +84,21 @@ impl<B: Backend> TopK<B> {
     }
 }
 
+/// Run a draft step's ops as the graph step `key` when its `rows` fit the captured sizes.
+pub fn graph_or_eager<B: Backend>(b: &B, graph_rows: usize, key: &str, rows: usize, ops: &mut dyn FnMut()) {
+    if rows <= graph_rows {
+        b.graph_step(key, ops);
+    } else {
+        ops();
+    }
+}
+
+/// The graph key of a draft step: its rows, its attention region and the drafter kind
+/// (the ops and their shapes repeat for equal keys; positions and lists are per-step values).
+pub fn draft_step_key(kind: &str, rows: usize, region: usize) -> String {
+    format!("draft-step/{kind}/{rows}/{region}")
+}
+
 pub struct StandaloneDrafter<B: Backend> {
     model: LlamaModel<B>,
     kv: KvCache<B>,
@@ -79,6 +106,7 @@ pub struct StandaloneDrafter<B: Backend> {
     mask: B::Ids,
     /// Positions `[0, len)` are in the draft KV (the root included).
     len: usize,
+    graph_rows: usize,
 }
 
 impl<B: Backend> StandaloneDrafter<B> {
@@ -97,6 +125,7 @@ impl<B: Backend> StandaloneDrafter<B> {
             top: TopK::new(&*b, cap.logit_rows, topk)?,
             mask: b.ids(cap.logit_rows * cap.rows)?,
             len: 0,
+            graph_rows: 0,
             model,
         })
     }
@@ -119,6 +148,10 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
 
     fn wants_aux(&self) -> bool {
         false
+    }
+
+    fn set_graph_rows(&mut self, rows: usize) {
+        self.graph_rows = rows;
     }
 
     fn weight_bytes(&self) -> u64 {
@@ -153,10 +186,16 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
     fn step(&mut self, tokens: &[u32], _parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError> {
         let b = self.model.backend().clone();
         let n = tokens.len();
-        self.model.inputs.set(&*b, tokens, &vec![position; n]);
-        b.write_ids(&mut self.mask, mask);
+        let positions = vec![position; n];
         let window = AttnWindow { prefix: self.len, region, queries: n };
-        self.model.forward(&mut self.kv, window, Mask::Explicit(&self.mask), Logits::All);
-        Ok(self.top.candidates(&*b, &mut self.model.logits, n, |d| d as u32)?)
+        let (model, kv, mask_ids, top) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.top);
+        let mut ops = || {
+            model.inputs.set(&*b, tokens, &positions);
+            b.write_ids(mask_ids, mask);
+            model.forward(kv, window, Mask::Explicit(&*mask_ids), Logits::All);
+            top.enqueue(&*b, &mut model.logits, n);
+        };
+        graph_or_eager(&*b, self.graph_rows, &draft_step_key("standalone", n, region), n, &mut ops);
+        Ok(self.top.read(&*b, n, |d| d as u32)?)
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::{AttnGeometry, AttnWindow, Backend, Mask, RopeTable, Shard};
-use crate::engine::drafter::{AuxRows, Candidate, Drafter, TopK};
+use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, Drafter, TopK};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{layer_bytes, rope_from_config, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs};
 use crate::engine::weights::Loader;
@@ -180,6 +180,8 @@ pub struct Eagle3Drafter<B: Backend> {
     capacity: Capacity,
     /// Positions `[0, len)` have draft KV (pairs `(h_p, x_{p+1})`).
     len: usize,
+    /// Draft steps of up to this many rows run as CUDA-graph steps.
+    graph_rows: usize,
     weight_bytes: u64,
     /// This rank's heads (all of them at tp = 1).
     geometry: AttnGeometry,
@@ -277,6 +279,7 @@ impl<B: Backend> Eagle3Drafter<B> {
             top: TopK::new(b, cap.logit_rows, topk)?,
             capacity: cap,
             len: 0,
+            graph_rows: 0,
             weight_bytes,
             config,
             backend,
@@ -286,6 +289,14 @@ impl<B: Backend> Eagle3Drafter<B> {
     /// One forward of `window.queries` rows whose residual input is already in `buf.x`;
     /// `mask` is `[queries, region]` (causal when `None`).
     fn forward(&mut self, window: AttnWindow, mask: Option<&[i32]>, all_logits: bool) -> Result<Vec<Vec<Candidate>>, EngineError> {
+        let rows = self.forward_ops(window, mask, all_logits);
+        let hot = &self.hot;
+        Ok(self.top.read(&*self.backend, rows, |d| hot[d])?)
+    }
+
+    /// The ops of `forward`, up to the top-k (a graph step can end there); returns the rows
+    /// whose candidates it leaves to read.
+    fn forward_ops(&mut self, window: AttnWindow, mask: Option<&[i32]>, all_logits: bool) -> usize {
         let b = &*self.backend;
         let c = &self.config;
         let n = window.queries;
@@ -322,8 +333,8 @@ impl<B: Backend> Eagle3Drafter<B> {
             b.matmul(&buf.last, &self.lm_head, None, 1, &mut buf.logits);
             b.copy_rows(&buf.x, n - 1, &mut buf.prev, 0, 1);
         }
-        let hot = &self.hot;
-        Ok(self.top.candidates(b, &mut buf.logits, rows, |d| hot[d])?)
+        self.top.enqueue(b, &mut buf.logits, rows);
+        rows
     }
 }
 
@@ -345,6 +356,10 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
 
     fn wants_aux(&self) -> bool {
         true
+    }
+
+    fn set_graph_rows(&mut self, rows: usize) {
+        self.graph_rows = rows;
     }
 
     fn weight_bytes(&self) -> u64 {
@@ -376,11 +391,18 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
 
     fn step(&mut self, tokens: &[u32], parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError> {
         let n = tokens.len();
-        self.inputs.set(&*self.backend, tokens, &vec![position; n]);
-        let b = &*self.backend;
-        b.gather_rows(&self.buf.prev, parents, &mut self.buf.x);
+        let positions = vec![position; n];
         let window = AttnWindow { prefix: self.len, region, queries: n };
-        self.forward(window, Some(mask), true)
+        let b = self.backend.clone();
+        let mut rows = 0;
+        let graph_rows = self.graph_rows;
+        graph_or_eager(&*b, graph_rows, &draft_step_key("eagle3", n, region), n, &mut || {
+            self.inputs.set(&*b, tokens, &positions);
+            b.gather_rows(&self.buf.prev, parents, &mut self.buf.x);
+            rows = self.forward_ops(window, Some(mask), true);
+        });
+        let hot = &self.hot;
+        Ok(self.top.read(&*b, rows, |d| hot[d])?)
     }
 }
 

@@ -30,6 +30,11 @@ impl<B: Backend> KvCache<B> {
     /// `path[i]` becomes `base + i`. Nodes are numbered parents first, so each move reads a slot
     /// at or after the one it writes; the rejected nodes' slots are simply reused later.
     pub fn commit_path(&mut self, backend: &B, base: usize, path: &[usize]) {
+        // A decode step or an accepted chain prefix is already in place: moving it would be
+        // two launches per layer that change nothing.
+        if path.iter().enumerate().all(|(i, &node)| node == i) {
+            return;
+        }
         let src: Vec<usize> = path.iter().map(|n| base + n).collect();
         for t in self.k.iter_mut().chain(self.v.iter_mut()) {
             backend.move_rows(t, &src, base);

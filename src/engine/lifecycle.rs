@@ -261,6 +261,7 @@ impl<B: Backend> Engine<B> {
             self.target = Some(loaded);
         }
         self.shape = tree_shape(spec, &self.events);
+        self.backend.set_deterministic(spec.deterministic);
         let algorithm = spec.speculative_algorithm.unwrap_or(Algorithm::None);
         let shape = self.shape;
         let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
@@ -302,8 +303,7 @@ impl<B: Backend> Engine<B> {
                 self.drafter_init(spec, algorithm, &draft_cfg)?;
             }
         }
-        let draft_graphs = if self.backend.uses_graphs() { "draft steps run eagerly (not captured)" } else { "no CUDA graphs on this backend" };
-        phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some(draft_graphs.into()));
+        self.capture_draft_graphs(spec)?;
         Ok(reused)
     }
 
@@ -328,6 +328,40 @@ impl<B: Backend> Engine<B> {
                 EngineError::Backend(b) => b,
                 other => BackendError::Device(other.to_string()),
             })
+        })
+    }
+
+    /// The `draft-graph-capture` phase: a short greedy generation that runs every draft
+    /// step of the launch's tree twice, so each (rows, region) step is recorded and then
+    /// captured; steps of more rows than `--cuda-graph-max-bs` stay eager.
+    fn capture_draft_graphs(&mut self, spec: &LaunchSpec) -> Result<(), Finding> {
+        let events = self.events.clone();
+        let max_bs = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS) as usize;
+        let skipped = if !self.backend.uses_graphs() {
+            Some("no CUDA graphs on this backend")
+        } else if max_bs == 0 {
+            Some("--cuda-graph-max-bs 0")
+        } else if self.drafter.is_none() {
+            Some("no drafter")
+        } else {
+            None
+        };
+        if let Some(why) = skipped {
+            if let Some(d) = self.drafter.as_mut() {
+                d.drafter.set_graph_rows(0);
+            }
+            phase(&events, PhaseId::DraftGraphCapture, PhaseState::Skipped, Some(why.into()));
+            return Ok(());
+        }
+        let drafter = self.drafter.as_mut().expect("checked above");
+        drafter.drafter.set_graph_rows(max_bs);
+        let shape = self.shape;
+        // Each cycle drafts every level and emits at most steps + 1 tokens: this many new
+        // tokens take at least two cycles.
+        let max_new_tokens = 2 * (shape.steps + 1) + 1;
+        run_phase(&events, PhaseId::DraftGraphCapture, Side::Draft, || {
+            let decoding = Decoding { shape, sampling: None, max_new_tokens, stop: Vec::new() };
+            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
         })
     }
 

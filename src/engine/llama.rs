@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -314,25 +314,28 @@ impl<B: Backend> Layer<B> {
     ) {
         let n = st.window.queries;
         let a = &self.attn;
-        b.matmul(x, &a.q, a.q_bias.as_ref(), n, &mut s.q);
-        b.matmul(x, &a.k, a.k_bias.as_ref(), n, &mut s.k);
-        b.matmul(x, &a.v, a.v_bias.as_ref(), n, &mut s.v);
+        // Fused where the backend can (one launch for q, k and v; RoPE with the cache
+        // write; gate, up and SiLU): a decode step is mostly launches of little work.
+        b.matmul_many(
+            x,
+            n,
+            &mut [
+                Projection { w: &a.q, bias: a.q_bias.as_ref(), out: &mut s.q },
+                Projection { w: &a.k, bias: a.k_bias.as_ref(), out: &mut s.k },
+                Projection { w: &a.v, bias: a.v_bias.as_ref(), out: &mut s.v },
+            ],
+        );
         if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
             b.head_rms_norm(&mut s.q, qn, st.eps, n);
             b.head_rms_norm(&mut s.k, kn, st.eps, n);
         }
-        b.rope(&mut s.q, st.rope, st.positions, n);
-        b.rope(&mut s.k, st.rope, st.positions, n);
         let slot = st.window.first_new_slot();
-        b.copy_rows(&s.k, 0, kv.0, slot, n);
-        b.copy_rows(&s.v, 0, kv.1, slot, n);
+        b.rope_store_kv(&mut s.q, &mut s.k, &s.v, st.rope, st.positions, n, (&mut *kv.0, &mut *kv.1), slot);
         b.attention(&s.q, kv.0, kv.1, &st.geometry, st.window, st.mask, &mut s.attn);
         b.matmul(&s.attn, &a.o, None, n, &mut s.delta);
         b.all_reduce(&mut s.delta, n);
         b.add_rms_norm(h, &s.delta, &self.post_ln, st.eps, n, &mut s.mlp_in);
-        b.matmul(&s.mlp_in, &self.mlp.gate, None, n, &mut s.gate);
-        b.matmul(&s.mlp_in, &self.mlp.up, None, n, &mut s.up);
-        b.silu_mul(&s.gate, &s.up, n, &mut s.act);
+        b.gate_up_silu(&s.mlp_in, &self.mlp.gate, &self.mlp.up, n, &mut s.gate, &mut s.up, &mut s.act);
         b.matmul(&s.act, &self.mlp.down, None, n, &mut s.delta);
         b.all_reduce(&mut s.delta, n);
     }

@@ -44,6 +44,9 @@ impl CudaTensor {
 pub struct CudaWeight {
     buf: DeviceBuf<bf16>,
     shape: Vec<usize>,
+    /// Columns of the unsharded tensor (a row-parallel shard keeps 1 / world of them):
+    /// the skinny matmuls cut K by it.
+    k_full: usize,
 }
 
 pub struct CudaIds {
@@ -177,9 +180,9 @@ struct Dynamic<'a> {
     ptr_arg: usize,
 }
 
-/// The operand of a matmul: the first `n` rows of `x`.
-fn input(x: &CudaTensor, n: usize) -> Input {
-    Input { x: x.buf.ptr(), rows: n, k_in: x.cols }
+/// The operand of a matmul by `w`: the first `n` rows of `x`.
+fn input(x: &CudaTensor, n: usize, w: &CudaWeight) -> Input {
+    Input { x: x.buf.ptr(), rows: n, k_in: x.cols, k_full: w.k_full }
 }
 
 /// `out = x · wᵀ (+ bias)` as a skinny-kernel segment, shapes checked.
@@ -261,7 +264,9 @@ impl Backend for CudaBackend {
             }
         };
         self.gpu.take_error()?;
-        Ok(CudaWeight { buf, shape })
+        let cols = shape.get(1).copied().unwrap_or(1);
+        let k_full = if shard == Shard::Row { cols * self.rank.world } else { cols };
+        Ok(CudaWeight { buf, shape, k_full })
     }
 
     fn weight_shape<'w>(&self, w: &'w CudaWeight) -> &'w [usize] {
@@ -337,15 +342,17 @@ impl Backend for CudaBackend {
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, n: usize, out: &mut CudaTensor) {
         let seg = segment(x, w, bias, out);
         if let Some(eager) = self.matmul_gate("matmul", n, &[x.buf.ptr(), seg.w, seg.bias.unwrap_or(0), seg.out]) {
-            self.matmuls.run(&self.gpu, input(x, n), seg, eager);
+            self.matmuls.run(&self.gpu, input(x, n, w), seg, eager);
         }
     }
 
     fn matmul_many(&self, x: &CudaTensor, n: usize, projections: &mut [Projection<'_, Self>]) {
         let segs: Vec<Segment> = projections.iter_mut().map(|p| segment(x, p.w, p.bias, p.out)).collect();
+        let Some(first) = projections.first() else { return };
+        let operand = input(x, n, first.w);
         let ptrs: Vec<u64> = std::iter::once(x.buf.ptr()).chain(segs.iter().flat_map(|s| [s.w, s.bias.unwrap_or(0), s.out])).collect();
         if let Some(eager) = self.matmul_gate("matmul_many", n, &ptrs) {
-            self.matmuls.run_many(&self.gpu, input(x, n), &segs, eager);
+            self.matmuls.run_many(&self.gpu, operand, &segs, eager);
         }
     }
 
@@ -364,7 +371,7 @@ impl Backend for CudaBackend {
         assert!(gate_buf.cols == out.cols && up_buf.cols == out.cols, "gate_up_silu: scratch widths differ from the output");
         let bufs = (gate_buf.buf.ptr(), up_buf.buf.ptr());
         if let Some(eager) = self.matmul_gate("gate_up_silu", n, &[x.buf.ptr(), seg.w, up.buf.ptr(), seg.out, bufs.0, bufs.1]) {
-            self.matmuls.gate_up(&self.gpu, input(x, n), seg.w, up.buf.ptr(), seg.n_out, seg.out, bufs, eager);
+            self.matmuls.gate_up(&self.gpu, input(x, n, gate), seg.w, up.buf.ptr(), seg.n_out, seg.out, bufs, eager);
         }
     }
 
@@ -613,6 +620,10 @@ impl Backend for CudaBackend {
             self.graphs.count_fallback();
             step();
         }
+    }
+
+    fn set_deterministic(&self, on: bool) {
+        self.matmuls.set_deterministic(on);
     }
 
     fn uses_graphs(&self) -> bool {

@@ -1,19 +1,21 @@
 //! `out = x · Wᵀ (+ bias)` with f32 activations and bf16 weights in the `[out, in]` layout.
 //!
-//! Two ways to do it: the skinny kernels of `kernels/gemv.cu` for up to 8 rows (decode and
-//! verify steps, where the cost is reading W once) and cuBLAS `cublasGemmEx` (bf16 inputs,
-//! f32 accumulation and output, after converting x to bf16) for more. The choice depends
-//! only on the row count, and the skinny kernels compute each row the same way whatever
-//! the count or configuration, so a verify step's rows equal the decode steps they stand
-//! for, bit for bit (speculative greedy output then equals target-only output).
+//! Two ways to do it: the skinny tensor-core kernels of `kernels/gemv.cu` for up to 8 rows
+//! (decode and verify steps, where the cost is reading W once) and cuBLAS `cublasGemmEx`
+//! (bf16 inputs, f32 accumulation and output, after converting x to bf16) for more. The
+//! choice depends only on the row count, and the skinny kernels compute each row the same
+//! way whatever the count or configuration, so a verify step's rows equal the decode steps
+//! they stand for, bit for bit (speculative greedy output then equals target-only output).
+//! They cut K by the unsharded width ([`Slicing`]), which makes a 2-way row-parallel shard
+//! all-reduce to the single-GPU bits as well.
 //!
-//! The skinny kernels come in configurations (weight rows per warp task, column steps in
-//! flight); which is fastest depends on the shape and the GPU, so the first eager run of
-//! each shape times the candidates for its row count and keeps the fastest. All of them
-//! give identical results, so the choice only moves time. One launch can also multiply
-//! the same x by up to three matrices (q, k, v) or fuse gate, up and SiLU.
+//! The configurations (row tiles per block, column steps per round) compute the same bits,
+//! so the first eager run of each shape and row count times them and keeps the fastest.
+//! One launch can also multiply the same x by up to three matrices (q, k, v) or fuse gate,
+//! up and SiLU.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
@@ -21,47 +23,81 @@ use half::bf16;
 
 use super::gpu::{stride_grid, Arg, DeviceBuf, Gpu, NULL};
 
-/// Rows up to which the skinny kernels are used.
+/// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile).
 pub const GEMV_MAX_ROWS: usize = 8;
-/// Threads per block of the skinny kernels (`GEMV_THREADS` in kernels/gemv.cu).
-const GEMV_THREADS: u32 = 256;
-const GEMV_WARPS: usize = GEMV_THREADS as usize / 32;
-/// Matrices one plain skinny launch multiplies (`gemv_segments` in kernels/gemv.cu).
+/// Most K slices one launch adds up (`GEMV_MAX_SLICES` in kernels/gemv.cu).
+const GEMV_MAX_SLICES: usize = 32;
+/// Most warps per block (`GEMV_MAX_WARPS` in kernels/gemv.cu).
+const GEMV_MAX_WARPS: usize = 16;
+/// Matrices one plain skinny launch multiplies (`GemvArgs` in kernels/gemv.cu).
 const SEGMENTS_PER_LAUNCH: usize = 3;
+/// The narrowest K slice worth a warp of its own: narrower slices mean more warps, each
+/// with a shorter chain of dependent loads, and more partial sums to add.
+const MIN_SLICE_COLS: usize = 256;
 
 /// One compiled configuration of the skinny kernels (a `GEMV_ENTRY` line of gemv.cu).
 #[derive(Debug, PartialEq, Eq)]
 pub struct GemvConfig {
-    /// Most rows of x it takes; fewer are fine.
-    pub max_rows: usize,
-    /// Weight rows per warp task (gate-up: half of them gate, half up).
-    pub rows_per_task: usize,
-    /// 256-column steps whose loads are issued together.
+    /// 16-row tensor-core tiles per block (gate-up: each tile is 8 gate and 8 up rows).
+    pub tiles: usize,
+    /// 32-column steps whose loads each warp issues together (a round).
     pub steps: usize,
     pub plain: &'static str,
     pub gate_up: &'static str,
 }
 
 macro_rules! gemv_configs {
-    ($(($m:literal, $r:literal, $u:literal)),* $(,)?) => {
+    ($(($t:literal, $u:literal)),* $(,)?) => {
         pub const GEMV_CONFIGS: &[GemvConfig] = &[$(GemvConfig {
-            max_rows: $m,
-            rows_per_task: $r,
+            tiles: $t,
             steps: $u,
-            plain: concat!("gemv_m", $m, "_r", $r, "_u", $u),
-            gate_up: concat!("gemv_gate_up_m", $m, "_r", $r, "_u", $u),
+            plain: concat!("gemv_t", $t, "_u", $u),
+            gate_up: concat!("gemv_gate_up_t", $t, "_u", $u),
         }),*];
     };
 }
 
 // Keep in step with the GEMV_ENTRY lines of kernels/gemv.cu (a test checks).
-gemv_configs!((1, 4, 4), (1, 2, 8), (2, 4, 4), (2, 2, 8), (4, 4, 2), (4, 2, 4), (8, 4, 2), (8, 2, 4));
+gemv_configs!((1, 2), (1, 3), (1, 4), (2, 2));
 
-/// The configurations that take `rows` rows with the fewest wasted: those compiled for the
-/// smallest sufficient `max_rows`.
+/// The configurations that take `rows` rows: every one (they compute the same bits), or
+/// none past the skinny range.
 pub fn candidates(rows: usize) -> impl Iterator<Item = &'static GemvConfig> {
-    let fit = GEMV_CONFIGS.iter().map(|c| c.max_rows).filter(|&m| m >= rows).min();
-    GEMV_CONFIGS.iter().filter(move |c| Some(c.max_rows) == fit)
+    GEMV_CONFIGS.iter().filter(move |_| rows <= GEMV_MAX_ROWS)
+}
+
+/// How the skinny kernels cut K: `slices` runs of `cols` columns, added in a fixed pairwise
+/// tree. The cut is derived from the unsharded K, so a rank holding half of a row-parallel
+/// weight holds exactly half of the slices, and the all-reduce of the two half-trees is the
+/// single-GPU sum bit for bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slicing {
+    pub cols: usize,
+    pub slices: usize,
+}
+
+impl Slicing {
+    /// The cut for `k_in` columns of a weight whose unsharded width is `k_full`; `None`
+    /// when the skinny kernels cannot take that width.
+    pub fn of(k_in: usize, k_full: usize) -> Option<Slicing> {
+        if k_in == 0 || k_in % 8 != 0 {
+            return None;
+        }
+        let whole = |k: usize| {
+            let slices = [32, 16, 8, 4, 2].into_iter().find(|&s| k % (32 * s) == 0 && k / s >= MIN_SLICE_COLS).unwrap_or(1);
+            Slicing { cols: k / slices, slices }
+        };
+        let full = whole(k_full);
+        if k_full % k_in == 0 && k_in % full.cols == 0 {
+            let slices = k_in / full.cols;
+            return Some(Slicing { cols: full.cols, slices });
+        }
+        Some(whole(k_in))
+    }
+
+    fn warps(&self) -> usize {
+        self.slices.min(GEMV_MAX_WARPS)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,12 +115,14 @@ pub struct Segment {
     pub n_out: usize,
 }
 
-/// The shared operand of a launch: `rows` rows of `k_in` f32 at `x`.
+/// The shared operand of a launch: `rows` rows of `k_in` f32 at `x`, multiplying weights
+/// whose unsharded width is `k_full`.
 #[derive(Clone, Copy, Debug)]
 pub struct Input {
     pub x: u64,
     pub rows: usize,
     pub k_in: usize,
+    pub k_full: usize,
 }
 
 /// What one skinny launch computes.
@@ -109,19 +147,31 @@ impl GemvJob<'_> {
             GemvJob::GateUp { gate, up, .. } => vec![*gate, *up],
         }
     }
+
+    /// Blocks of a launch: one per row tile (16 rows per tensor-core tile; a gate-up tile
+    /// holds 8 features' gate and up rows).
+    fn blocks(&self, config: &GemvConfig) -> usize {
+        match self {
+            GemvJob::Segments(s) => s.iter().map(|s| s.n_out.div_ceil(16 * config.tiles)).sum(),
+            GemvJob::GateUp { n_out, .. } => n_out.div_ceil(8 * config.tiles),
+        }
+    }
 }
 
 impl Input {
-    /// The skinny kernels need 16-byte aligned rows of x and W.
-    fn gemv_ok(&self, weights: &[u64]) -> bool {
-        self.rows <= GEMV_MAX_ROWS && self.k_in % 8 == 0 && self.x % 16 == 0 && weights.iter().all(|w| w % 16 == 0)
+    /// The K cut, when the skinny kernels can take this operand (few rows, K a multiple of
+    /// 8, 16-byte aligned rows of x and W).
+    fn skinny(&self, weights: &[u64]) -> Option<Slicing> {
+        let aligned = self.x % 16 == 0 && weights.iter().all(|w| w % 16 == 0);
+        let slicing = Slicing::of(self.k_in, self.k_full)?;
+        (self.rows <= GEMV_MAX_ROWS && aligned && slicing.slices <= GEMV_MAX_SLICES).then_some(slicing)
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct ShapeKey {
     gate_up: bool,
-    max_rows: usize,
+    rows: usize,
     n_total: usize,
     k_in: usize,
 }
@@ -132,8 +182,22 @@ pub struct Matmuls {
     scratch: Mutex<Option<DeviceBuf<bf16>>>,
     /// The skinny configuration chosen for each shape.
     chosen: Mutex<HashMap<ShapeKey, &'static GemvConfig>>,
-    /// Resident blocks per SM of each skinny kernel, from the driver.
-    blocks_per_sm: Mutex<HashMap<&'static str, u32>>,
+    /// `--enable-deterministic-inference`: more rows than the skinny kernels take go
+    /// through them 8 rows at a time instead of cuBLAS, whose reduction order depends on
+    /// the shape (so on the row count and on a tensor-parallel shard's width).
+    deterministic: AtomicBool,
+}
+
+/// The row blocks of a deterministic launch: `(first row, rows)`, 8 at a time.
+fn row_chunks(rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..rows).step_by(GEMV_MAX_ROWS).map(move |r| (r, GEMV_MAX_ROWS.min(rows - r)))
+}
+
+impl Input {
+    /// Rows `first..first + rows` of this operand.
+    fn rows_from(&self, first: usize, rows: usize) -> Input {
+        Input { x: self.x + (first * self.k_in * 4) as u64, rows, ..*self }
+    }
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,12 +211,29 @@ impl Matmuls {
         self.run_many(gpu, input, &[seg], eager);
     }
 
+    pub fn set_deterministic(&self, on: bool) {
+        self.deterministic.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a launch of more rows than the skinny kernels take goes through them in
+    /// blocks of 8 rows.
+    fn chunked(&self, input: Input) -> bool {
+        input.rows > GEMV_MAX_ROWS && self.deterministic.load(Ordering::Relaxed)
+    }
+
     /// The same x times each matrix: one skinny launch per three matrices, or cuBLAS.
     pub fn run_many(&self, gpu: &Gpu, input: Input, segs: &[Segment], eager: bool) {
         if input.rows == 0 || segs.is_empty() {
             return;
         }
-        if !input.gemv_ok(&segs.iter().map(|s| s.w).collect::<Vec<_>>()) {
+        if self.chunked(input) {
+            for (first, rows) in row_chunks(input.rows) {
+                let moved: Vec<Segment> = segs.iter().map(|s| Segment { out: s.out + (first * s.n_out * 4) as u64, ..*s }).collect();
+                self.run_many(gpu, input.rows_from(first, rows), &moved, eager);
+            }
+            return;
+        }
+        if input.skinny(&segs.iter().map(|s| s.w).collect::<Vec<_>>()).is_none() {
             return segs.iter().for_each(|s| self.cublas(gpu, input, *s));
         }
         for chunk in segs.chunks(SEGMENTS_PER_LAUNCH) {
@@ -167,8 +248,15 @@ impl Matmuls {
         if input.rows == 0 {
             return;
         }
+        if self.chunked(input) {
+            for (first, rows) in row_chunks(input.rows) {
+                let act = act + (first * n_out * 4) as u64;
+                self.gate_up(gpu, input.rows_from(first, rows), gate, up, n_out, act, bufs, eager);
+            }
+            return;
+        }
         let job = GemvJob::GateUp { gate, up, act, n_out };
-        if input.gemv_ok(&job.weights()) {
+        if input.skinny(&job.weights()).is_some() {
             return self.gemv(gpu, input, job, eager);
         }
         self.cublas(gpu, input, Segment { w: gate, bias: None, out: bufs.0, n_out });
@@ -192,12 +280,7 @@ impl Matmuls {
     /// is not capturing) the fastest candidate timed now, else the first candidate.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
         let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
-        let key = ShapeKey {
-            gate_up: matches!(job, GemvJob::GateUp { .. }),
-            max_rows: list[0].max_rows,
-            n_total: job.n_total(),
-            k_in: input.k_in,
-        };
+        let key = ShapeKey { gate_up: matches!(job, GemvJob::GateUp { .. }), rows: input.rows, n_total: job.n_total(), k_in: input.k_in };
         if let Some(c) = locked(&self.chosen).get(&key) {
             return c;
         }
@@ -209,7 +292,7 @@ impl Matmuls {
             .filter_map(|&c| {
                 // A configuration that fails to launch (too many resources, say) is out.
                 let mut launched = true;
-                let ms = gpu.elapsed_ms(3, || launched &= self.launch(gpu, c, input, job)).ok()?;
+                let ms = gpu.elapsed_ms(10, || launched &= self.launch(gpu, c, input, job)).ok()?;
                 launched.then_some((ms, c))
             })
             .collect();
@@ -223,44 +306,39 @@ impl Matmuls {
         self.launch(gpu, config, input, job);
     }
 
-    /// Blocks for a persistent grid: enough for every task, at most what fits on the GPU.
-    fn grid(&self, gpu: &Gpu, kernel: &'static str, tasks: usize) -> u32 {
-        let per_sm = *locked(&self.blocks_per_sm).entry(kernel).or_insert_with(|| {
-            gpu.function(kernel)
-                .and_then(|f| f.occupancy_max_active_blocks_per_multiprocessor(GEMV_THREADS, 0, None).ok())
-                .unwrap_or(1)
-                .max(1)
-        });
-        tasks.div_ceil(GEMV_WARPS).min((gpu.sm_count * per_sm) as usize).max(1) as u32
-    }
-
     /// Launch one skinny kernel; `false` when the launch failed (recorded for the next sync).
     fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, job: GemvJob<'_>) -> bool {
-        let head = [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32)];
+        let Some(cut) = input.skinny(&job.weights()) else {
+            gpu.record(|| format!("skinny matmul: {} rows of K = {} are outside its range", input.rows, input.k_in));
+            return false;
+        };
+        let head = [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32), Arg::I32(cut.cols as i32), Arg::I32(cut.slices as i32)];
+        let grid = (job.blocks(config) as u32, 1);
+        let threads = 32 * cut.warps() as u32;
         match job {
             GemvJob::Segments(segs) => {
-                let tasks: usize = segs.iter().map(|s| s.n_out.div_ceil(config.rows_per_task)).sum();
-                let mut args = [NULL; 15];
-                args[..3].copy_from_slice(&head);
+                let mut args = [NULL; 17];
+                args[..5].copy_from_slice(&head);
                 for i in 0..SEGMENTS_PER_LAUNCH {
                     let s = segs.get(i);
-                    args[3 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.w));
-                    args[4 + 4 * i] = s.and_then(|s| s.bias).map_or(NULL, Arg::Ptr);
-                    args[5 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.out));
-                    args[6 + 4 * i] = Arg::I32(s.map_or(0, |s| s.n_out as i32));
+                    args[5 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.w));
+                    args[6 + 4 * i] = s.and_then(|s| s.bias).map_or(NULL, Arg::Ptr);
+                    args[7 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.out));
+                    args[8 + 4 * i] = Arg::I32(s.map_or(0, |s| s.n_out as i32));
                 }
-                gpu.launch(config.plain, (self.grid(gpu, config.plain, tasks), 1), GEMV_THREADS, 0, &args)
+                gpu.launch(config.plain, grid, threads, 0, &args)
             }
             GemvJob::GateUp { gate, up, act, n_out } => {
-                let tasks = n_out.div_ceil(config.rows_per_task / 2);
-                let args = [head[0], head[1], head[2], Arg::Ptr(gate), Arg::Ptr(up), Arg::Ptr(act), Arg::I32(n_out as i32)];
-                gpu.launch(config.gate_up, (self.grid(gpu, config.gate_up, tasks), 1), GEMV_THREADS, 0, &args)
+                let mut args = [NULL; 9];
+                args[..5].copy_from_slice(&head);
+                args[5..].copy_from_slice(&[Arg::Ptr(gate), Arg::Ptr(up), Arg::Ptr(act), Arg::I32(n_out as i32)]);
+                gpu.launch(config.gate_up, grid, threads, 0, &args)
             }
         }
     }
 
     fn cublas(&self, gpu: &Gpu, input: Input, seg: Segment) {
-        let Input { x, rows, k_in } = input;
+        let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
         let mut scratch = locked(&self.scratch);
         if scratch.as_ref().is_none_or(|s| s.len() < len) {
@@ -320,41 +398,94 @@ impl Matmuls {
 mod tests {
     use super::*;
 
-    /// Every row count up to 8 has candidates, all taking at least that many rows, and the
-    /// smallest sufficient kernel (1 row: the m1 kernels only, not the m8 ones).
     #[test]
-    fn candidates_take_the_rows_with_the_smallest_kernel() {
+    fn every_configuration_takes_up_to_eight_rows() {
         for rows in 1..=GEMV_MAX_ROWS {
-            let list: Vec<_> = candidates(rows).collect();
-            assert!(list.len() >= 2, "{rows}: {list:?}");
-            assert!(list.iter().all(|c| c.max_rows >= rows && c.max_rows == list[0].max_rows));
+            assert_eq!(candidates(rows).count(), GEMV_CONFIGS.len());
         }
-        assert_eq!(candidates(1).map(|c| c.plain).collect::<Vec<_>>(), ["gemv_m1_r4_u4", "gemv_m1_r2_u8"]);
-        assert_eq!(candidates(5).map(|c| c.max_rows).collect::<Vec<_>>(), [8, 8]);
         assert_eq!(candidates(9).count(), 0);
+        assert_eq!(GEMV_CONFIGS[0].plain, "gemv_t1_u2");
+        assert_eq!(GEMV_CONFIGS[0].gate_up, "gemv_gate_up_t1_u2");
     }
 
-    /// The table matches the GEMV_ENTRY lines of kernels/gemv.cu, and gate-up tasks split
-    /// evenly into gate and up rows.
+    /// The table matches the GEMV_ENTRY lines of kernels/gemv.cu.
     #[test]
     fn configs_match_the_kernel_file() {
         let text = include_str!("../../../kernels/gemv.cu");
-        let re = regex::Regex::new(r"(?m)^GEMV_ENTRY\((\d+), (\d+), (\d+)\)$").unwrap();
-        let in_file: Vec<(usize, usize, usize)> =
-            re.captures_iter(text).map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap(), c[3].parse().unwrap())).collect();
-        let in_table: Vec<(usize, usize, usize)> = GEMV_CONFIGS.iter().map(|c| (c.max_rows, c.rows_per_task, c.steps)).collect();
+        let re = regex::Regex::new(r"(?m)^GEMV_ENTRY\((\d+), (\d+)\)$").unwrap();
+        let in_file: Vec<(usize, usize)> = re.captures_iter(text).map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap())).collect();
+        let in_table: Vec<(usize, usize)> = GEMV_CONFIGS.iter().map(|c| (c.tiles, c.steps)).collect();
         assert_eq!(in_file, in_table);
-        assert!(GEMV_CONFIGS.iter().all(|c| c.rows_per_task % 2 == 0));
-        assert_eq!(GEMV_CONFIGS[0].gate_up, "gemv_gate_up_m1_r4_u4");
+        let limits = |name: &str| regex::Regex::new(&format!(r"#define {name} (\d+)")).unwrap().captures(text).unwrap()[1].parse::<usize>().unwrap();
+        assert_eq!((limits("GEMV_MAX_SLICES"), limits("GEMV_MAX_WARPS")), (GEMV_MAX_SLICES, GEMV_MAX_WARPS));
+    }
+
+    /// The cuts of the real shapes: Llama-3.1-8B (4096, 14336), Qwen2.5 1.5B / 0.5B (1536,
+    /// 8960, 896, 4864), SmolLM2 (576, 1536) and an EAGLE-3 fc input (3 x 576).
+    #[test]
+    fn k_is_cut_into_a_power_of_two_of_whole_warp_steps() {
+        let cut = |k| Slicing::of(k, k).map(|s| (s.cols, s.slices));
+        assert_eq!(cut(4096), Some((256, 16)));
+        assert_eq!(cut(14336), Some((448, 32)));
+        assert_eq!(cut(1536), Some((384, 4)));
+        assert_eq!(cut(8960), Some((1120, 8)));
+        assert_eq!(cut(896), Some((448, 2)));
+        assert_eq!(cut(4864), Some((608, 8)));
+        assert_eq!(cut(576), Some((288, 2)));
+        assert_eq!(cut(1728), Some((864, 2)));
+        assert_eq!(cut(200), Some((200, 1)));
+        assert_eq!(cut(100), None);
+        for k in [4096usize, 14336, 1536, 8960, 896, 4864, 576, 1728] {
+            let s = Slicing::of(k, k).unwrap();
+            assert!(s.slices.is_power_of_two() && s.cols * s.slices == k && s.cols % 32 == 0, "{k}: {s:?}");
+            assert!(s.slices <= GEMV_MAX_SLICES && s.warps() <= GEMV_MAX_WARPS && s.slices <= 2 * s.warps());
+        }
+    }
+
+    /// A row-parallel shard keeps the unsharded slice width, so each of two ranks adds
+    /// exactly one half of the single-GPU tree; a cut that cannot be kept falls back to the
+    /// shard's own.
+    #[test]
+    fn a_sharded_k_keeps_the_whole_weights_slices() {
+        assert_eq!(Slicing::of(7168, 14336), Some(Slicing { cols: 448, slices: 16 }));
+        assert_eq!(Slicing::of(2048, 4096), Some(Slicing { cols: 256, slices: 8 }));
+        assert_eq!(Slicing::of(4480, 8960), Some(Slicing { cols: 1120, slices: 4 }));
+        assert_eq!(Slicing::of(448, 896), Some(Slicing { cols: 448, slices: 1 }));
+        assert_eq!(Slicing::of(224, 896), Some(Slicing { cols: 224, slices: 1 }));
     }
 
     #[test]
     fn the_skinny_path_needs_aligned_rows_and_few_of_them() {
-        let ok = Input { x: 0x1000, rows: 8, k_in: 4096 };
-        assert!(ok.gemv_ok(&[0x2000, 0x3000]));
-        assert!(!Input { rows: 9, ..ok }.gemv_ok(&[0x2000]));
-        assert!(!Input { k_in: 4100, ..ok }.gemv_ok(&[0x2000]));
-        assert!(!Input { x: 0x1004, ..ok }.gemv_ok(&[0x2000]));
-        assert!(!ok.gemv_ok(&[0x2000, 0x3008]));
+        let ok = Input { x: 0x1000, rows: 8, k_in: 4096, k_full: 4096 };
+        assert_eq!(ok.skinny(&[0x2000, 0x3000]), Some(Slicing { cols: 256, slices: 16 }));
+        assert!(Input { rows: 9, ..ok }.skinny(&[0x2000]).is_none());
+        assert!(Input { k_in: 4100, k_full: 4100, ..ok }.skinny(&[0x2000]).is_none());
+        assert!(Input { x: 0x1004, ..ok }.skinny(&[0x2000]).is_none());
+        assert!(ok.skinny(&[0x2000, 0x3008]).is_none());
+    }
+
+    /// A deterministic prefill of 21 rows runs as blocks of 8, 8 and 5, each reading its
+    /// own rows of x.
+    #[test]
+    fn deterministic_launches_take_eight_rows_at_a_time() {
+        assert_eq!(row_chunks(21).collect::<Vec<_>>(), [(0, 8), (8, 8), (16, 5)]);
+        assert_eq!(row_chunks(8).collect::<Vec<_>>(), [(0, 8)]);
+        let input = Input { x: 0x1000, rows: 21, k_in: 4096, k_full: 4096 };
+        let part = input.rows_from(16, 5);
+        assert_eq!((part.x, part.rows, part.k_in), (0x1000 + 16 * 4096 * 4, 5, 4096));
+        let m = Matmuls::default();
+        assert!(!m.chunked(input));
+        m.set_deterministic(true);
+        assert!(m.chunked(input) && !m.chunked(Input { rows: 8, ..input }));
+    }
+
+    #[test]
+    fn a_launch_has_a_block_per_row_tile() {
+        let segs = [Segment { w: 0, bias: None, out: 0, n_out: 4096 }, Segment { w: 0, bias: None, out: 0, n_out: 1000 }];
+        assert_eq!(GemvJob::Segments(&segs).blocks(&GEMV_CONFIGS[0]), 256 + 63);
+        assert_eq!(GemvJob::Segments(&segs).blocks(&GEMV_CONFIGS[3]), 128 + 32);
+        let gate_up = GemvJob::GateUp { gate: 0, up: 0, act: 0, n_out: 14336 };
+        assert_eq!(gate_up.blocks(&GEMV_CONFIGS[0]), 1792);
+        assert_eq!(gate_up.blocks(&GEMV_CONFIGS[3]), 896);
     }
 }

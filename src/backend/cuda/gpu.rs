@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -104,6 +104,10 @@ pub struct Gpu {
     pub sm_count: u32,
     /// The NVRTC target of this GPU (`sm_90`).
     pub arch: String,
+    /// Kernels launch with programmatic dependent launch allowed (Hopper and later, unless
+    /// `SPECDECK_PDL=0`): each may be scheduled while the one before drains, and waits for
+    /// its writes itself (`pdl_wait` in kernels/common.cuh).
+    pub pdl: bool,
     error: Mutex<Option<String>>,
     // Declared after `blas`, so the handle that points at it is destroyed first.
     _blas_workspace: DeviceBuf<u8>,
@@ -150,6 +154,7 @@ impl Gpu {
             ledger,
             sm_count,
             arch: format!("sm_{major}{minor}"),
+            pdl: major >= 9 && std::env::var("SPECDECK_PDL").map_or(true, |v| v != "0"),
             error: Mutex::new(None),
             _blas_workspace: workspace,
         })
@@ -321,20 +326,42 @@ impl Gpu {
             self.record(|| format!("kernel {name} is not loaded"));
             return false;
         };
-        let cfg = LaunchConfig { grid_dim: (grid.0.max(1), grid.1.max(1), 1), block_dim: (block, 1, 1), shared_mem_bytes: shared_mem };
-        let mut b = self.stream.launch_builder(func);
-        for a in args {
-            match a {
-                Arg::Ptr(p) => b.arg(p),
-                Arg::I32(v) => b.arg(v),
-                Arg::I64(v) => b.arg(v),
-                Arg::F32(v) => b.arg(v),
-            };
-        }
+        // Every argument sits in an 8-byte slot; the driver copies each parameter's own
+        // size from the front of its slot (little-endian, as on every CUDA host).
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::I32(v) => v as u32 as u64,
+                Arg::I64(v) => v as u64,
+                Arg::F32(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|v| v as *mut u64 as *mut std::ffi::c_void).collect();
+        // SAFETY: a zeroed launch attribute is a valid "no attribute" value; the union field
+        // written is the one its id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0.max(1),
+            gridDimY: grid.1.max(1),
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared_mem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: u32::from(self.pdl),
+        };
+        self.bind();
         // SAFETY: every kernel's argument list is built by the op wrappers from live buffers
-        // whose sizes the model code checked when it sized them.
-        match unsafe { b.launch(cfg) } {
-            Ok(_) => true,
+        // whose sizes the model code checked when it sized them, in the kernel's parameter
+        // order and types (the sources' tests pin the names; the GPU checks pin the rest).
+        let status = unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+        match status.result() {
+            Ok(()) => true,
             Err(e) => {
                 self.record(|| format!("launch of {name}: {e}"));
                 false

@@ -5,6 +5,7 @@
 //! - `sources` + `compile`: `kernels/*.cu` compiled by NVRTC at start (the `kernel-compile`
 //!   phase), PTX cached on disk by source hash and architecture.
 //! - `gpu`: one GPU (context, stream, kernels, memory ledger); `gemm`: matmuls.
+//! - `skinnycheck`: the skinny matmuls' bit-for-bit promises, checked on the GPU.
 //! - `backend`: the backend seam on one GPU; `graph`: CUDA graphs for repeating steps;
 //!   `shard` + `tp`: tensor parallelism (column/row sharding at load, NCCL all-reduce).
 //! - `launch`: start-up for a launch and `memory-budget` findings.
@@ -24,6 +25,7 @@ pub mod modelcheck;
 pub mod probe;
 pub mod selftest;
 pub mod shard;
+pub mod skinnycheck;
 pub mod sources;
 pub mod step;
 pub mod tp;

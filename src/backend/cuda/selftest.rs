@@ -5,7 +5,7 @@
 //! Sections: probe; kernel-compile (cold and cached); conformance (every seam op against
 //! the CPU reference); graphs (a decode step replayed from a CUDA graph equals the eager
 //! step, and its time per step); bandwidth (device-to-device copy); gemm (skinny kernel
-//! and cuBLAS on Llama-3.1-8B shapes); model-logits and speculative-greedy (the engine's
+//! and cuBLAS on Llama-3.1-8B shapes, after `skinnycheck`'s bit-for-bit promises); model-logits and speculative-greedy (the engine's
 //! model code on CUDA against the CPU reference and against itself, `modelcheck`);
 //! large-model-steps and large-model-engine (with `--large-model`: decode tokens/s against
 //! the HBM floor, graphs, verify/decode step cost, cold start and relaunch);
@@ -27,6 +27,7 @@ use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spe
 use super::tpcheck::{tp_check, tp_model_check};
 use super::probe::{probe, CudaInventory};
 use super::shard::RankInfo;
+use super::skinnycheck::skinny_bits;
 use super::sources::SOURCES;
 use super::step::{Dims, ToyStep};
 use crate::backend::cpu::CpuBackend;
@@ -404,6 +405,11 @@ fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<(Value, f64)> {
 /// (the rate of reading memory does not depend on its contents).
 fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let gpu = backend.gpu();
+    let check = skinny_bits(backend)?;
+    let same = |ok: bool| if ok { "identical" } else { "DIFFERENT" };
+    r.row("skinny matmul bits, rows 1-8 x configurations (plain, gate-up)", same(check.rows_and_configs_equal), Some(check.rows_and_configs_equal));
+    r.row("skinny matmul bits, 2-way K split summed vs whole K", same(check.split_sum_equal), Some(check.split_sum_equal));
+    r.row("skinny matmul vs f64 reference, K 14336 (rel. error)", format!("{:.2e}", check.rel_err), Some(check.rel_err < 1e-3));
     let (hidden, kv, inter, vocab) = (4096usize, 1024usize, 14336usize, 128256usize);
     let w = gpu.alloc::<half::bf16>(vocab * hidden, "gemm weights")?;
     let x = gpu.alloc::<f32>(8 * inter, "gemm input")?;
@@ -420,10 +426,10 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
         ("down", GemvJob::Segments(&o), inter, hidden * inter),
         ("lm_head", GemvJob::Segments(&lm_head), hidden, vocab * hidden),
     ];
-    let mut out = Vec::new();
+    let mut out = vec![check.detail];
     for rows in [1usize, 5] {
         for (name, job, k_in, elems) in shapes {
-            let input = Input { x: x.ptr(), rows, k_in };
+            let input = Input { x: x.ptr(), rows, k_in, k_full: k_in };
             let path_ms = |path| {
                 gpu.time_ms(10, || {
                     backend.matmuls.run_path(gpu, input, job, path);

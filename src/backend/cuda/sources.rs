@@ -49,22 +49,14 @@ pub const SOURCES: &[KernelSource] = &[
     kernel_source!(
         "gemv.cu",
         [
-            "gemv_m1_r4_u4",
-            "gemv_gate_up_m1_r4_u4",
-            "gemv_m1_r2_u8",
-            "gemv_gate_up_m1_r2_u8",
-            "gemv_m2_r4_u4",
-            "gemv_gate_up_m2_r4_u4",
-            "gemv_m2_r2_u8",
-            "gemv_gate_up_m2_r2_u8",
-            "gemv_m4_r4_u2",
-            "gemv_gate_up_m4_r4_u2",
-            "gemv_m4_r2_u4",
-            "gemv_gate_up_m4_r2_u4",
-            "gemv_m8_r4_u2",
-            "gemv_gate_up_m8_r4_u2",
-            "gemv_m8_r2_u4",
-            "gemv_gate_up_m8_r2_u4"
+            "gemv_t1_u2",
+            "gemv_gate_up_t1_u2",
+            "gemv_t1_u3",
+            "gemv_gate_up_t1_u3",
+            "gemv_t1_u4",
+            "gemv_gate_up_t1_u4",
+            "gemv_t2_u2",
+            "gemv_gate_up_t2_u2"
         ]
     ),
 ];

@@ -1,0 +1,111 @@
+//! The skinny matmuls' promises, checked bit for bit on the GPU (`cuda-check`, gemm
+//! section): an output row is the same whatever the row count (1 to 8) and configuration,
+//! for plain and gate-up launches; a 2-way row-parallel split of K, its two halves added as
+//! the all-reduce adds them, equals the single-GPU result; and the values agree with an
+//! f64 reference on the host.
+
+use half::bf16;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+
+use super::backend::CudaBackend;
+use super::gemm::{GemvConfig, GemvJob, Input, MatmulPath, Segment, GEMV_CONFIGS, GEMV_MAX_ROWS};
+use super::gpu::DeviceBuf;
+
+/// What the check found.
+pub struct SkinnyBits {
+    /// Every (configuration, row count) gave the reference's bits, plain and gate-up.
+    pub rows_and_configs_equal: bool,
+    /// The two K halves, added in f32, gave the whole-K bits.
+    pub split_sum_equal: bool,
+    /// Relative error of the whole-K result against an f64 host reference.
+    pub rel_err: f64,
+    pub detail: Value,
+}
+
+/// The down-projection width of Llama-3.1-8B (16 slices of 896) and 272 outputs: 17 tiles
+/// of 16 rows, so the 32-row configurations end on a half-empty tile.
+const K: usize = 14336;
+const N_OUT: usize = 272;
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Columns `cols` of every row of a row-major `[rows, K]` matrix.
+fn columns<T: Copy>(m: &[T], rows: usize, cols: std::ops::Range<usize>) -> Vec<T> {
+    (0..rows).flat_map(|r| m[r * K + cols.start..r * K + cols.end].iter().copied()).collect()
+}
+
+pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
+    let gpu = backend.gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let w_host: Vec<bf16> = (0..N_OUT * K).map(|_| bf16::from_f32(rng.random_range(-0.05f32..0.05))).collect();
+    let x_host: Vec<f32> = (0..GEMV_MAX_ROWS * K).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let upload_w = |v: &[bf16]| -> anyhow::Result<DeviceBuf<bf16>> {
+        let b = gpu.alloc::<bf16>(v.len(), "skinny check weights")?;
+        gpu.upload(v, b.ptr());
+        Ok(b)
+    };
+    let upload_x = |v: &[f32]| -> anyhow::Result<DeviceBuf<f32>> {
+        let b = gpu.alloc::<f32>(v.len(), "skinny check input")?;
+        gpu.upload(v, b.ptr());
+        Ok(b)
+    };
+    let (w, x) = (upload_w(&w_host)?, upload_x(&x_host)?);
+    let y = gpu.alloc::<f32>(GEMV_MAX_ROWS * N_OUT, "skinny check output")?;
+    let run = |config: &'static GemvConfig, gate_up: bool, rows: usize, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in: usize| {
+        let input = Input { x: x.ptr(), rows, k_in, k_full: K };
+        let n_out = if gate_up { N_OUT / 2 } else { N_OUT };
+        let seg = [Segment { w: w.ptr(), bias: None, out: y.ptr(), n_out }];
+        // Gate-up: the first half of W's rows are the gate, the second half the up rows.
+        let job = if gate_up {
+            GemvJob::GateUp { gate: w.ptr(), up: w.ptr_at(n_out * k_in), act: y.ptr(), n_out }
+        } else {
+            GemvJob::Segments(&seg)
+        };
+        backend.matmuls.run_path(gpu, input, job, MatmulPath::Gemv(config));
+        gpu.download(&y, 0, rows * n_out)
+    };
+
+    let mut mismatches = Vec::new();
+    for gate_up in [false, true] {
+        let reference = bits(&run(&GEMV_CONFIGS[0], gate_up, GEMV_MAX_ROWS, &x, &w, K)?);
+        for config in GEMV_CONFIGS {
+            for rows in 1..=GEMV_MAX_ROWS {
+                let got = bits(&run(config, gate_up, rows, &x, &w, K)?);
+                if got[..] != reference[..got.len()] {
+                    mismatches.push(format!("{}{} rows {rows}", if gate_up { "gate-up " } else { "" }, config.plain));
+                }
+            }
+        }
+    }
+
+    let whole = run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, K)?;
+    let half = K / 2;
+    let part = |cols: std::ops::Range<usize>| -> anyhow::Result<Vec<f32>> {
+        let (w, x) = (upload_w(&columns(&w_host, N_OUT, cols.clone()))?, upload_x(&columns(&x_host, GEMV_MAX_ROWS, cols))?);
+        Ok(run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, half)?)
+    };
+    let (first, second) = (part(0..half)?, part(half..K)?);
+    let summed: Vec<f32> = first.iter().zip(&second).map(|(a, b)| a + b).collect();
+    let split_sum_equal = bits(&summed) == bits(&whole);
+
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for m in 0..GEMV_MAX_ROWS {
+        for n in 0..N_OUT {
+            let exact: f64 = (0..K).map(|k| x_host[m * K + k] as f64 * w_host[n * K + k].to_f64()).sum();
+            num += (whole[m * N_OUT + n] as f64 - exact).powi(2);
+            den += exact * exact;
+        }
+    }
+    let rel_err = (num / den.max(f64::MIN_POSITIVE)).sqrt();
+    gpu.take_error()?;
+    Ok(SkinnyBits {
+        rows_and_configs_equal: mismatches.is_empty(),
+        split_sum_equal,
+        rel_err,
+        detail: json!({ "k": K, "n_out": N_OUT, "mismatches": mismatches, "split_sum_equal": split_sum_equal, "rel_err_vs_f64": rel_err }),
+    })
+}
