@@ -153,6 +153,11 @@ enum DrafterKey {
     Standalone(PathBuf, LlamaConfig),
 }
 
+/// The largest step (rows) replayed from a CUDA graph: `--cuda-graph-max-bs`, else the default.
+fn graph_max_bs(spec: &LaunchSpec) -> u32 {
+    spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS)
+}
+
 struct LoadedDrafter<B: Backend> {
     key: DrafterKey,
     drafter: Box<dyn Drafter<B>>,
@@ -320,7 +325,7 @@ impl<B: Backend> Engine<B> {
             sizes.push(self.shape.draft_tokens as u32);
         }
         let tree = !self.shape.is_chain();
-        let max_bs = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS);
+        let max_bs = graph_max_bs(spec);
         let gpu = self.backend.gpu_ordinal();
         let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated before graph capture");
         capture_phase(&self.events, PhaseId::TargetGraphCapture, &sizes, max_bs, gpu, |bs| {
@@ -336,7 +341,7 @@ impl<B: Backend> Engine<B> {
     /// captured; steps of more rows than `--cuda-graph-max-bs` stay eager.
     fn capture_draft_graphs(&mut self, spec: &LaunchSpec) -> Result<(), Finding> {
         let events = self.events.clone();
-        let max_bs = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS) as usize;
+        let max_bs = graph_max_bs(spec) as usize;
         let skipped = if !self.backend.uses_graphs() {
             Some("no CUDA graphs on this backend")
         } else if max_bs == 0 {
@@ -450,7 +455,7 @@ impl<B: Backend> Engine<B> {
             None => Target::new(t.model.take().expect("a loaded target has its model"), tokens + tree_slots, tree_slots)?,
         };
         if self.backend.uses_graphs() {
-            target.graph_rows = spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS) as usize;
+            target.graph_rows = graph_max_bs(spec) as usize;
         }
         self.events.log(
             LogLevel::Info,

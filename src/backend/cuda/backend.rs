@@ -258,9 +258,7 @@ impl Backend for CudaBackend {
             }
             None => {
                 let (data, shape) = shard_weight(view, shard, self.rank)?;
-                let buf = self.gpu.alloc::<bf16>(data.len(), &what())?;
-                self.gpu.upload(&data, buf.ptr());
-                (buf, shape)
+                (self.gpu.alloc_from(&data, &what())?, shape)
             }
         };
         self.gpu.take_error()?;
@@ -347,9 +345,9 @@ impl Backend for CudaBackend {
     }
 
     fn matmul_many(&self, x: &CudaTensor, n: usize, projections: &mut [Projection<'_, Self>]) {
-        let segs: Vec<Segment> = projections.iter_mut().map(|p| segment(x, p.w, p.bias, p.out)).collect();
         let Some(first) = projections.first() else { return };
         let operand = input(x, n, first.w);
+        let segs: Vec<Segment> = projections.iter_mut().map(|p| segment(x, p.w, p.bias, p.out)).collect();
         let ptrs: Vec<u64> = std::iter::once(x.buf.ptr()).chain(segs.iter().flat_map(|s| [s.w, s.bias.unwrap_or(0), s.out])).collect();
         if let Some(eager) = self.matmul_gate("matmul_many", n, &ptrs) {
             self.matmuls.run_many(&self.gpu, operand, &segs, eager);

@@ -166,6 +166,11 @@ impl Input {
         let slicing = Slicing::of(self.k_in, self.k_full)?;
         (self.rows <= GEMV_MAX_ROWS && aligned && slicing.slices <= GEMV_MAX_SLICES).then_some(slicing)
     }
+
+    /// Rows `first..first + rows` of this operand.
+    fn rows_from(&self, first: usize, rows: usize) -> Input {
+        Input { x: self.x + (first * self.k_in * 4) as u64, rows, ..*self }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,13 +196,6 @@ pub struct Matmuls {
 /// The row blocks of a deterministic launch: `(first row, rows)`, 8 at a time.
 fn row_chunks(rows: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..rows).step_by(GEMV_MAX_ROWS).map(move |r| (r, GEMV_MAX_ROWS.min(rows - r)))
-}
-
-impl Input {
-    /// Rows `first..first + rows` of this operand.
-    fn rows_from(&self, first: usize, rows: usize) -> Input {
-        Input { x: self.x + (first * self.k_in * 4) as u64, rows, ..*self }
-    }
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -233,11 +231,11 @@ impl Matmuls {
             }
             return;
         }
-        if input.skinny(&segs.iter().map(|s| s.w).collect::<Vec<_>>()).is_none() {
+        let Some(cut) = input.skinny(&segs.iter().map(|s| s.w).collect::<Vec<_>>()) else {
             return segs.iter().for_each(|s| self.cublas(gpu, input, *s));
-        }
+        };
         for chunk in segs.chunks(SEGMENTS_PER_LAUNCH) {
-            self.gemv(gpu, input, GemvJob::Segments(chunk), eager);
+            self.gemv(gpu, input, cut, GemvJob::Segments(chunk), eager);
         }
     }
 
@@ -256,8 +254,8 @@ impl Matmuls {
             return;
         }
         let job = GemvJob::GateUp { gate, up, act, n_out };
-        if input.skinny(&job.weights()).is_some() {
-            return self.gemv(gpu, input, job, eager);
+        if let Some(cut) = input.skinny(&job.weights()) {
+            return self.gemv(gpu, input, cut, job, eager);
         }
         self.cublas(gpu, input, Segment { w: gate, bias: None, out: bufs.0, n_out });
         self.cublas(gpu, input, Segment { w: up, bias: None, out: bufs.1, n_out });
@@ -268,9 +266,12 @@ impl Matmuls {
     /// One path regardless of the rules (the self-test times each).
     pub fn run_path(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, path: MatmulPath) {
         match (path, job) {
-            (MatmulPath::Gemv(config), job) => {
-                self.launch(gpu, config, input, job);
-            }
+            (MatmulPath::Gemv(config), job) => match input.skinny(&job.weights()) {
+                Some(cut) => {
+                    self.launch(gpu, config, input, cut, job);
+                }
+                None => gpu.record(|| format!("skinny matmul: {} rows of K = {} are outside its range", input.rows, input.k_in)),
+            },
             (MatmulPath::Cublas, GemvJob::Segments(segs)) => segs.iter().for_each(|s| self.cublas(gpu, input, *s)),
             (MatmulPath::Cublas, GemvJob::GateUp { .. }) => gpu.record(|| "cuBLAS has no fused gate-up path".into()),
         }
@@ -284,15 +285,16 @@ impl Matmuls {
         if let Some(c) = locked(&self.chosen).get(&key) {
             return c;
         }
-        if !eager || list.len() == 1 {
-            return list[0];
-        }
+        let cut = match input.skinny(&job.weights()) {
+            Some(cut) if eager && list.len() > 1 => cut,
+            _ => return list[0],
+        };
         let timed: Vec<(f64, &'static GemvConfig)> = list
             .iter()
             .filter_map(|&c| {
                 // A configuration that fails to launch (too many resources, say) is out.
                 let mut launched = true;
-                let ms = gpu.elapsed_ms(10, || launched &= self.launch(gpu, c, input, job)).ok()?;
+                let ms = gpu.elapsed_ms(10, || launched &= self.launch(gpu, c, input, cut, job)).ok()?;
                 launched.then_some((ms, c))
             })
             .collect();
@@ -301,17 +303,14 @@ impl Matmuls {
         best
     }
 
-    fn gemv(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) {
+    fn gemv(&self, gpu: &Gpu, input: Input, cut: Slicing, job: GemvJob<'_>, eager: bool) {
         let config = self.config_for(gpu, input, job, eager);
-        self.launch(gpu, config, input, job);
+        self.launch(gpu, config, input, cut, job);
     }
 
-    /// Launch one skinny kernel; `false` when the launch failed (recorded for the next sync).
-    fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, job: GemvJob<'_>) -> bool {
-        let Some(cut) = input.skinny(&job.weights()) else {
-            gpu.record(|| format!("skinny matmul: {} rows of K = {} are outside its range", input.rows, input.k_in));
-            return false;
-        };
+    /// Launch one skinny kernel cutting K as `cut` says; `false` when the launch failed
+    /// (recorded for the next sync).
+    fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, cut: Slicing, job: GemvJob<'_>) -> bool {
         let head = [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32), Arg::I32(cut.cols as i32), Arg::I32(cut.slices as i32)];
         let grid = (job.blocks(config) as u32, 1);
         let threads = 32 * cut.warps() as u32;

@@ -285,6 +285,13 @@ impl Gpu {
 
     /// Make this GPU's context current on the calling thread (raw driver calls need it; a
     /// backend may be driven from a thread other than the one that opened it).
+    /// A new buffer holding a copy of `src` (stream-ordered, like `upload`).
+    pub fn alloc_from<T: DeviceRepr + ValidAsZeroBits>(&self, src: &[T], what: &str) -> Result<DeviceBuf<T>, BackendError> {
+        let buf = self.alloc::<T>(src.len(), what)?;
+        self.upload(src, buf.ptr());
+        Ok(buf)
+    }
+
     pub fn bind(&self) {
         if let Err(e) = self.ctx.bind_to_thread() {
             self.record(|| format!("binding the context: {e}"));

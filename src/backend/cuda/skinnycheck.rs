@@ -43,17 +43,7 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let w_host: Vec<bf16> = (0..N_OUT * K).map(|_| bf16::from_f32(rng.random_range(-0.05f32..0.05))).collect();
     let x_host: Vec<f32> = (0..GEMV_MAX_ROWS * K).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-    let upload_w = |v: &[bf16]| -> anyhow::Result<DeviceBuf<bf16>> {
-        let b = gpu.alloc::<bf16>(v.len(), "skinny check weights")?;
-        gpu.upload(v, b.ptr());
-        Ok(b)
-    };
-    let upload_x = |v: &[f32]| -> anyhow::Result<DeviceBuf<f32>> {
-        let b = gpu.alloc::<f32>(v.len(), "skinny check input")?;
-        gpu.upload(v, b.ptr());
-        Ok(b)
-    };
-    let (w, x) = (upload_w(&w_host)?, upload_x(&x_host)?);
+    let (w, x) = (gpu.alloc_from(&w_host, "skinny check weights")?, gpu.alloc_from(&x_host, "skinny check input")?);
     let y = gpu.alloc::<f32>(GEMV_MAX_ROWS * N_OUT, "skinny check output")?;
     let run = |config: &'static GemvConfig, gate_up: bool, rows: usize, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in: usize| {
         let input = Input { x: x.ptr(), rows, k_in, k_full: K };
@@ -85,7 +75,8 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     let whole = run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, K)?;
     let half = K / 2;
     let part = |cols: std::ops::Range<usize>| -> anyhow::Result<Vec<f32>> {
-        let (w, x) = (upload_w(&columns(&w_host, N_OUT, cols.clone()))?, upload_x(&columns(&x_host, GEMV_MAX_ROWS, cols))?);
+        let w = gpu.alloc_from(&columns(&w_host, N_OUT, cols.clone()), "skinny check weights")?;
+        let x = gpu.alloc_from(&columns(&x_host, GEMV_MAX_ROWS, cols), "skinny check input")?;
         Ok(run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, half)?)
     };
     let (first, second) = (part(0..half)?, part(half..K)?);
