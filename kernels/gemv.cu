@@ -10,9 +10,9 @@
 //   32 columns per warp and step. The dot product does not care in which order k is
 //   visited, so mma k-slot t / t + 4 of step j takes column c + 8t + 2j / c + 8t + 2j + 1,
 //   and x is read in the same order. Each warp has U such steps of loads in flight.
-// - K is cut into S slices of W columns (S a power of two); warp w of a block takes slices
-//   w, w + NW, ... of the block's row tile, and the block then adds the S partial sums in
-//   a fixed pairwise tree ((s0 + s1) + (s2 + s3)) + ... in shared memory.
+// - K is cut into S slices of W columns (S a power of two, W a multiple of 8); warp w of a
+//   block takes slice w of the block's row tile, and the block then adds the S partial sums
+//   in a fixed pairwise tree ((s0 + s1) + (s2 + s3)) + ... in shared memory.
 //
 // What that buys besides speed: an output (m, n) is the same bits whatever the row count M,
 // the row tile, or the loads in flight (an mma column depends on its own x row only, and the
@@ -23,11 +23,10 @@
 //
 // Launched with programmatic dependent launch: the first weight loads are issued before
 // waiting for the kernel that writes x, so the weight stream starts while that one drains.
-// K % 8 == 0, W % 32 == 0 when S > 1, and 16-byte aligned W and x rows are required (the
-// host checks).
+// K % 8 == 0, W % 8 == 0 and 16-byte aligned W and x rows are required (the host checks).
 
-#define GEMV_MAX_SLICES 32
-#define GEMV_MAX_WARPS 16
+// One warp per K slice.
+#define GEMV_MAX_SLICES 16
 
 // A streamed weight load: non-coherent path, no L1 allocation (x, re-read by every warp,
 // keeps L1).
@@ -146,10 +145,11 @@ __device__ __forceinline__ float tree_sum(float* part, int slices, int i, int ro
     return part[part_index<MT>(0, i, row, tok)];
 }
 
-// One K slice with the weights loaded straight into registers, round after round.
+// The warp's K slice with the weights loaded straight into registers, round after round.
 template <int MT, int U>
 __device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16* (&rows)[MT][2], int k0, int k1, int g,
-                                                   int t, bool& waited, float (&acc)[MT][4]) {
+                                                   int t, float (&acc)[MT][4]) {
+    bool waited = false;
     for (int c = k0; c < k1; c += 32 * U) {
         uint4 w[U][MT][2];
         load_round<MT, U>(rows, c, k1, t, w);
@@ -160,6 +160,7 @@ __device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16
         }
         mma_round<MT, U>(a, c, k1, g, t, w, acc);
     }
+    if (!waited) pdl_wait();
 }
 
 template <int MT, int U, bool GATE_UP>
@@ -176,38 +177,24 @@ __device__ void gemv_tile(const GemvArgs& a) {
         if (tile >= tiles0) { tile -= tiles0; seg = 1; if (tile >= tiles1) { tile -= tiles1; seg = 2; } }
         first = tile * RT;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const bf16* rows[MT][2];
 #pragma unroll
     for (int i = 0; i < MT; ++i) tile_rows<GATE_UP>(a, seg, first, i, g, rows[i]);
 
-    // A warp takes at most two slices (the most slices over the most warps); their sums
-    // wait in registers until every warp is done.
-    constexpr int MAX_OWN = GEMV_MAX_SLICES / GEMV_MAX_WARPS;
-    float acc[MAX_OWN][MT][4];
-    bool waited = false;
+    // Warp w takes slice w; its sums wait in registers until every warp is done.
+    float acc[MT][4];
 #pragma unroll
-    for (int j = 0; j < MAX_OWN; ++j) {
+    for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    const int k0 = warp * a.slice_cols, k1 = min(k0 + a.slice_cols, a.k_in);
+    slice_in_registers<MT, U>(a, rows, k0, k1, g, t, acc);
 #pragma unroll
-        for (int i = 0; i < MT; ++i) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.f;
-        const int s = warp + j * warps;
-        if (s >= a.slices) continue;
-        const int k0 = s * a.slice_cols, k1 = min(k0 + a.slice_cols, a.k_in);
-        slice_in_registers<MT, U>(a, rows, k0, k1, g, t, waited, acc[j]);
-    }
-    if (!waited) pdl_wait();
-#pragma unroll
-    for (int j = 0; j < MAX_OWN; ++j) {
-        const int s = warp + j * warps;
-        if (s >= a.slices) continue;
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-            part[part_index<MT>(s, i, g, 2 * t)] = acc[j][i][0];
-            part[part_index<MT>(s, i, g, 2 * t + 1)] = acc[j][i][1];
-            part[part_index<MT>(s, i, g + 8, 2 * t)] = acc[j][i][2];
-            part[part_index<MT>(s, i, g + 8, 2 * t + 1)] = acc[j][i][3];
-        }
+    for (int i = 0; i < MT; ++i) {
+        part[part_index<MT>(warp, i, g, 2 * t)] = acc[i][0];
+        part[part_index<MT>(warp, i, g, 2 * t + 1)] = acc[i][1];
+        part[part_index<MT>(warp, i, g + 8, 2 * t)] = acc[i][2];
+        part[part_index<MT>(warp, i, g + 8, 2 * t + 1)] = acc[i][3];
     }
     __syncthreads();
 
@@ -239,14 +226,14 @@ __device__ void gemv_tile(const GemvArgs& a) {
 // gemv_t{MT}_u{U} and gemv_gate_up_t{MT}_u{U}. Every configuration computes the same bits;
 // the host times them per shape and keeps the fastest (backend/cuda/gemm.rs lists the set).
 #define GEMV_ENTRY(MT, U)                                                                                             \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32) gemv_t##MT##_u##U(                    \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_SLICES * 32) gemv_t##MT##_u##U(                   \
         const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* w0, const bf16* b0, float* y0, \
         int n0, const bf16* w1, const bf16* b1, float* y1, int n1, const bf16* w2, const bf16* b2, float* y2,      \
         int n2) {                                                                                                   \
         gemv_tile<MT, U, false>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2}, {y0, y1, y2},    \
                                  {n0, n1, n2}});                                                                    \
     }                                                                                                               \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32) gemv_gate_up_t##MT##_u##U(            \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_SLICES * 32) gemv_gate_up_t##MT##_u##U(           \
         const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* gate, const bf16* up,         \
         float* act, int n_out) {                                                                                    \
         gemv_tile<MT, U, true>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr}, {nullptr, nullptr, nullptr}, \

@@ -127,6 +127,10 @@ fn bench_aggregates_and_compares_with_target_only() {
     let steps = out["verify_steps"].as_u64().unwrap();
     let hist: u64 = ids(&out["accept_histogram"]).iter().sum();
     assert_eq!(hist, steps);
+    // Target-only cycles draft nothing; speculative ones spend time on it.
+    assert_eq!(out["target_only"]["draft_ms_per_cycle"], 0.0);
+    assert!(out["draft_ms_per_cycle"].as_f64().unwrap() > 0.0);
+    assert!(out["verify_ms_per_cycle"].as_f64().unwrap() > 0.0);
     assert!(out["memory_bandwidth_gb_s"].as_f64().unwrap() > 0.1);
     assert!(out["target_weight_bytes"].as_u64().unwrap() > 0);
 

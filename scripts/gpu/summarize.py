@@ -99,25 +99,35 @@ def engine_rows(out, large, row):
     return graphs
 
 
+def qwen_pair_rows(out, row, name, label):
+    """One `specdeck bench --compare-target-only` of the Qwen pair: identity, speedup, and
+    where a cycle's time goes."""
+    data = last_json_line(os.path.join(out, f"{name}.out"))
+    if data is None:
+        if os.path.exists(os.path.join(out, f"{name}.err")):
+            row(f"[{name}] specdeck bench", "FAIL", f"no results (see {name}.err)")
+        return
+    base = data.get("target_only") or {}
+    row(f"{label} greedy speculative == target-only", "PASS" if data.get("identical") else "FAIL",
+        "identical" if data.get("identical") else f"prompts {data.get('mismatched_prompts')} differ")
+    spec, alone = data["tokens_per_s"], base.get("tokens_per_s")
+    if alone:
+        speedup = spec / alone
+        row(f"{label} speculative / target-only tok/s (target >= {QWEN_TARGET}x)", "PASS" if speedup >= QWEN_TARGET else "FAIL",
+            f"{spec:.1f} / {alone:.1f} = {speedup:.2f}x; mean accept {data['mean_accept_length']:.2f} over {data['prompts']} prompts")
+    if "draft_ms_per_cycle" in data and "verify_ms_per_cycle" in base:
+        row(f"{label} ms per cycle: draft / verify (target-only: ms per token)", "-",
+            f"{data['draft_ms_per_cycle']:.2f} / {data['verify_ms_per_cycle']:.2f} ({base['verify_ms_per_cycle']:.2f})")
+
+
 def qwen_rows(out, row):
     """Qwen2.5-Coder 1.5B with the 0.5B STANDALONE draft on HumanEval, when it ran."""
     det1 = last_json_line(os.path.join(out, "qwen-det-tp1.out"))
     det2 = last_json_line(os.path.join(out, "qwen-det-tp2.out"))
     if det1 and det2:
         row("qwen target-only tokens, TP 2 == TP 1, --enable-deterministic-inference", *same_tokens(det1, det2))
-    data = last_json_line(os.path.join(out, "qwen.out"))
-    if data is None:
-        if os.path.exists(os.path.join(out, "qwen.err")):
-            row("[qwen] specdeck bench", "FAIL", "no results (see qwen.err)")
-        return
-    base = data.get("target_only") or {}
-    row("qwen greedy speculative == target-only", "PASS" if data.get("identical") else "FAIL",
-        "identical" if data.get("identical") else f"prompts {data.get('mismatched_prompts')} differ")
-    spec, alone = data["tokens_per_s"], base.get("tokens_per_s")
-    if alone:
-        speedup = spec / alone
-        row(f"qwen speculative / target-only tok/s (target >= {QWEN_TARGET}x)", "PASS" if speedup >= QWEN_TARGET else "FAIL",
-            f"{spec:.1f} / {alone:.1f} = {speedup:.2f}x; mean accept {data['mean_accept_length']:.2f} over {data['prompts']} prompts")
+    qwen_pair_rows(out, row, "qwen", "qwen")
+    qwen_pair_rows(out, row, "qwen-s3", "qwen steps 3")
     tp1 = last_json_line(os.path.join(out, "qwen-tp1.out"))
     tp2 = last_json_line(os.path.join(out, "qwen-tp2.out"))
     if tp1 and tp2:

@@ -146,10 +146,18 @@ class EngineAndQwen(CopyOfRun1):
     def test_the_qwen_pair_reports_accept_length_and_speedup(self):
         self.write("qwen.out", json.dumps({"tokens_per_s": 330.0, "mean_accept_length": 3.4, "prompts": 20, "identical": True,
                                            "target_only": {"tokens_per_s": 150.0}}) + "\n")
+        self.write("qwen-s3.out", json.dumps({"tokens_per_s": 140.0, "mean_accept_length": 2.9, "prompts": 20, "identical": False,
+                                              "mismatched_prompts": [4], "draft_ms_per_cycle": 4.5, "verify_ms_per_cycle": 2.25,
+                                              "target_only": {"tokens_per_s": 150.0, "verify_ms_per_cycle": 2.0}}) + "\n")
         rows, _ = table(self.out)
         self.assertEqual(rows["qwen greedy speculative == target-only"], ("PASS", "identical"))
         self.assertEqual(rows["qwen speculative / target-only tok/s (target >= 1.5x)"],
                          ("PASS", "330.0 / 150.0 = 2.20x; mean accept 3.40 over 20 prompts"))
+        self.assertNotIn("qwen ms per cycle: draft / verify (target-only: ms per token)", rows)
+        self.assertEqual(rows["qwen steps 3 greedy speculative == target-only"], ("FAIL", "prompts [4] differ"))
+        self.assertEqual(rows["qwen steps 3 speculative / target-only tok/s (target >= 1.5x)"],
+                         ("FAIL", "140.0 / 150.0 = 0.93x; mean accept 2.90 over 20 prompts"))
+        self.assertEqual(rows["qwen steps 3 ms per cycle: draft / verify (target-only: ms per token)"], ("-", "4.50 / 2.25 (2.00)"))
 
 
 if __name__ == "__main__":

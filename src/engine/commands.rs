@@ -157,8 +157,10 @@ fn aggregate(gens: &[Generation]) -> Value {
     let tokens: usize = gens.iter().map(|g| g.tokens.len()).sum();
     let seconds: f64 = gens.iter().map(|g| g.seconds).sum();
     let decode: f64 = gens.iter().map(|g| g.seconds - g.prefill_seconds).sum();
+    let draft: f64 = gens.iter().map(|g| g.draft_seconds).sum();
     let lengths: Vec<usize> = gens.iter().flat_map(|g| g.accept_lengths.iter().copied()).collect();
     let all = Generation { accept_lengths: lengths, ..Generation::default() };
+    let per_cycle_ms = |s: f64| if all.accept_lengths.is_empty() { 0.0 } else { s * 1e3 / all.accept_lengths.len() as f64 };
     json!({
         "tokens": tokens,
         "seconds": seconds,
@@ -167,6 +169,9 @@ fn aggregate(gens: &[Generation]) -> Value {
         "verify_steps": all.accept_lengths.len(),
         "mean_accept_length": all.mean_accept_length(),
         "accept_histogram": all.accept_histogram(),
+        // Where a cycle's time goes: drafting, and the rest (the verify step and the host).
+        "draft_ms_per_cycle": per_cycle_ms(draft),
+        "verify_ms_per_cycle": per_cycle_ms(decode - draft),
     })
 }
 

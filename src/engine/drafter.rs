@@ -173,13 +173,26 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
         while self.len < end {
             let n = (end - self.len).min(rows);
             let positions: Vec<usize> = (self.len..self.len + n).collect();
-            self.model.inputs.set(&*b, &seq[self.len..self.len + n], &positions);
             let last = self.len + n == end;
             let window = AttnWindow { prefix: self.len, region: n, queries: n };
-            self.model.forward(&mut self.kv, window, Mask::Causal, if last { Logits::Last } else { Logits::None });
+            let (model, kv, top) = (&mut self.model, &mut self.kv, &mut self.top);
+            let mut ops = || {
+                model.inputs.set(&*b, &seq[window.prefix..window.prefix + n], &positions);
+                model.forward(kv, window, Mask::Causal, if last { Logits::Last } else { Logits::None });
+                if last {
+                    top.enqueue(&*b, &mut model.logits, 1);
+                }
+            };
+            // Every cycle ends here with the accepted tokens: as a graph, a small drafter's
+            // forward costs its kernels' time and not their launches'.
+            if last {
+                graph_or_eager(&*b, self.graph_rows, &format!("draft-extend/standalone/{n}"), n, &mut ops);
+            } else {
+                ops();
+            }
             self.len += n;
         }
-        let head = self.top.candidates(&*b, &mut self.model.logits, 1, |d| d as u32)?;
+        let head = self.top.read(&*b, 1, |d| d as u32)?;
         Ok(head.into_iter().next())
     }
 

@@ -167,6 +167,9 @@ pub struct Generation {
     pub drafted: usize,
     pub stopped: bool,
     pub prefill_seconds: f64,
+    /// Decode time spent drafting (the tree and the drafter reading the accepted tokens);
+    /// each ends on a read-back, so the host clock sees the device's time.
+    pub draft_seconds: f64,
     pub seconds: f64,
 }
 
@@ -275,7 +278,12 @@ fn generate_here<B: Backend>(
     while out.tokens.len() < d.max_new_tokens {
         let root = seq[committed];
         let tree = match (drafter.as_deref_mut(), head.take()) {
-            (Some(dr), Some(h)) => tree::draft(dr, root, committed, h, d.shape)?,
+            (Some(dr), Some(h)) => {
+                let drafting = Instant::now();
+                let tree = tree::draft(dr, root, committed, h, d.shape)?;
+                out.draft_seconds += drafting.elapsed().as_secs_f64();
+                tree
+            }
             _ => Tree::root(root),
         };
         let (walk, next) = target.verify(&tree, committed, d.sampling.as_ref().map(|s| (s, &mut rng)))?;
@@ -304,7 +312,9 @@ fn generate_here<B: Backend>(
             break;
         }
         if let Some(dr) = drafter.as_deref_mut() {
+            let drafting = Instant::now();
             head = extend(dr, target, &seq, committed, &walk.path)?;
+            out.draft_seconds += drafting.elapsed().as_secs_f64();
         }
     }
     b.sync()?;

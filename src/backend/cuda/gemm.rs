@@ -25,15 +25,14 @@ use super::gpu::{stride_grid, Arg, DeviceBuf, Gpu, NULL};
 
 /// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile).
 pub const GEMV_MAX_ROWS: usize = 8;
-/// Most K slices one launch adds up (`GEMV_MAX_SLICES` in kernels/gemv.cu).
-const GEMV_MAX_SLICES: usize = 32;
-/// Most warps per block (`GEMV_MAX_WARPS` in kernels/gemv.cu).
-const GEMV_MAX_WARPS: usize = 16;
+/// Most K slices one launch adds up, one warp each (`GEMV_MAX_SLICES` in kernels/gemv.cu).
+const GEMV_MAX_SLICES: usize = 16;
 /// Matrices one plain skinny launch multiplies (`GemvArgs` in kernels/gemv.cu).
 const SEGMENTS_PER_LAUNCH: usize = 3;
 /// The narrowest K slice worth a warp of its own: narrower slices mean more warps, each
-/// with a shorter chain of dependent loads, and more partial sums to add.
-const MIN_SLICE_COLS: usize = 256;
+/// with a shorter chain of dependent loads, and more partial sums to add. Small models are
+/// latency-bound, so their K (896, 1536) is cut down to this; 4096 and up take 16 slices.
+const MIN_SLICE_COLS: usize = 96;
 
 /// One compiled configuration of the skinny kernels (a `GEMV_ENTRY` line of gemv.cu).
 #[derive(Debug, PartialEq, Eq)]
@@ -84,7 +83,8 @@ impl Slicing {
             return None;
         }
         let whole = |k: usize| {
-            let slices = [32, 16, 8, 4, 2].into_iter().find(|&s| k % (32 * s) == 0 && k / s >= MIN_SLICE_COLS).unwrap_or(1);
+            // Slices of whole 16-byte loads (8 columns), all of one width.
+            let slices = [16, 8, 4, 2].into_iter().find(|&s| k % (8 * s) == 0 && k / s >= MIN_SLICE_COLS).unwrap_or(1);
             Slicing { cols: k / slices, slices }
         };
         let full = whole(k_full);
@@ -93,10 +93,6 @@ impl Slicing {
             return Some(Slicing { cols: full.cols, slices });
         }
         Some(whole(k_in))
-    }
-
-    fn warps(&self) -> usize {
-        self.slices.min(GEMV_MAX_WARPS)
     }
 }
 
@@ -313,7 +309,8 @@ impl Matmuls {
     fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, cut: Slicing, job: GemvJob<'_>) -> bool {
         let head = [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32), Arg::I32(cut.cols as i32), Arg::I32(cut.slices as i32)];
         let grid = (job.blocks(config) as u32, 1);
-        let threads = 32 * cut.warps() as u32;
+        // One warp per slice.
+        let threads = 32 * cut.slices as u32;
         match job {
             GemvJob::Segments(segs) => {
                 let mut args = [NULL; 17];
@@ -416,28 +413,28 @@ mod tests {
         let in_table: Vec<(usize, usize)> = GEMV_CONFIGS.iter().map(|c| (c.tiles, c.steps)).collect();
         assert_eq!(in_file, in_table);
         let limits = |name: &str| regex::Regex::new(&format!(r"#define {name} (\d+)")).unwrap().captures(text).unwrap()[1].parse::<usize>().unwrap();
-        assert_eq!((limits("GEMV_MAX_SLICES"), limits("GEMV_MAX_WARPS")), (GEMV_MAX_SLICES, GEMV_MAX_WARPS));
+        assert_eq!(limits("GEMV_MAX_SLICES"), GEMV_MAX_SLICES);
     }
 
     /// The cuts of the real shapes: Llama-3.1-8B (4096, 14336), Qwen2.5 1.5B / 0.5B (1536,
     /// 8960, 896, 4864), SmolLM2 (576, 1536) and an EAGLE-3 fc input (3 x 576).
     #[test]
-    fn k_is_cut_into_a_power_of_two_of_whole_warp_steps() {
+    fn k_is_cut_into_a_power_of_two_of_equal_slices() {
         let cut = |k| Slicing::of(k, k).map(|s| (s.cols, s.slices));
         assert_eq!(cut(4096), Some((256, 16)));
-        assert_eq!(cut(14336), Some((448, 32)));
-        assert_eq!(cut(1536), Some((384, 4)));
-        assert_eq!(cut(8960), Some((1120, 8)));
-        assert_eq!(cut(896), Some((448, 2)));
-        assert_eq!(cut(4864), Some((608, 8)));
-        assert_eq!(cut(576), Some((288, 2)));
-        assert_eq!(cut(1728), Some((864, 2)));
+        assert_eq!(cut(14336), Some((896, 16)));
+        assert_eq!(cut(1536), Some((96, 16)));
+        assert_eq!(cut(8960), Some((560, 16)));
+        assert_eq!(cut(896), Some((112, 8)));
+        assert_eq!(cut(4864), Some((304, 16)));
+        assert_eq!(cut(576), Some((144, 4)));
+        assert_eq!(cut(1728), Some((216, 8)));
         assert_eq!(cut(200), Some((200, 1)));
         assert_eq!(cut(100), None);
         for k in [4096usize, 14336, 1536, 8960, 896, 4864, 576, 1728] {
             let s = Slicing::of(k, k).unwrap();
-            assert!(s.slices.is_power_of_two() && s.cols * s.slices == k && s.cols % 32 == 0, "{k}: {s:?}");
-            assert!(s.slices <= GEMV_MAX_SLICES && s.warps() <= GEMV_MAX_WARPS && s.slices <= 2 * s.warps());
+            assert!(s.slices.is_power_of_two() && s.cols * s.slices == k && s.cols % 8 == 0 && s.cols >= MIN_SLICE_COLS, "{k}: {s:?}");
+            assert!(s.slices <= GEMV_MAX_SLICES);
         }
     }
 
@@ -446,11 +443,11 @@ mod tests {
     /// shard's own.
     #[test]
     fn a_sharded_k_keeps_the_whole_weights_slices() {
-        assert_eq!(Slicing::of(7168, 14336), Some(Slicing { cols: 448, slices: 16 }));
+        assert_eq!(Slicing::of(7168, 14336), Some(Slicing { cols: 896, slices: 8 }));
         assert_eq!(Slicing::of(2048, 4096), Some(Slicing { cols: 256, slices: 8 }));
-        assert_eq!(Slicing::of(4480, 8960), Some(Slicing { cols: 1120, slices: 4 }));
-        assert_eq!(Slicing::of(448, 896), Some(Slicing { cols: 448, slices: 1 }));
-        assert_eq!(Slicing::of(224, 896), Some(Slicing { cols: 224, slices: 1 }));
+        assert_eq!(Slicing::of(4480, 8960), Some(Slicing { cols: 560, slices: 8 }));
+        assert_eq!(Slicing::of(448, 896), Some(Slicing { cols: 112, slices: 4 }));
+        assert_eq!(Slicing::of(224, 896), Some(Slicing { cols: 112, slices: 2 }));
     }
 
     #[test]

@@ -399,7 +399,23 @@ fn bandwidth(r: &mut Report, gpu: &Gpu) -> anyhow::Result<(Value, f64)> {
     Ok((json!({ "bytes": bytes, "ms": ms, "gb_per_s": gbps }), gbps))
 }
 
-/// The Llama-3.1-8B matmul shapes at decode (1 row) and verify (5 rows), through each
+/// The matmul widths of one model: hidden, the k and v width, intermediate, vocabulary.
+struct Widths {
+    model: &'static str,
+    hidden: usize,
+    kv: usize,
+    inter: usize,
+    vocab: usize,
+}
+
+/// Llama-3.1-8B (issue 6's decode target) and Qwen2.5-1.5B (its real-weights target, where
+/// every matmul is small enough for the chain of dependent loads to show).
+const GEMM_MODELS: [Widths; 2] = [
+    Widths { model: "8B", hidden: 4096, kv: 1024, inter: 14336, vocab: 128256 },
+    Widths { model: "Qwen 1.5B", hidden: 1536, kv: 256, inter: 8960, vocab: 151936 },
+];
+
+/// The matmul shapes of [`GEMM_MODELS`] at decode (1 row) and verify (5 rows), through each
 /// skinny-kernel configuration and cuBLAS: time per path, the configuration the backend's
 /// first-use timing picks, and the weight-read rate of the fastest. The weights are zeros
 /// (the rate of reading memory does not depend on its contents).
@@ -409,8 +425,18 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let same = |ok: bool| if ok { "identical" } else { "DIFFERENT" };
     r.row("skinny matmul bits, rows 1-8 x configurations (plain, gate-up)", same(check.rows_and_configs_equal), Some(check.rows_and_configs_equal));
     r.row("skinny matmul bits, 2-way K split summed vs whole K", same(check.split_sum_equal), Some(check.split_sum_equal));
-    r.row("skinny matmul vs f64 reference, K 14336 (rel. error)", format!("{:.2e}", check.rel_err), Some(check.rel_err < 1e-3));
-    let (hidden, kv, inter, vocab) = (4096usize, 1024usize, 14336usize, 128256usize);
+    r.row(format!("skinny matmul vs f64 reference, K {} (rel. error)", super::skinnycheck::K), format!("{:.2e}", check.rel_err), Some(check.rel_err < 1e-3));
+    let mut out = vec![check.detail];
+    for widths in &GEMM_MODELS {
+        out.extend(gemm_shapes(r, backend, widths)?);
+    }
+    gpu.take_error()?;
+    Ok(Value::Array(out))
+}
+
+fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow::Result<Vec<Value>> {
+    let gpu = backend.gpu();
+    let Widths { model, hidden, kv, inter, vocab } = *widths;
     let w = gpu.alloc::<half::bf16>(vocab * hidden, "gemm weights")?;
     let x = gpu.alloc::<f32>(8 * inter, "gemm input")?;
     let y = gpu.alloc::<f32>(8 * vocab, "gemm output")?;
@@ -426,7 +452,7 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
         ("down", GemvJob::Segments(&o), inter, hidden * inter),
         ("lm_head", GemvJob::Segments(&lm_head), hidden, vocab * hidden),
     ];
-    let mut out = vec![check.detail];
+    let mut out = Vec::new();
     for rows in [1usize, 5] {
         for (name, job, k_in, elems) in shapes {
             let input = Input { x: x.ptr(), rows, k_in, k_full: k_in };
@@ -447,13 +473,12 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
             let (best, best_ms) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned().expect("at least two paths");
             let gbps = (elems * 2) as f64 / (best_ms * 1e-3) / 1e9;
             let all = timed.iter().map(|(p, ms)| format!("{p} {:.1}", ms * 1e3)).collect::<Vec<_>>().join(", ");
-            r.row(format!("matmul {name}, {rows} row(s): best us, weight GB/s"), format!("{best} {:.1} us, {gbps:.0} GB/s (picked {picked}; {all})", best_ms * 1e3), None);
-            out.push(json!({ "rows": rows, "shape": name, "k": k_in, "weight_bytes": elems * 2, "us": timed.iter().map(|(p, ms)| json!({ p.as_str(): ms * 1e3 })).collect::<Vec<_>>(),
+            r.row(format!("matmul {model} {name}, {rows} row(s): best us, weight GB/s"), format!("{best} {:.1} us, {gbps:.0} GB/s (picked {picked}; {all})", best_ms * 1e3), None);
+            out.push(json!({ "model": model, "rows": rows, "shape": name, "k": k_in, "weight_bytes": elems * 2, "us": timed.iter().map(|(p, ms)| json!({ p.as_str(): ms * 1e3 })).collect::<Vec<_>>(),
                              "best": best, "picked": picked, "weight_gb_per_s": gbps }));
         }
     }
-    gpu.take_error()?;
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -24,9 +24,10 @@ pub struct SkinnyBits {
     pub detail: Value,
 }
 
-/// The down-projection width of Llama-3.1-8B (16 slices of 896) and 272 outputs: 17 tiles
-/// of 16 rows, so the 32-row configurations end on a half-empty tile.
-const K: usize = 14336;
+/// The down-projection width of Qwen2.5-1.5B (16 slices of 560, each ending on a part
+/// step of 16 columns) and 272 outputs: 17 tiles of 16 rows, so the 32-row configurations end
+/// on a half-empty tile.
+pub const K: usize = 8960;
 const N_OUT: usize = 272;
 
 fn bits(v: &[f32]) -> Vec<u32> {
