@@ -60,20 +60,14 @@ impl<B: Backend> TopK<B> {
         Ok(TopK { k, values: b.tensor(rows, k)?, indices: b.ids(rows * k)? })
     }
 
-    /// Top-k of `softmax(logits)` (no temperature, as SGLang drafts), rows `0..rows`, with
-    /// each index mapped to a target id. The logits are replaced by probabilities.
-    pub fn candidates(&mut self, b: &B, logits: &mut B::Tensor, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<Vec<Candidate>>, BackendError> {
-        self.enqueue(b, logits, rows);
-        self.read(b, rows, to_target)
-    }
-
-    /// The device half of `candidates`: ops only, so it can close a graph step.
+    /// Top-k of `softmax(logits)` (no temperature, as SGLang drafts), rows `0..rows`; the
+    /// logits are replaced by probabilities. Ops only, so it can close a graph step.
     pub fn enqueue(&mut self, b: &B, logits: &mut B::Tensor, rows: usize) {
         b.softmax(logits, rows, 1.0);
         b.topk(logits, rows, self.k, &mut self.values, &mut self.indices);
     }
 
-    /// The read-back half of `candidates`.
+    /// What `enqueue` found, each index mapped to a target id.
     pub fn read(&self, b: &B, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<Vec<Candidate>>, BackendError> {
         let p = b.read_rows(&self.values, 0, rows)?;
         let i = b.read_ids(&self.indices, rows * self.k)?;
