@@ -11,8 +11,9 @@
 //   visited, so mma k-slot t / t + 4 of step j takes column c + 8t + 2j / c + 8t + 2j + 1,
 //   and x is read in the same order. Each warp has U such steps of loads in flight.
 // - K is cut into S slices of W columns (S a power of two, W a multiple of 8); warp w of a
-//   block takes slice w of the block's row tile, and the block then adds the S partial sums
-//   in a fixed pairwise tree ((s0 + s1) + (s2 + s3)) + ... in shared memory.
+//   block of P warps takes slices w, w + P, ... of the block's row tile, one after the
+//   other, and the block then adds the S partial sums in a fixed pairwise tree
+//   ((s0 + s1) + (s2 + s3)) + ... in shared memory.
 //
 // What that buys besides speed: an output (m, n) is the same bits whatever the row count M,
 // the row tile, or the loads in flight (an mma column depends on its own x row only, and the
@@ -25,8 +26,9 @@
 // waiting for the kernel that writes x, so the weight stream starts while that one drains.
 // K % 8 == 0, W % 8 == 0 and 16-byte aligned W and x rows are required (the host checks).
 
-// One warp per K slice.
-#define GEMV_MAX_SLICES 16
+// Warps per block; a launch of more K slices gives each warp several.
+#define GEMV_MAX_WARPS 16
+#define GEMV_MAX_SLICES 32
 
 // A streamed weight load: non-coherent path, no L1 allocation (x, re-read by every warp,
 // keeps L1).
@@ -56,7 +58,8 @@ __device__ __forceinline__ void mma_tf32(float (&acc)[4], unsigned a0, unsigned 
 
 // What one launch computes, whatever its kind. Row tiles of RT = 16 * MT weight rows are
 // numbered across up to three matrices side by side (plain: q, k and v share x), or cover
-// RT / 2 gate rows and the same RT / 2 up rows (gate-up).
+// RT / 2 gate rows and the same RT / 2 up rows (gate-up). With `accumulate[s]`, segment s
+// adds its product into y (the residual add after o_proj and down_proj).
 struct GemvArgs {
     const float* x;
     int m_rows;
@@ -67,6 +70,7 @@ struct GemvArgs {
     const bf16* bias[3];
     float* y[3];
     int n[3];
+    int accumulate[3];
 };
 
 // Pointers to the weight rows this lane reads for 16-row tile i of the block: rows g and
@@ -136,20 +140,44 @@ __device__ __forceinline__ int part_index(int s, int i, int row, int tok) {
     return ((s * MT + i) * 16 + row) * 8 + tok;
 }
 
-// The fixed pairwise tree over the S partial sums of one output, in place; returns the total.
-template <int MT>
-__device__ __forceinline__ float tree_sum(float* part, int slices, int i, int row, int tok) {
-    for (int stride = 1; stride < slices; stride <<= 1)
-        for (int s = 0; s + stride < slices; s += 2 * stride)
-            part[part_index<MT>(s, i, row, tok)] += part[part_index<MT>(s + stride, i, row, tok)];
-    return part[part_index<MT>(0, i, row, tok)];
+// The fixed pairwise tree over r[0 .. count): stride 1, 2, 4, ..., r[s] += r[s + stride].
+template <int N>
+__device__ __forceinline__ void pairwise(float (&r)[N], int count) {
+#pragma unroll
+    for (int stride = 1; stride < N; stride <<= 1)
+#pragma unroll
+        for (int s = 0; s + stride < N; s += 2 * stride)
+            if (s + stride < count) r[s] += r[s + stride];
 }
 
-// The warp's K slice with the weights loaded straight into registers, round after round.
+// The fixed pairwise tree ((v0 + v1) + (v2 + v3)) + ... over one value of each of the S
+// slices (v[0], v[gap], ...), read into registers and added there (added in place in
+// shared memory, the end of every block was a chain of S dependent round trips). Runs of 8
+// are the tree's subtrees, so it is added 8 at a time, which keeps the registers in bounds.
+__device__ __forceinline__ float tree_sum(const float* v, int gap, int slices) {
+    float runs[GEMV_MAX_SLICES / 8];
+#pragma unroll
+    for (int b = 0; b < GEMV_MAX_SLICES / 8; ++b) {
+        float r[8];
+#pragma unroll
+        for (int s = 0; s < 8; ++s) r[s] = 8 * b + s < slices ? v[(8 * b + s) * gap] : 0.f;
+        pairwise(r, slices - 8 * b);
+        runs[b] = r[0];
+    }
+    pairwise(runs, (slices + 7) / 8);
+    return runs[0];
+}
+
+// The sum of one output over the slices.
+template <int MT>
+__device__ __forceinline__ float output_sum(const float* part, int slices, int i, int row, int tok) {
+    return tree_sum(part + part_index<MT>(0, i, row, tok), part_index<MT>(1, 0, 0, 0), slices);
+}
+
+// One K slice with the weights loaded straight into registers, round after round.
 template <int MT, int U>
 __device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16* (&rows)[MT][2], int k0, int k1, int g,
-                                                   int t, float (&acc)[MT][4]) {
-    bool waited = false;
+                                                   int t, bool& waited, float (&acc)[MT][4]) {
     for (int c = k0; c < k1; c += 32 * U) {
         uint4 w[U][MT][2];
         load_round<MT, U>(rows, c, k1, t, w);
@@ -160,13 +188,14 @@ __device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16
         }
         mma_round<MT, U>(a, c, k1, g, t, w, acc);
     }
-    if (!waited) pdl_wait();
 }
 
 template <int MT, int U, bool GATE_UP>
 __device__ void gemv_tile(const GemvArgs& a) {
     constexpr int RT = 16 * MT;
-    __shared__ float part[GEMV_MAX_SLICES * MT * 16 * 8];
+    // The partial sums, in dynamic shared memory sized by the launch's slices (a fixed size
+    // for 32 would cost every launch the shared memory, and the L1, of the widest).
+    extern __shared__ float part[];
     pdl_launch_dependents();
 
     // Which matrix and rows this block's tile covers.
@@ -183,41 +212,48 @@ __device__ void gemv_tile(const GemvArgs& a) {
 #pragma unroll
     for (int i = 0; i < MT; ++i) tile_rows<GATE_UP>(a, seg, first, i, g, rows[i]);
 
-    // Warp w takes slice w; its sums wait in registers until every warp is done.
-    float acc[MT][4];
+    // Warp w takes slices w, w + warps, ...; each slice's sums go to shared memory.
+    bool waited = false;
+    for (int s = warp; s < a.slices; s += blockDim.x >> 5) {
+        float acc[MT][4];
 #pragma unroll
-    for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    const int k0 = warp * a.slice_cols, k1 = min(k0 + a.slice_cols, a.k_in);
-    slice_in_registers<MT, U>(a, rows, k0, k1, g, t, acc);
+        for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+        const int k0 = s * a.slice_cols, k1 = min(k0 + a.slice_cols, a.k_in);
+        slice_in_registers<MT, U>(a, rows, k0, k1, g, t, waited, acc);
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-        part[part_index<MT>(warp, i, g, 2 * t)] = acc[i][0];
-        part[part_index<MT>(warp, i, g, 2 * t + 1)] = acc[i][1];
-        part[part_index<MT>(warp, i, g + 8, 2 * t)] = acc[i][2];
-        part[part_index<MT>(warp, i, g + 8, 2 * t + 1)] = acc[i][3];
+        for (int i = 0; i < MT; ++i) {
+            part[part_index<MT>(s, i, g, 2 * t)] = acc[i][0];
+            part[part_index<MT>(s, i, g, 2 * t + 1)] = acc[i][1];
+            part[part_index<MT>(s, i, g + 8, 2 * t)] = acc[i][2];
+            part[part_index<MT>(s, i, g + 8, 2 * t + 1)] = acc[i][3];
+        }
     }
+    if (!waited) pdl_wait();
     __syncthreads();
 
-    // Each thread owns whole outputs, so the in-place trees need no further barrier.
+    // Each thread owns whole outputs.
     if (GATE_UP) {
         for (int o = threadIdx.x; o < MT * 8 * 8; o += blockDim.x) {
             const int i = o / 64, row = (o / 8) % 8, tok = o % 8;
             const int n = first + 8 * i + row;
             if (tok >= a.m_rows || n >= a.n[0]) continue;
-            const float gate = tree_sum<MT>(part, a.slices, i, row, tok);
-            const float up = tree_sum<MT>(part, a.slices, i, row + 8, tok);
+            const float gate = output_sum<MT>(part, a.slices, i, row, tok);
+            const float up = output_sum<MT>(part, a.slices, i, row + 8, tok);
             a.y[0][(long long)tok * a.n[0] + n] = gate / (1.f + __expf(-gate)) * up;
         }
     } else {
         const bf16* bias = seg == 0 ? a.bias[0] : (seg == 1 ? a.bias[1] : a.bias[2]);
         float* y = seg == 0 ? a.y[0] : (seg == 1 ? a.y[1] : a.y[2]);
         const int n_seg = seg == 0 ? a.n[0] : (seg == 1 ? a.n[1] : a.n[2]);
+        const bool accumulate = (seg == 0 ? a.accumulate[0] : (seg == 1 ? a.accumulate[1] : a.accumulate[2])) != 0;
         for (int o = threadIdx.x; o < RT * 8; o += blockDim.x) {
             const int i = o / 128, row = (o / 8) % 16, tok = o % 8;
             const int n = first + 16 * i + row;
             if (tok >= a.m_rows || n >= n_seg) continue;
-            const float sum = tree_sum<MT>(part, a.slices, i, row, tok);
-            y[(long long)tok * n_seg + n] = sum + (bias ? __bfloat162float(bias[n]) : 0.f);
+            const float sum = output_sum<MT>(part, a.slices, i, row, tok);
+            float* out = y + (long long)tok * n_seg + n;
+            const float value = sum + (bias ? __bfloat162float(bias[n]) : 0.f);
+            *out = accumulate ? *out + value : value;
         }
     }
 }
@@ -225,20 +261,27 @@ __device__ void gemv_tile(const GemvArgs& a) {
 // The entry points, one per (16-row tiles per block, 32-column steps per round):
 // gemv_t{MT}_u{U} and gemv_gate_up_t{MT}_u{U}. Every configuration computes the same bits;
 // the host times them per shape and keeps the fastest (backend/cuda/gemm.rs lists the set).
-#define GEMV_ENTRY(MT, U)                                                                                             \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_SLICES * 32) gemv_t##MT##_u##U(                   \
-        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* w0, const bf16* b0, float* y0, \
-        int n0, const bf16* w1, const bf16* b1, float* y1, int n1, const bf16* w2, const bf16* b2, float* y2,      \
-        int n2) {                                                                                                   \
-        gemv_tile<MT, U, false>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2}, {y0, y1, y2},    \
-                                 {n0, n1, n2}});                                                                    \
-    }                                                                                                               \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_SLICES * 32) gemv_gate_up_t##MT##_u##U(           \
-        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* gate, const bf16* up,         \
-        float* act, int n_out) {                                                                                    \
-        gemv_tile<MT, U, true>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr}, {nullptr, nullptr, nullptr}, \
-                                {act, nullptr, nullptr}, {n_out, n_out, 0}});                                       \
+// Each asks for registers that let two blocks share an SM: with one, an SM has half the
+// loads in flight, and the next launch cannot start there until it is done.
+#define GEMV_PLAIN(NAME, MT, U)                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* w0, const bf16* b0,      \
+        float* y0, int n0, int acc0, const bf16* w1, const bf16* b1, float* y1, int n1, int acc1,              \
+        const bf16* w2, const bf16* b2, float* y2, int n2, int acc2) {                                         \
+        gemv_tile<MT, U, false>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2}, {y0, y1, y2}, \
+                                 {n0, n1, n2}, {acc0, acc1, acc2}});                                           \
     }
+#define GEMV_GATE_UP(NAME, MT, U)                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* gate, const bf16* up,    \
+        float* act, int n_out) {                                                                               \
+        gemv_tile<MT, U, true>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr},                      \
+                                {nullptr, nullptr, nullptr}, {act, nullptr, nullptr}, {n_out, n_out, 0},       \
+                                {0, 0, 0}});                                                                   \
+    }
+#define GEMV_ENTRY(MT, U)                           \
+    GEMV_PLAIN(gemv_t##MT##_u##U, MT, U)            \
+    GEMV_GATE_UP(gemv_gate_up_t##MT##_u##U, MT, U)
 
 GEMV_ENTRY(1, 2)
 GEMV_ENTRY(1, 3)

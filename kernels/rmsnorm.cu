@@ -1,12 +1,10 @@
-// RMSNorm over f32 rows with a bf16 weight, optionally fused with the residual add.
-// One block per row.
-//   rmsnorm_f32:      out = x / rms(x) * w        (in place allowed: Qwen3's per-head norm
-//                                                 runs over [tokens * heads, head_dim])
-//   add_rmsnorm_f32:  residual += delta; out = residual / rms(residual) * w
-// Each thread reads back only what it wrote itself, so the fused form needs no barrier
-// between the add and the normalisation.
+// RMSNorm over f32 rows with a bf16 weight, one block per row:
+//   rmsnorm_f32:  out = x / rms(x) * w   (in place allowed: Qwen3's per-head norm runs over
+//                                        [tokens * heads, head_dim])
+// The residual add before a decoder layer's norms runs inside the o and down matmuls
+// (gemv.cu, `accumulate`), so the norm is a kernel of its own.
 
-// dst = src * inv * w over one row; src may be what this same thread just wrote.
+// dst = src * inv * w over one row.
 __device__ void scale_row(const float* src, const bf16* __restrict__ w, float* dst, int n, float inv, bool vec) {
     if (vec) {
         for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
@@ -31,38 +29,4 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const bf16* w, float* out
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += src[i] * src[i];
     scale_row(src, w, dst, n, rsqrtf(block_sum(ss, scratch) / (float)n + eps), vec);
-}
-
-extern "C" __global__ void add_rmsnorm_f32(float* residual, const float* delta, const bf16* w, float* out, int n,
-                                           float eps) {
-    pdl_enter();
-    __shared__ float scratch[32];
-    const long long row = (long long)blockIdx.x * n;
-    float* res = residual + row;
-    const float* d = delta + row;
-    float* dst = out + row;
-    const bool vec = (n % 8 == 0) && aligned16(res) && aligned16(d) && aligned16(dst) && aligned16(w);
-    float ss = 0.f;
-    // The add walks the same indices as scale_row's threads, so each element is re-read by
-    // the thread that wrote it.
-    if (vec) {
-        for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
-            float r[8], dv[8];
-            load8(res + i, r);
-            load8(d + i, dv);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                r[j] += dv[j];
-                ss += r[j] * r[j];
-            }
-            store8(res + i, r);
-        }
-    } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const float r = res[i] + d[i];
-            res[i] = r;
-            ss += r * r;
-        }
-    }
-    scale_row(res, w, dst, n, rsqrtf(block_sum(ss, scratch) / (float)n + eps), vec);
 }

@@ -101,6 +101,9 @@ engine_bench engine-graphs 60
 engine_bench engine-eager 60 --cuda-graph-max-bs 0
 # The same graphs without programmatic dependent launch: what overlapping kernels buys.
 SPECDECK_PDL=0 engine_bench engine-graphs-nopdl 60
+# The same graphs with each residual add as a launch of its own: what fusing it into the o
+# and down matmuls buys.
+SPECDECK_FUSED_RESIDUAL=0 engine_bench engine-graphs-unfused 60
 if ((GPUS >= 2)); then
     engine_bench engine-tp2 90 --tp-size 2
 fi

@@ -30,11 +30,13 @@
 //! # How model code uses it
 //!
 //! A forward pass is a fixed sequence of ops over scratch buffers sized at load:
-//! `embed` → per layer [`rms_norm`/`add_rms_norm` → `matmul` q,k,v (+bias) → (`head_rms_norm`)
+//! `embed` → per layer [`rms_norm` → `matmul` q,k,v (+bias) → (`head_rms_norm`)
 //! → `rope` → `copy_rows` into the KV cache → `attention` (prefix fully visible, then a causal
-//! or explicit mask over the new region) → `matmul` o → `all_reduce` → `add_rms_norm` →
-//! `matmul` gate, up → `silu_mul` → `matmul` down → `all_reduce`] → final norm → `matmul`
-//! lm_head. Decoding then uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
+//! or explicit mask over the new region) → `matmul` o → `all_reduce` → `add` to the residual →
+//! `rms_norm` → `matmul` gate, up → `silu_mul` → `matmul` down → `all_reduce` → `add`] →
+//! final norm → `matmul` lm_head. The fused forms below (`matmul_many`, `gate_up_silu`,
+//! `matmul_residual`, `rope_store_kv`) name those runs so a GPU backend can do each in one
+//! launch. Decoding then uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
 //! The EAGLE-3 drafter adds `copy_cols` (concatenating `[norm(embed); hidden_norm(h)]` and the
 //! three captured target hiddens) and `gather_rows` (the hidden each draft branch continues).
 //! Committing accepted tree tokens is `move_rows` on every layer's K and V.
@@ -139,6 +141,14 @@ pub struct RopeTable<B: Backend + ?Sized> {
     pub max_positions: usize,
 }
 
+/// `h[:n] += x[:n] · wᵀ` summed over the tensor-parallel ranks, through `delta`: the
+/// unfused form of `Backend::matmul_residual`.
+pub fn residual_through<B: Backend + ?Sized>(b: &B, x: &B::Tensor, w: &B::Weight, n: usize, delta: &mut B::Tensor, h: &mut B::Tensor) {
+    b.matmul(x, w, None, n, delta);
+    b.all_reduce(delta, n);
+    b.add(h, delta, n);
+}
+
 /// One output of `Backend::matmul_many`: `out[:n] = x[:n] · wᵀ (+ bias)`.
 pub struct Projection<'a, B: Backend + ?Sized> {
     pub w: &'a B::Weight,
@@ -207,16 +217,6 @@ pub trait Backend: Send + Sync + 'static {
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Weight>, n: usize, out: &mut Self::Tensor);
     /// `out[:n] = rmsnorm(x[:n]) * w`.
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, n: usize, out: &mut Self::Tensor);
-    /// `residual[:n] += delta[:n]; out[:n] = rmsnorm(residual[:n]) * w`.
-    fn add_rms_norm(
-        &self,
-        residual: &mut Self::Tensor,
-        delta: &Self::Tensor,
-        w: &Self::Weight,
-        eps: f32,
-        n: usize,
-        out: &mut Self::Tensor,
-    );
     /// In place, each `w.len()`-wide head of the first `n` rows: `rmsnorm(head) * w` (Qwen3 q/k norm).
     fn head_rms_norm(&self, x: &mut Self::Tensor, w: &Self::Weight, eps: f32, n: usize);
     /// Rotate every head of the first `n` rows in place at `positions[i]`.
@@ -291,6 +291,12 @@ pub trait Backend: Send + Sync + 'static {
         self.matmul(x, gate, None, n, gate_buf);
         self.matmul(x, up, None, n, up_buf);
         self.silu_mul(gate_buf, up_buf, n, out);
+    }
+
+    /// A row-parallel projection and the residual add: `h[:n] += x[:n] · wᵀ`, summed over
+    /// the tensor-parallel ranks. `delta` is scratch of `h`'s shape.
+    fn matmul_residual(&self, x: &Self::Tensor, w: &Self::Weight, n: usize, delta: &mut Self::Tensor, h: &mut Self::Tensor) {
+        residual_through(self, x, w, n, delta, h);
     }
 
     /// RoPE on the first `n` rows of `q` and `k` at `positions`, then `k` and `v` into the

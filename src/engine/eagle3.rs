@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::backend::{AttnGeometry, AttnWindow, Backend, Mask, RopeTable, Shard};
 use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, Drafter, TopK};
 use crate::engine::kv::KvCache;
-use crate::engine::llama::{layer_bytes, rope_from_config, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs};
+use crate::engine::llama::{layer_bytes, rope_from_config, AttnInput, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs};
 use crate::engine::weights::Loader;
 use crate::engine::EngineError;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -150,10 +150,8 @@ struct Buffers<B: Backend> {
     xn: B::Tensor,
     /// `[norm(embed); hidden_norm(x)]`, `[rows, 2H]`.
     u: B::Tensor,
-    y: B::Tensor,
     /// Pre-norm outputs of the last forward: the hidden each next draft step continues.
     prev: B::Tensor,
-    last: B::Tensor,
     logits: B::Tensor,
 }
 
@@ -255,9 +253,7 @@ impl<B: Backend> Eagle3Drafter<B> {
             x: b.tensor(rows, c.hidden)?,
             xn: b.tensor(rows, c.hidden)?,
             u: b.tensor(rows, 2 * c.hidden)?,
-            y: b.tensor(rows, c.hidden)?,
             prev: b.tensor(rows, c.hidden)?,
-            last: b.tensor(1, c.hidden)?,
             logits: b.tensor(cap.logit_rows, vd)?,
         };
         Ok(Eagle3Drafter {
@@ -322,17 +318,12 @@ impl<B: Backend> Eagle3Drafter<B> {
             mask,
         };
         // The layer's attention reads `u` and its residual is `x` (the fc output).
-        self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), &buf.u, &mut buf.x, &mut self.scratch);
-        b.add_rms_norm(&mut buf.x, &self.scratch.delta, &self.norm, c.eps, n, &mut buf.y);
+        self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), AttnInput::Rows(&buf.u), &mut buf.x, &mut self.scratch);
+        // `prev` keeps the final hiddens that the next draft level continues from.
         let rows = if all_logits { n } else { 1 };
-        if all_logits {
-            b.matmul(&buf.y, &self.lm_head, None, n, &mut buf.logits);
-            b.copy_rows(&buf.x, 0, &mut buf.prev, 0, n);
-        } else {
-            b.copy_rows(&buf.y, n - 1, &mut buf.last, 0, 1);
-            b.matmul(&buf.last, &self.lm_head, None, 1, &mut buf.logits);
-            b.copy_rows(&buf.x, n - 1, &mut buf.prev, 0, 1);
-        }
+        b.copy_rows(&buf.x, n - rows, &mut buf.prev, 0, rows);
+        b.rms_norm(&buf.prev, &self.norm, c.eps, rows, &mut self.scratch.normed);
+        b.matmul(&self.scratch.normed, &self.lm_head, None, rows, &mut buf.logits);
         self.top.enqueue(b, &mut buf.logits, rows);
         rows
     }

@@ -266,8 +266,8 @@ pub(crate) struct LayerScratch<B: Backend> {
     pub gate: B::Tensor,
     pub up: B::Tensor,
     pub act: B::Tensor,
-    /// The post-attention norm of the residual: the MLP's input, `[rows, hidden]`.
-    pub mlp_in: B::Tensor,
+    /// The norm of the residual stream that a matmul reads, `[rows, hidden]`.
+    pub normed: B::Tensor,
     /// Output of o_proj / down_proj, `[rows, hidden]`.
     pub delta: B::Tensor,
 }
@@ -283,7 +283,7 @@ impl<B: Backend> LayerScratch<B> {
             gate: b.tensor(rows, s.intermediate)?,
             up: b.tensor(rows, s.intermediate)?,
             act: b.tensor(rows, s.intermediate)?,
-            mlp_in: b.tensor(rows, s.hidden)?,
+            normed: b.tensor(rows, s.hidden)?,
             delta: b.tensor(rows, s.hidden)?,
         })
     }
@@ -299,23 +299,38 @@ pub(crate) struct LayerStep<'a, B: Backend> {
     pub mask: Mask<'a, B>,
 }
 
+/// What a layer's attention reads.
+pub(crate) enum AttnInput<'a, B: Backend> {
+    /// The layer's input norm of the residual stream (a decoder layer).
+    Residual,
+    /// Rows the caller prepared, `[n, attn_in]` (EAGLE-3's `[norm(embed); norm(hidden)]`).
+    Rows(&'a B::Tensor),
+}
+
 impl<B: Backend> Layer<B> {
-    /// Attention on the normed input `x` (`[n, attn_in]`), then the residual add into `h`
-    /// and the MLP. On return `s.delta` holds the MLP output, not yet added to `h`: the caller
-    /// adds it fused with the next norm. `x` is only read.
+    /// Attention on `input`, its output added to the residual stream `h`, then the MLP on
+    /// the post-attention norm of `h`, its output added to `h` as well.
     pub(crate) fn forward(
         &self,
         b: &B,
         st: &LayerStep<'_, B>,
         kv: (&mut B::Tensor, &mut B::Tensor),
-        x: &B::Tensor,
+        input: AttnInput<'_, B>,
         h: &mut B::Tensor,
         s: &mut LayerScratch<B>,
     ) {
         let n = st.window.queries;
         let a = &self.attn;
+        let x = match input {
+            AttnInput::Residual => {
+                b.rms_norm(h, &self.input_ln, st.eps, n, &mut s.normed);
+                &s.normed
+            }
+            AttnInput::Rows(x) => x,
+        };
         // Fused where the backend can (one launch for q, k and v; RoPE with the cache
-        // write; gate, up and SiLU): a decode step is mostly launches of little work.
+        // write; o with the residual add; gate, up and SiLU; down with the residual add):
+        // a decode step is mostly launches of little work.
         b.matmul_many(
             x,
             n,
@@ -332,12 +347,10 @@ impl<B: Backend> Layer<B> {
         let slot = st.window.first_new_slot();
         b.rope_store_kv(&mut s.q, &mut s.k, &s.v, st.rope, st.positions, n, (&mut *kv.0, &mut *kv.1), slot);
         b.attention(&s.q, kv.0, kv.1, &st.geometry, st.window, st.mask, &mut s.attn);
-        b.matmul(&s.attn, &a.o, None, n, &mut s.delta);
-        b.all_reduce(&mut s.delta, n);
-        b.add_rms_norm(h, &s.delta, &self.post_ln, st.eps, n, &mut s.mlp_in);
-        b.gate_up_silu(&s.mlp_in, &self.mlp.gate, &self.mlp.up, n, &mut s.gate, &mut s.up, &mut s.act);
-        b.matmul(&s.act, &self.mlp.down, None, n, &mut s.delta);
-        b.all_reduce(&mut s.delta, n);
+        b.matmul_residual(&s.attn, &a.o, n, &mut s.delta, h);
+        b.rms_norm(h, &self.post_ln, st.eps, n, &mut s.normed);
+        b.gate_up_silu(&s.normed, &self.mlp.gate, &self.mlp.up, n, &mut s.gate, &mut s.up, &mut s.act);
+        b.matmul_residual(&s.act, &self.mlp.down, n, &mut s.delta, h);
     }
 }
 
@@ -378,7 +391,7 @@ pub struct LlamaModel<B: Backend> {
     rope: RopeTable<B>,
     pub inputs: StepInputs<B>,
     h: B::Tensor,
-    x: B::Tensor,
+    /// The residual stream's last row, for the logits of that row alone.
     last: B::Tensor,
     scratch: LayerScratch<B>,
     pub logits: B::Tensor,
@@ -418,7 +431,6 @@ impl<B: Backend> LlamaModel<B> {
             rope: c.rope.table(b, cap.positions)?,
             inputs: StepInputs::new(b, cap.rows)?,
             h: b.tensor(cap.rows, c.hidden)?,
-            x: b.tensor(cap.rows, c.hidden)?,
             last: b.tensor(1, c.hidden)?,
             scratch: LayerScratch::new(b, cap.rows, &local)?,
             logits: b.tensor(cap.logit_rows, c.vocab)?,
@@ -468,7 +480,6 @@ impl<B: Backend> LlamaModel<B> {
         let b = &*self.backend;
         let c = &self.config;
         b.embed(&self.embed, &self.inputs.ids, n, &mut self.h);
-        b.rms_norm(&self.h, &self.layers[0].input_ln, c.eps, n, &mut self.x);
         let step = LayerStep {
             geometry: self.geometry,
             eps: c.eps,
@@ -483,21 +494,21 @@ impl<B: Backend> LlamaModel<B> {
                     b.copy_cols(&self.h, n, &mut cap.aux, slot * c.hidden);
                 }
             }
-            layer.forward(b, &step, (&mut kv.k[i], &mut kv.v[i]), &self.x, &mut self.h, &mut self.scratch);
-            let next_norm = self.layers.get(i + 1).map(|l| &l.input_ln).unwrap_or(&self.norm);
-            b.add_rms_norm(&mut self.h, &self.scratch.delta, next_norm, c.eps, n, &mut self.x);
+            layer.forward(b, &step, (&mut kv.k[i], &mut kv.v[i]), AttnInput::Residual, &mut self.h, &mut self.scratch);
         }
-        match logits {
-            Logits::None => {}
+        let (h, rows) = match logits {
+            Logits::None => return,
             Logits::Last => {
-                b.copy_rows(&self.x, n - 1, &mut self.last, 0, 1);
-                b.matmul(&self.last, &self.lm_head, None, 1, &mut self.logits);
+                b.copy_rows(&self.h, n - 1, &mut self.last, 0, 1);
+                (&self.last, 1)
             }
             Logits::All => {
                 assert!(n <= self.capacity.logit_rows, "logits for {n} rows (capacity {})", self.capacity.logit_rows);
-                b.matmul(&self.x, &self.lm_head, None, n, &mut self.logits);
+                (&self.h, n)
             }
-        }
+        };
+        b.rms_norm(h, &self.norm, c.eps, rows, &mut self.scratch.normed);
+        b.matmul(&self.scratch.normed, &self.lm_head, None, rows, &mut self.logits);
     }
 
     /// The final pre-norm hidden states of the last forward, `[rows, hidden]`.

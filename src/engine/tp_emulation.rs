@@ -100,9 +100,6 @@ impl Backend for RankCpu {
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, n: usize, out: &mut CpuTensor) {
         CpuBackend.rms_norm(x, w, eps, n, out)
     }
-    fn add_rms_norm(&self, residual: &mut CpuTensor, delta: &CpuTensor, w: &CpuWeight, eps: f32, n: usize, out: &mut CpuTensor) {
-        CpuBackend.add_rms_norm(residual, delta, w, eps, n, out)
-    }
     fn head_rms_norm(&self, x: &mut CpuTensor, w: &CpuWeight, eps: f32, n: usize) {
         CpuBackend.head_rms_norm(x, w, eps, n)
     }

@@ -164,22 +164,6 @@ impl Backend for CpuBackend {
         par::chunks(&mut out.data[..n * c], c, n * c, |i, o| normalise_into(x.row(i), &w.data, eps, o));
     }
 
-    fn add_rms_norm(
-        &self,
-        residual: &mut CpuTensor,
-        delta: &CpuTensor,
-        w: &CpuWeight,
-        eps: f32,
-        n: usize,
-        out: &mut CpuTensor,
-    ) {
-        let c = residual.cols;
-        par::chunks2(&mut residual.data[..n * c], &mut out.data[..n * c], c, |i, r, o| {
-            r.iter_mut().zip(delta.row(i)).for_each(|(r, d)| *r += d);
-            normalise_into(r, &w.data, eps, o);
-        });
-    }
-
     fn head_rms_norm(&self, x: &mut CpuTensor, w: &CpuWeight, eps: f32, n: usize) {
         let hd = w.data.len();
         let cols = x.cols;
@@ -382,15 +366,13 @@ mod tests {
     }
 
     #[test]
-    fn add_rms_norm_updates_the_residual() {
+    fn matmul_residual_adds_the_product_into_the_residual() {
         let b = CpuBackend;
-        let mut res = t(2, &[1.0, 1.0]);
-        let delta = t(2, &[2.0, -2.0]);
-        let w = CpuWeight { data: vec![1.0, 0.5], shape: vec![2] };
-        let mut out = b.tensor(1, 2).unwrap();
-        b.add_rms_norm(&mut res, &delta, &w, 0.0, 1, &mut out);
-        assert_eq!(res.data, vec![3.0, -1.0]);
-        let s = 1.0 / 5.0f32.sqrt();
-        assert_eq!(out.data, vec![3.0 * s, -0.5 * s]);
+        let mut h = t(2, &[1.0, 1.0]);
+        let x = t(2, &[2.0, -2.0]);
+        let mut delta = b.tensor(1, 2).unwrap();
+        let identity = CpuWeight { data: vec![1.0, 0.0, 0.0, 1.0], shape: vec![2, 2] };
+        b.matmul_residual(&x, &identity, 1, &mut delta, &mut h);
+        assert_eq!(h.data, vec![3.0, -1.0]);
     }
 }

@@ -17,15 +17,3 @@ where
         data.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     }
 }
-
-/// `f(i, a_i, b_i)` over matching `chunk`-sized pieces of two buffers.
-pub fn chunks2<F>(a: &mut [f32], b: &mut [f32], chunk: usize, f: F)
-where
-    F: Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
-{
-    if a.len() < PARALLEL_MIN {
-        a.chunks_mut(chunk).zip(b.chunks_mut(chunk)).enumerate().for_each(|(i, (x, y))| f(i, x, y));
-    } else {
-        a.par_chunks_mut(chunk).zip(b.par_chunks_mut(chunk)).enumerate().for_each(|(i, (x, y))| f(i, x, y));
-    }
-}

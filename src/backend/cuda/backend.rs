@@ -14,7 +14,7 @@ use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::event::{Event, EventSink, PhaseId, PhaseState};
 use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
@@ -68,6 +68,9 @@ pub struct CudaBackend {
     /// Host row lists copied up for one op at a time (stream order keeps them apart).
     list: DeviceBuf<i32>,
     picked: DeviceBuf<i32>,
+    /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
+    /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
+    fused_residual: bool,
 }
 
 impl CudaBackend {
@@ -89,7 +92,8 @@ impl CudaBackend {
         let list = gpu.alloc::<i32>(MAX_LIST, "row lists")?;
         let picked = gpu.alloc::<i32>(1, "sample result")?;
         let graphs = Graphs::new(&gpu)?;
-        let b = CudaBackend { gpu, matmuls: Matmuls::default(), rank, nccl, graphs, bad_id, list, picked };
+        let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
+        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, graphs, bad_id, list, picked, fused_residual };
         b.reset_bad_id();
         Ok(b)
     }
@@ -189,7 +193,7 @@ fn input(x: &CudaTensor, n: usize, w: &CudaWeight) -> Input {
 fn segment(x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, out: &CudaTensor) -> Segment {
     let (n_out, k_in) = (w.shape[0], w.shape[1]);
     assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
-    Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out }
+    Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out, accumulate: false }
 }
 
 fn to_usize_ids(rows: &[usize]) -> Vec<i32> {
@@ -373,6 +377,17 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn matmul_residual(&self, x: &CudaTensor, w: &CudaWeight, n: usize, delta: &mut CudaTensor, h: &mut CudaTensor) {
+        // Over several ranks the partial products are summed before the add.
+        if self.rank.world > 1 || !self.fused_residual {
+            return residual_through(self, x, w, n, delta, h);
+        }
+        let seg = Segment { accumulate: true, ..segment(x, w, None, h) };
+        if let Some(eager) = self.matmul_gate("matmul_residual", n, &[x.buf.ptr(), seg.w, seg.out]) {
+            self.matmuls.run_residual(&self.gpu, input(x, n, w), seg, delta.buf.ptr(), eager);
+        }
+    }
+
     fn rope_store_kv(
         &self,
         q: &mut CudaTensor,
@@ -416,19 +431,6 @@ impl Backend for CudaBackend {
         let c = x.cols;
         let mut args = [Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I32(c as i32), Arg::F32(eps)];
         self.launch_rows("rmsnorm_f32", n, c, &mut args);
-    }
-
-    fn add_rms_norm(&self, residual: &mut CudaTensor, delta: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {
-        let c = residual.cols;
-        let mut args = [
-            Arg::Ptr(residual.buf.ptr()),
-            Arg::Ptr(delta.buf.ptr()),
-            Arg::Ptr(w.buf.ptr()),
-            Arg::Ptr(out.buf.ptr()),
-            Arg::I32(c as i32),
-            Arg::F32(eps),
-        ];
-        self.launch_rows("add_rmsnorm_f32", n, c, &mut args);
     }
 
     fn head_rms_norm(&self, x: &mut CudaTensor, w: &CudaWeight, eps: f32, n: usize) {

@@ -151,12 +151,6 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
     p.t.rms_norm(&x.t, &norm.t, 1e-6, 7, &mut y.t);
     p.compare("rms_norm", &y, 7, F32_TOL)?;
 
-    let mut res = p.tensor(7, hidden, 2.0)?;
-    p.r.add_rms_norm(&mut res.r, &x.r, &norm.r, 1e-6, 7, &mut y.r);
-    p.t.add_rms_norm(&mut res.t, &x.t, &norm.t, 1e-6, 7, &mut y.t);
-    p.compare("add_rms_norm out", &y, 7, F32_TOL)?;
-    p.compare("add_rms_norm residual", &res, 7, F32_TOL)?;
-
     let head_norm = p.weight(&[64], 1.0)?;
     p.r.head_rms_norm(&mut y.r, &head_norm.r, 1e-6, 7);
     p.t.head_rms_norm(&mut y.t, &head_norm.t, 1e-6, 7);
@@ -194,13 +188,15 @@ fn rope_tables<R: Backend, T: Backend>(p: &Pair<'_, R, T>, hd: usize, max_pos: u
 }
 
 /// The fused steps against the same steps done op by op: q/k/v in one call (with bias),
-/// gate-up-SiLU, and RoPE with the KV-cache write, at decode, verify and prefill sizes.
+/// gate-up-SiLU, the row-parallel matmul with the residual add, and RoPE with the KV-cache
+/// write, at decode, verify and prefill sizes.
 fn fused_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
     let hidden = 256;
     let widths = [384usize, 128, 128];
     let ws = [p.weight(&[widths[0], hidden], 0.1)?, p.weight(&[widths[1], hidden], 0.1)?, p.weight(&[widths[2], hidden], 0.1)?];
     let bs = [p.weight(&[widths[0]], 0.1)?, p.weight(&[widths[1]], 0.1)?, p.weight(&[widths[2]], 0.1)?];
     let (gate, up) = (p.weight(&[768, hidden], 0.1)?, p.weight(&[768, hidden], 0.1)?);
+    let down = p.weight(&[hidden, 768], 0.1)?;
     for rows in [1usize, 5, 40] {
         let x = p.tensor(rows, hidden, 1.0)?;
         let mut ys = [p.tensor(rows, widths[0], 0.0)?, p.tensor(rows, widths[1], 0.0)?, p.tensor(rows, widths[2], 0.0)?];
@@ -226,6 +222,12 @@ fn fused_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
         p.r.gate_up_silu(&x.r, &gate.r, &up.r, rows, &mut gb.r, &mut ub.r, &mut act.r);
         p.t.gate_up_silu(&x.t, &gate.t, &up.t, rows, &mut gb.t, &mut ub.t, &mut act.t);
         p.compare(&format!("gate_up_silu {rows} rows"), &act, rows, MATMUL_TOL)?;
+        // The residual stream at its own scale.
+        let act = p.tensor(rows, 768, 1.0)?;
+        let (mut h, mut delta) = (p.tensor(rows, hidden, 30.0)?, p.tensor(rows, hidden, 0.0)?);
+        p.r.matmul_residual(&act.r, &down.r, rows, &mut delta.r, &mut h.r);
+        p.t.matmul_residual(&act.t, &down.t, rows, &mut delta.t, &mut h.t);
+        p.compare(&format!("matmul_residual {rows} rows"), &h, rows, MATMUL_TOL)?;
     }
     let (heads, kv_heads, hd, slots) = (4usize, 2usize, 64usize, 64usize);
     for style in [RopeStyle::NeoX, RopeStyle::Interleaved] {
@@ -361,6 +363,7 @@ mod tests {
             "matmul 5x256 -> 4101 bias=false",
             "matmul_many 5 rows, output 1",
             "gate_up_silu 40 rows",
+            "matmul_residual 5 rows",
             "rope_store_kv Interleaved k cache",
             "rope Interleaved",
             "attention decode long causal hd=80",
@@ -370,7 +373,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 69);
+        assert_eq!(checks.len(), 70);
     }
 
     #[test]

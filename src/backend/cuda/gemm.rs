@@ -12,7 +12,8 @@
 //! The configurations (row tiles per block, column steps per round) compute the same bits,
 //! so the first eager run of each shape and row count times them and keeps the fastest.
 //! One launch can also multiply the same x by up to three matrices (q, k, v) or fuse gate,
-//! up and SiLU.
+//! up and SiLU; and add its product into the output ([`Segment::accumulate`]: the residual
+//! add after o_proj and down_proj, at tp = 1).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,14 +26,21 @@ use super::gpu::{stride_grid, Arg, DeviceBuf, Gpu, NULL};
 
 /// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile).
 pub const GEMV_MAX_ROWS: usize = 8;
-/// Most K slices one launch adds up, one warp each (`GEMV_MAX_SLICES` in kernels/gemv.cu).
-const GEMV_MAX_SLICES: usize = 16;
+/// Most K slices one launch adds up (`GEMV_MAX_SLICES` in kernels/gemv.cu): their partial
+/// sums fill at most 34 KB of shared memory, under the 48 KB a launch gets without asking.
+const GEMV_MAX_SLICES: usize = 32;
+/// Most warps per block, one slice each at a time (`GEMV_MAX_WARPS` in kernels/gemv.cu).
+const GEMV_MAX_WARPS: usize = 16;
 /// Matrices one plain skinny launch multiplies (`GemvArgs` in kernels/gemv.cu).
 const SEGMENTS_PER_LAUNCH: usize = 3;
 /// The narrowest K slice worth a warp of its own: narrower slices mean more warps, each
 /// with a shorter chain of dependent loads, and more partial sums to add. Small models are
-/// latency-bound, so their K (896, 1536) is cut down to this; 4096 and up take 16 slices.
+/// latency-bound, so their K (896, 1536) is cut down to this.
 const MIN_SLICE_COLS: usize = 96;
+/// Slices are cut no wider than this where K allows 32 of them (14336: 32 of 448, where 16
+/// of 896 made each warp's chain of loads twice as long), so that a row-parallel half of a
+/// wide K still has 16 warps' worth of slices on each rank.
+const WIDE_SLICE_COLS: usize = 256;
 
 /// One compiled configuration of the skinny kernels (a `GEMV_ENTRY` line of gemv.cu).
 #[derive(Debug, PartialEq, Eq)]
@@ -83,8 +91,10 @@ impl Slicing {
             return None;
         }
         let whole = |k: usize| {
-            // Slices of whole 16-byte loads (8 columns), all of one width.
-            let slices = [16, 8, 4, 2].into_iter().find(|&s| k % (8 * s) == 0 && k / s >= MIN_SLICE_COLS).unwrap_or(1);
+            // Slices of whole 16-byte loads (8 columns), all of one width: about 16 of them,
+            // within the bounds above.
+            let narrowest = (k / 16).clamp(MIN_SLICE_COLS, WIDE_SLICE_COLS);
+            let slices = [32, 16, 8, 4, 2].into_iter().find(|&s| k % (8 * s) == 0 && k / s >= narrowest).unwrap_or(1);
             Slicing { cols: k / slices, slices }
         };
         let full = whole(k_full);
@@ -109,6 +119,8 @@ pub struct Segment {
     pub bias: Option<u64>,
     pub out: u64,
     pub n_out: usize,
+    /// `out += x · wᵀ (+ bias)` instead of `out = ...`.
+    pub accumulate: bool,
 }
 
 /// The shared operand of a launch: `rows` rows of `k_in` f32 at `x`, multiplying weights
@@ -135,6 +147,12 @@ impl GemvJob<'_> {
             GemvJob::Segments(s) => s.iter().map(|s| s.n_out).sum(),
             GemvJob::GateUp { n_out, .. } => *n_out,
         }
+    }
+
+    /// Whether running it twice differs from running it once (a residual add), so that
+    /// it must not be timed on its real output.
+    fn accumulates(&self) -> bool {
+        matches!(self, GemvJob::Segments(s) if s.iter().any(|s| s.accumulate))
     }
 
     fn weights(&self) -> Vec<u64> {
@@ -179,6 +197,9 @@ struct ShapeKey {
 
 #[derive(Default)]
 pub struct Matmuls {
+    /// `SPECDECK_GEMV=t1_u2` (say): every skinny launch uses that configuration instead of
+    /// the fastest timed alone (for A/B runs of whole steps, where launches overlap).
+    pinned: Option<&'static GemvConfig>,
     /// The bf16 copy of x that cuBLAS reads; grown on demand.
     scratch: Mutex<Option<DeviceBuf<bf16>>>,
     /// The skinny configuration chosen for each shape.
@@ -199,10 +220,25 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Matmuls {
+    pub fn new() -> Matmuls {
+        let pinned = std::env::var("SPECDECK_GEMV").ok().and_then(|w| GEMV_CONFIGS.iter().find(|c| c.plain == format!("gemv_{w}")));
+        Matmuls { pinned, ..Matmuls::default() }
+    }
+
     /// `seg.out = x · seg.wᵀ (+ bias)`. `eager` says the stream is not being captured, so a
     /// new shape may be timed.
     pub fn run(&self, gpu: &Gpu, input: Input, seg: Segment, eager: bool) {
         self.run_many(gpu, input, &[seg], eager);
+    }
+
+    /// `seg.out += x · seg.wᵀ`. Adding twice is not adding once, so a new shape is timed
+    /// writing into `trial_out` (of `seg.out`'s shape) instead.
+    pub fn run_residual(&self, gpu: &Gpu, input: Input, seg: Segment, trial_out: u64, eager: bool) {
+        if eager && input.skinny(&[seg.w]).is_some() {
+            let trial = Segment { out: trial_out, accumulate: false, ..seg };
+            self.config_for(gpu, input, GemvJob::Segments(&[trial]), true);
+        }
+        self.run(gpu, input, seg, eager);
     }
 
     pub fn set_deterministic(&self, on: bool) {
@@ -253,8 +289,8 @@ impl Matmuls {
         if let Some(cut) = input.skinny(&job.weights()) {
             return self.gemv(gpu, input, cut, job, eager);
         }
-        self.cublas(gpu, input, Segment { w: gate, bias: None, out: bufs.0, n_out });
-        self.cublas(gpu, input, Segment { w: up, bias: None, out: bufs.1, n_out });
+        self.cublas(gpu, input, Segment { w: gate, bias: None, out: bufs.0, n_out, accumulate: false });
+        self.cublas(gpu, input, Segment { w: up, bias: None, out: bufs.1, n_out, accumulate: false });
         let len = input.rows * n_out;
         gpu.launch("silu_mul_f32", stride_grid(len), 256, 0, &[Arg::Ptr(bufs.0), Arg::Ptr(bufs.1), Arg::Ptr(act), Arg::I64(len as i64)]);
     }
@@ -274,15 +310,21 @@ impl Matmuls {
     }
 
     /// The configuration this shape uses: the one chosen before, else (when the stream
-    /// is not capturing) the fastest candidate timed now, else the first candidate.
+    /// is not capturing and the launch does not add into its output) the fastest candidate
+    /// timed now, else the first candidate.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
         let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
-        let key = ShapeKey { gate_up: matches!(job, GemvJob::GateUp { .. }), rows: input.rows, n_total: job.n_total(), k_in: input.k_in };
-        if let Some(c) = locked(&self.chosen).get(&key) {
+        let key = ShapeKey {
+            gate_up: matches!(job, GemvJob::GateUp { .. }),
+            rows: input.rows,
+            n_total: job.n_total(),
+            k_in: input.k_in,
+        };
+        if let Some(c) = self.pinned.or_else(|| locked(&self.chosen).get(&key).copied()) {
             return c;
         }
         let cut = match input.skinny(&job.weights()) {
-            Some(cut) if eager && list.len() > 1 => cut,
+            Some(cut) if eager && list.len() > 1 && !job.accumulates() => cut,
             _ => return list[0],
         };
         let timed: Vec<(f64, &'static GemvConfig)> = list
@@ -307,28 +349,34 @@ impl Matmuls {
     /// Launch one skinny kernel cutting K as `cut` says; `false` when the launch failed
     /// (recorded for the next sync).
     fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, cut: Slicing, job: GemvJob<'_>) -> bool {
-        let head = [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32), Arg::I32(cut.cols as i32), Arg::I32(cut.slices as i32)];
+        const HEAD: usize = 5;
+        let head: [Arg; HEAD] =
+            [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32), Arg::I32(cut.cols as i32), Arg::I32(cut.slices as i32)];
         let grid = (job.blocks(config) as u32, 1);
-        // One warp per slice.
-        let threads = 32 * cut.slices as u32;
+        // One warp per slice, each taking several when there are more slices than warps.
+        let threads = 32 * cut.slices.min(GEMV_MAX_WARPS) as u32;
+        // A partial sum per slice and output (16 rows x 8 x rows per tile).
+        let shared = (4 * cut.slices * config.tiles * 16 * 8) as u32;
         match job {
             GemvJob::Segments(segs) => {
-                let mut args = [NULL; 17];
-                args[..5].copy_from_slice(&head);
-                for i in 0..SEGMENTS_PER_LAUNCH {
+                const PER_SEGMENT: usize = 5;
+                let mut args = [NULL; HEAD + PER_SEGMENT * SEGMENTS_PER_LAUNCH];
+                args[..HEAD].copy_from_slice(&head);
+                for (i, at) in (HEAD..args.len()).step_by(PER_SEGMENT).enumerate() {
                     let s = segs.get(i);
-                    args[5 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.w));
-                    args[6 + 4 * i] = s.and_then(|s| s.bias).map_or(NULL, Arg::Ptr);
-                    args[7 + 4 * i] = Arg::Ptr(s.map_or(0, |s| s.out));
-                    args[8 + 4 * i] = Arg::I32(s.map_or(0, |s| s.n_out as i32));
+                    args[at] = Arg::Ptr(s.map_or(0, |s| s.w));
+                    args[at + 1] = s.and_then(|s| s.bias).map_or(NULL, Arg::Ptr);
+                    args[at + 2] = Arg::Ptr(s.map_or(0, |s| s.out));
+                    args[at + 3] = Arg::I32(s.map_or(0, |s| s.n_out as i32));
+                    args[at + 4] = Arg::I32(s.is_some_and(|s| s.accumulate) as i32);
                 }
-                gpu.launch(config.plain, grid, threads, 0, &args)
+                gpu.launch(config.plain, grid, threads, shared, &args)
             }
             GemvJob::GateUp { gate, up, act, n_out } => {
-                let mut args = [NULL; 9];
-                args[..5].copy_from_slice(&head);
-                args[5..].copy_from_slice(&[Arg::Ptr(gate), Arg::Ptr(up), Arg::Ptr(act), Arg::I32(n_out as i32)]);
-                gpu.launch(config.gate_up, grid, threads, 0, &args)
+                let mut args = [NULL; HEAD + 4];
+                args[..HEAD].copy_from_slice(&head);
+                args[HEAD..].copy_from_slice(&[Arg::Ptr(gate), Arg::Ptr(up), Arg::Ptr(act), Arg::I32(n_out as i32)]);
+                gpu.launch(config.gate_up, grid, threads, shared, &args)
             }
         }
     }
@@ -347,7 +395,7 @@ impl Matmuls {
         let xb = scratch.as_ref().expect("allocated above").ptr();
         gpu.bind();
         gpu.launch("f32_to_bf16", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(xb), Arg::I64(len as i64)]);
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (alpha, beta) = (1.0f32, if seg.accumulate { 1.0f32 } else { 0.0 });
         // Row-major out[rows, N] = x[rows, K] · W[N, K]ᵀ is, in cuBLAS's column-major terms,
         // out'[N, rows] = W'ᵀ · x' with W' = [K, N] (ld K) and x' = [K, rows] (ld K).
         // SAFETY: the addresses are live buffers of at least these extents.
@@ -413,6 +461,7 @@ mod tests {
         let in_table: Vec<(usize, usize)> = GEMV_CONFIGS.iter().map(|c| (c.tiles, c.steps)).collect();
         assert_eq!(in_file, in_table);
         let limits = |name: &str| regex::Regex::new(&format!(r"#define {name} (\d+)")).unwrap().captures(text).unwrap()[1].parse::<usize>().unwrap();
+        assert_eq!(limits("GEMV_MAX_WARPS"), GEMV_MAX_WARPS);
         assert_eq!(limits("GEMV_MAX_SLICES"), GEMV_MAX_SLICES);
     }
 
@@ -422,9 +471,9 @@ mod tests {
     fn k_is_cut_into_a_power_of_two_of_equal_slices() {
         let cut = |k| Slicing::of(k, k).map(|s| (s.cols, s.slices));
         assert_eq!(cut(4096), Some((256, 16)));
-        assert_eq!(cut(14336), Some((896, 16)));
+        assert_eq!(cut(14336), Some((448, 32)));
         assert_eq!(cut(1536), Some((96, 16)));
-        assert_eq!(cut(8960), Some((560, 16)));
+        assert_eq!(cut(8960), Some((280, 32)));
         assert_eq!(cut(896), Some((112, 8)));
         assert_eq!(cut(4864), Some((304, 16)));
         assert_eq!(cut(576), Some((144, 4)));
@@ -443,9 +492,9 @@ mod tests {
     /// shard's own.
     #[test]
     fn a_sharded_k_keeps_the_whole_weights_slices() {
-        assert_eq!(Slicing::of(7168, 14336), Some(Slicing { cols: 896, slices: 8 }));
+        assert_eq!(Slicing::of(7168, 14336), Some(Slicing { cols: 448, slices: 16 }));
         assert_eq!(Slicing::of(2048, 4096), Some(Slicing { cols: 256, slices: 8 }));
-        assert_eq!(Slicing::of(4480, 8960), Some(Slicing { cols: 560, slices: 8 }));
+        assert_eq!(Slicing::of(4480, 8960), Some(Slicing { cols: 280, slices: 16 }));
         assert_eq!(Slicing::of(448, 896), Some(Slicing { cols: 112, slices: 4 }));
         assert_eq!(Slicing::of(224, 896), Some(Slicing { cols: 112, slices: 2 }));
     }
@@ -477,7 +526,8 @@ mod tests {
 
     #[test]
     fn a_launch_has_a_block_per_row_tile() {
-        let segs = [Segment { w: 0, bias: None, out: 0, n_out: 4096 }, Segment { w: 0, bias: None, out: 0, n_out: 1000 }];
+        let seg = |n_out| Segment { w: 0, bias: None, out: 0, n_out, accumulate: false };
+        let segs = [seg(4096), seg(1000)];
         assert_eq!(GemvJob::Segments(&segs).blocks(&GEMV_CONFIGS[0]), 256 + 63);
         assert_eq!(GemvJob::Segments(&segs).blocks(&GEMV_CONFIGS[3]), 128 + 32);
         let gate_up = GemvJob::GateUp { gate: 0, up: 0, act: 0, n_out: 14336 };

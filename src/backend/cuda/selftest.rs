@@ -425,6 +425,7 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let same = |ok: bool| if ok { "identical" } else { "DIFFERENT" };
     r.row("skinny matmul bits, rows 1-8 x configurations (plain, gate-up)", same(check.rows_and_configs_equal), Some(check.rows_and_configs_equal));
     r.row("skinny matmul bits, 2-way K split summed vs whole K", same(check.split_sum_equal), Some(check.split_sum_equal));
+    r.row("skinny matmul bits, adding into the output vs the product added on the host", same(check.accumulate_equal), Some(check.accumulate_equal));
     r.row(format!("skinny matmul vs f64 reference, K {} (rel. error)", super::skinnycheck::K), format!("{:.2e}", check.rel_err), Some(check.rel_err < 1e-3));
     let mut out = vec![check.detail];
     for widths in &GEMM_MODELS {
@@ -440,7 +441,7 @@ fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow
     let w = gpu.alloc::<half::bf16>(vocab * hidden, "gemm weights")?;
     let x = gpu.alloc::<f32>(8 * inter, "gemm input")?;
     let y = gpu.alloc::<f32>(8 * vocab, "gemm output")?;
-    let seg = |w_at: usize, y_at: usize, n_out: usize| Segment { w: w.ptr_at(w_at), bias: None, out: y.ptr_at(y_at), n_out };
+    let seg = |w_at: usize, y_at: usize, n_out: usize| Segment { w: w.ptr_at(w_at), bias: None, out: y.ptr_at(y_at), n_out, accumulate: false };
     let qkv = [seg(0, 0, hidden), seg(hidden * hidden, 8 * hidden, kv), seg((hidden + kv) * hidden, 8 * (hidden + kv), kv)];
     let o = [seg(0, 0, hidden)];
     let lm_head = [seg(0, 0, vocab)];

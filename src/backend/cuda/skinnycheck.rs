@@ -1,8 +1,8 @@
 //! The skinny matmuls' promises, checked bit for bit on the GPU (`cuda-check`, gemm
 //! section): an output row is the same whatever the row count (1 to 8) and configuration,
 //! for plain and gate-up launches; a 2-way row-parallel split of K, its two halves added as
-//! the all-reduce adds them, equals the single-GPU result; and the values agree with an
-//! f64 reference on the host.
+//! the all-reduce adds them, equals the single-GPU result; a launch that adds into its
+//! output adds exactly its product; and the values agree with an f64 reference on the host.
 
 use half::bf16;
 use rand::{Rng, SeedableRng};
@@ -19,14 +19,16 @@ pub struct SkinnyBits {
     pub rows_and_configs_equal: bool,
     /// The two K halves, added in f32, gave the whole-K bits.
     pub split_sum_equal: bool,
+    /// Adding into an output that holds the product gave twice the product's bits.
+    pub accumulate_equal: bool,
     /// Relative error of the whole-K result against an f64 host reference.
     pub rel_err: f64,
     pub detail: Value,
 }
 
-/// The down-projection width of Qwen2.5-1.5B (16 slices of 560, each ending on a part
-/// step of 16 columns) and 272 outputs: 17 tiles of 16 rows, so the 32-row configurations end
-/// on a half-empty tile.
+/// The down-projection width of Qwen2.5-1.5B (32 slices of 280, each ending 24 columns into
+/// a 32-column step; two per warp) and 272 outputs: 17 tiles of 16 rows, so the 32-row
+/// configurations end on a half-empty tile.
 pub const K: usize = 8960;
 const N_OUT: usize = 272;
 
@@ -46,10 +48,10 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     let x_host: Vec<f32> = (0..GEMV_MAX_ROWS * K).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let (w, x) = (gpu.alloc_from(&w_host, "skinny check weights")?, gpu.alloc_from(&x_host, "skinny check input")?);
     let y = gpu.alloc::<f32>(GEMV_MAX_ROWS * N_OUT, "skinny check output")?;
-    let run = |config: &'static GemvConfig, gate_up: bool, rows: usize, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in: usize| {
+    let launch = |config: &'static GemvConfig, gate_up: bool, rows: usize, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in: usize, accumulate: bool| {
         let input = Input { x: x.ptr(), rows, k_in, k_full: K };
         let n_out = if gate_up { N_OUT / 2 } else { N_OUT };
-        let seg = [Segment { w: w.ptr(), bias: None, out: y.ptr(), n_out }];
+        let seg = [Segment { w: w.ptr(), bias: None, out: y.ptr(), n_out, accumulate }];
         // Gate-up: the first half of W's rows are the gate, the second half the up rows.
         let job = if gate_up {
             GemvJob::GateUp { gate: w.ptr(), up: w.ptr_at(n_out * k_in), act: y.ptr(), n_out }
@@ -59,6 +61,7 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
         backend.matmuls.run_path(gpu, input, job, MatmulPath::Gemv(config));
         gpu.download(&y, 0, rows * n_out)
     };
+    let run = |config, gate_up, rows, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in| launch(config, gate_up, rows, x, w, k_in, false);
 
     let mut mismatches = Vec::new();
     for gate_up in [false, true] {
@@ -74,6 +77,9 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     }
 
     let whole = run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, K)?;
+    // `y` holds `whole` now: adding the product again doubles it, exactly.
+    let doubled = launch(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, K, true)?;
+    let accumulate_equal = bits(&doubled) == bits(&whole.iter().map(|v| v + v).collect::<Vec<_>>());
     let half = K / 2;
     let part = |cols: std::ops::Range<usize>| -> anyhow::Result<Vec<f32>> {
         let w = gpu.alloc_from(&columns(&w_host, N_OUT, cols.clone()), "skinny check weights")?;
@@ -97,7 +103,9 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     Ok(SkinnyBits {
         rows_and_configs_equal: mismatches.is_empty(),
         split_sum_equal,
+        accumulate_equal,
         rel_err,
-        detail: json!({ "k": K, "n_out": N_OUT, "mismatches": mismatches, "split_sum_equal": split_sum_equal, "rel_err_vs_f64": rel_err }),
+        detail: json!({ "k": K, "n_out": N_OUT, "mismatches": mismatches, "split_sum_equal": split_sum_equal, "accumulate_equal": accumulate_equal,
+                        "rel_err_vs_f64": rel_err }),
     })
 }

@@ -131,11 +131,11 @@ impl<B: Backend> ToyStep<B> {
         );
         b.rope_store_kv(&mut self.q, &mut self.k, &self.v, &self.rope, &self.pos, 1, (&mut self.kc, &mut self.vc), pos);
         b.attention(&self.q, &self.kc, &self.vc, &g, AttnWindow { prefix: pos, region: 1, queries: 1 }, Mask::Causal, &mut self.a);
-        b.matmul(&self.a, &self.wo, None, 1, &mut self.o);
-        b.add_rms_norm(&mut self.x, &self.o, &self.norm, 1e-5, 1, &mut self.h);
+        b.matmul_residual(&self.a, &self.wo, 1, &mut self.o, &mut self.x);
+        b.rms_norm(&self.x, &self.norm, 1e-5, 1, &mut self.h);
         b.gate_up_silu(&self.h, &self.gate, &self.up, 1, &mut self.g, &mut self.u, &mut self.act);
-        b.matmul(&self.act, &self.down, None, 1, &mut self.o);
-        b.add_rms_norm(&mut self.x, &self.o, &self.norm, 1e-5, 1, &mut self.h);
+        b.matmul_residual(&self.act, &self.down, 1, &mut self.o, &mut self.x);
+        b.rms_norm(&self.x, &self.norm, 1e-5, 1, &mut self.h);
         b.matmul(&self.h, &self.table, None, 1, &mut self.logits);
         b.argmax(&self.logits, 1, &mut self.picked);
     }
