@@ -56,10 +56,12 @@ fn phase_times(events: &mut EventReceiver) -> String {
     timer.ended.iter().map(|(phase, s)| format!("{phase} {:.1}", s * 1e3)).collect::<Vec<_>>().join(", ")
 }
 
+/// Seconds of (relaunch, cold start), and the phases of each in ms, as text.
+type Round = ((f64, f64), (String, String));
+
 /// One round: the failing launch, then the remedy's relaunch in the same engine, then a
-/// cold start of the remedied spec in a fresh engine. Seconds: (relaunch, cold), and the
-/// phases of each in ms.
-fn round(remedy: &str) -> ((f64, f64), (String, String)) {
+/// cold start of the remedied spec in a fresh engine.
+fn round(remedy: &str) -> Round {
     let spec = demo_spec();
     let (sink, mut events) = EventSink::channel();
     let mut engine = Engine::new(CpuBackend, sink);
@@ -86,7 +88,7 @@ fn main() {
     println!("relaunch after a drafter-only remedy vs cold start, demo pair, CPU engine, median of {ROUNDS}");
     for remedy in [context::CLAMP, context::ALLOW] {
         round(remedy); // warm the page cache and the allocator
-        let (times, phases): (Vec<(f64, f64)>, Vec<(String, String)>) = (0..ROUNDS).map(|_| round(remedy)).unzip();
+        let (times, phases): (Vec<_>, Vec<(String, String)>) = (0..ROUNDS).map(|_| round(remedy)).unzip();
         let (relaunches, colds): (Vec<f64>, Vec<f64>) = times.into_iter().unzip();
         let (r, c) = (median(relaunches), median(colds));
         println!("{remedy:<22} relaunch {:>7.2} ms   cold start {:>7.2} ms   relaunch/cold {:.3}", r * 1e3, c * 1e3, r / c);

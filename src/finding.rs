@@ -202,7 +202,7 @@ mod tests {
         let err = Finding::new("vocab-mismatch", Severity::Error, PhaseId::Preflight, "");
         let bad = Finding::new(UNREADABLE_INPUT, Severity::Error, PhaseId::Preflight, "");
         assert_eq!(exit_code(&[]), 0);
-        assert_eq!(exit_code(&[warn.clone()]), 0);
+        assert_eq!(exit_code(std::slice::from_ref(&warn)), 0);
         assert_eq!(exit_code(&[warn.clone(), err.clone()]), 1);
         assert_eq!(exit_code(&[err, bad]), 2);
     }

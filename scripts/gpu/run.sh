@@ -106,6 +106,8 @@ SPECDECK_PDL=0 engine_bench engine-graphs-nopdl 60
 SPECDECK_FUSED_RESIDUAL=0 engine_bench engine-graphs-unfused 60
 if ((GPUS >= 2)); then
     engine_bench engine-tp2 90 --tp-size 2
+    # The same over NCCL alone: what the all-reduce through peer memory buys.
+    SPECDECK_PEER_ALLREDUCE=0 engine_bench engine-tp2-nccl 90 --tp-size 2
 fi
 fi
 

@@ -82,15 +82,16 @@ def engine_rows(out, large, row):
         same = graphs["token_ids"] == eager["token_ids"]
         row("engine tokens, CUDA graphs == eager", "PASS" if same else "FAIL",
             f"{'identical' if same else 'DIFFERENT'}; eager {eager['decode_tokens_per_s']:.1f} tok/s")
-    # A/B runs of the same graphs: neither launch overlap nor where the residual add runs
-    # changes the arithmetic, so the tokens must match.
-    for name, what in [("engine-graphs-nopdl", "programmatic dependent launch"),
-                       ("engine-graphs-unfused", "the residual adds fused into the o and down matmuls")]:
+    # A/B runs of the same graphs: neither launch overlap, nor where the residual add runs,
+    # nor which path sums the ranks changes the arithmetic, so the tokens must match.
+    for name, base, what in [("engine-graphs-nopdl", graphs, "CUDA graphs with / without programmatic dependent launch"),
+                             ("engine-graphs-unfused", graphs, "CUDA graphs with / without the residual adds fused into the o and down matmuls"),
+                             ("engine-tp2-nccl", tp2, "TP 2, all-reduce through peer memory / NCCL only")]:
         other = last_json_line(os.path.join(out, f"{name}.out"))
-        if graphs and other:
-            same = graphs["token_ids"] == other["token_ids"]
-            row(f"engine decode, CUDA graphs with / without {what}", "PASS" if same else "FAIL",
-                f"{graphs['decode_tokens_per_s']:.1f} / {other['decode_tokens_per_s']:.1f} tok/s; tokens {'identical' if same else 'DIFFERENT'}")
+        if base and other:
+            same = base["token_ids"] == other["token_ids"]
+            row(f"engine decode, {what}", "PASS" if same else "FAIL",
+                f"{base['decode_tokens_per_s']:.1f} / {other['decode_tokens_per_s']:.1f} tok/s; tokens {'identical' if same else 'DIFFERENT'}")
     det = last_json_line(os.path.join(out, "engine-det.out"))
     det_tp2 = last_json_line(os.path.join(out, "engine-det-tp2.out"))
     if det and det_tp2:

@@ -12,6 +12,7 @@ use super::sources::SOURCES;
 use super::gemm::{Input, Matmuls, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
+use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
 use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
@@ -60,6 +61,8 @@ pub struct CudaIds {
 pub struct CudaBackend {
     pub(crate) graphs: Graphs,
     nccl: Option<NcclComm>,
+    /// Small all-reduces through peer memory (`peer.rs`), or why NCCL carries them all.
+    peer: Result<PeerReduce, String>,
     pub(crate) gpu: Gpu,
     pub(crate) matmuls: Matmuls,
     rank: RankInfo,
@@ -93,7 +96,7 @@ impl CudaBackend {
         let picked = gpu.alloc::<i32>(1, "sample result")?;
         let graphs = Graphs::new(&gpu)?;
         let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
-        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, graphs, bad_id, list, picked, fused_residual };
+        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, fused_residual };
         b.reset_bad_id();
         Ok(b)
     }
@@ -104,6 +107,37 @@ impl CudaBackend {
 
     pub fn rank(&self) -> RankInfo {
         self.rank
+    }
+
+    pub fn set_peer(&mut self, peer: Result<PeerReduce, String>) {
+        self.peer = peer;
+    }
+
+    /// Whether small all-reduces go through peer memory, or why not.
+    pub fn peer_status(&self) -> Result<(), &str> {
+        self.peer.as_ref().map(|_| ()).map_err(String::as_str)
+    }
+
+    /// Sum `x[:n]` over the ranks, into `x`, or added to `h` when given (then `x` keeps
+    /// this rank's part). Peer memory carries it when it fits, else NCCL.
+    fn reduce(&self, x: &mut CudaTensor, h: Option<&mut CudaTensor>, n: usize) {
+        let len = n * x.cols;
+        match &self.peer {
+            Ok(peer) if peer::covers(len) => {
+                let (name, grid, block, mut args) = peer.launch(x.buf.ptr(), h.map(|h| h.buf.ptr()), len);
+                self.kernel(name, grid, block, 0, &mut args, None);
+            }
+            _ => {
+                let Some(comm) = &self.nccl else { return };
+                let sig = signature("all_reduce", (n as u32, 1), 0, &[Arg::Ptr(x.buf.ptr())], &[]);
+                if !matches!(self.graphs.gate(sig, &[]), Gate::Skip) {
+                    comm.all_reduce_sum(&self.gpu, &mut x.buf.slice, len);
+                }
+                if let Some(h) = h {
+                    self.add(h, x, n);
+                }
+            }
+        }
     }
 
     fn reset_bad_id(&self) {
@@ -378,9 +412,13 @@ impl Backend for CudaBackend {
     }
 
     fn matmul_residual(&self, x: &CudaTensor, w: &CudaWeight, n: usize, delta: &mut CudaTensor, h: &mut CudaTensor) {
-        // Over several ranks the partial products are summed before the add.
-        if self.rank.world > 1 || !self.fused_residual {
+        if !self.fused_residual {
             return residual_through(self, x, w, n, delta, h);
+        }
+        // Over several ranks the partial products are summed, then added, in one kernel.
+        if self.rank.world > 1 {
+            self.matmul(x, w, None, n, delta);
+            return self.reduce(delta, Some(h), n);
         }
         let seg = Segment { accumulate: true, ..segment(x, w, None, h) };
         if let Some(eager) = self.matmul_gate("matmul_residual", n, &[x.buf.ptr(), seg.w, seg.out]) {
@@ -502,10 +540,8 @@ impl Backend for CudaBackend {
     }
 
     fn all_reduce(&self, x: &mut CudaTensor, n: usize) {
-        let Some(comm) = &self.nccl else { return };
-        let sig = signature("all_reduce", (n as u32, 1), 0, &[Arg::Ptr(x.buf.ptr())], &[]);
-        if !matches!(self.graphs.gate(sig, &[]), Gate::Skip) {
-            comm.all_reduce_sum(&self.gpu, &mut x.buf.slice, n * x.cols);
+        if self.rank.world > 1 {
+            self.reduce(x, None, n);
         }
     }
 

@@ -27,7 +27,11 @@ pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<
         }
         DeviceChoice::Cuda(inventory) => {
             events.log(LogLevel::Info, "cuda", DeviceChoice::Cuda(inventory.clone()).describe());
-            open_ranks(&inventory, spec.tp_size.unwrap_or(1) as usize).map(Some)
+            let ranks = open_ranks(&inventory, spec.tp_size.unwrap_or(1) as usize)?;
+            if ranks.len() > 1 {
+                events.log(LogLevel::Info, "cuda", describe_links(&ranks));
+            }
+            Ok(Some(ranks))
         }
     }
 }
@@ -41,6 +45,14 @@ fn open_ranks(inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, 
         return Err(fail(format!("--tp-size {tp} needs NCCL (libnccl.so.2), which was not found")).with_remedy(one_gpu()));
     }
     open_group(None, tp).map_err(|e| fail(format!("opening GPUs 0..{tp}: {e}")))
+}
+
+/// Which path the group's all-reduces take.
+fn describe_links(ranks: &[CudaBackend]) -> String {
+    match ranks.iter().map(CudaBackend::peer_status).find(Result::is_err).unwrap_or(Ok(())) {
+        Ok(()) => format!("all-reduce over {} GPUs: up to {} values through peer memory, larger through NCCL", ranks.len(), super::peer::MAX_VALUES),
+        Err(why) => format!("all-reduce over {} GPUs through NCCL only: {why}", ranks.len()),
+    }
 }
 
 /// `--tp-size` must be between 1 and the number of visible GPUs.

@@ -22,6 +22,7 @@ pub mod graph;
 pub mod graph_book;
 pub mod launch;
 pub mod modelcheck;
+pub mod peer;
 pub mod probe;
 pub mod selftest;
 pub mod shard;

@@ -44,6 +44,7 @@ pub const SOURCES: &[KernelSource] = &[
             "move_rows_f32"
         ]
     ),
+    kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
     kernel_source!("sampling.cu", ["argmax_f32", "softmax_f32", "topk_f32", "sample_probs_f32"]),
     // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them (a test checks).
     kernel_source!(

@@ -10,6 +10,7 @@ use cudarc::nccl::{Comm, Id, ReduceOp};
 use super::backend::CudaBackend;
 use super::compile::CompiledModule;
 use super::gpu::Gpu;
+use super::peer;
 use super::shard::RankInfo;
 use crate::backend::BackendError;
 
@@ -33,8 +34,15 @@ impl NcclComm {
 }
 
 /// Open GPUs `0 .. world` as one tensor-parallel group, with `modules` loaded, or bare for
-/// an engine (each rank loads its kernels in its launch's `kernel-compile` phase).
+/// an engine (each rank loads its kernels in its launch's `kernel-compile` phase). Small
+/// all-reduces go through peer memory where every pair of GPUs reaches each other, unless
+/// `SPECDECK_PEER_ALLREDUCE=0`.
 pub fn open_group(modules: Option<&[CompiledModule]>, world: usize) -> Result<Vec<CudaBackend>, BackendError> {
+    open_group_with(modules, world, peer::wanted())
+}
+
+/// `open_group`, with the peer all-reduce on or off (NCCL carries every all-reduce when off).
+pub fn open_group_with(modules: Option<&[CompiledModule]>, world: usize, peer_reduce: bool) -> Result<Vec<CudaBackend>, BackendError> {
     let open = |rank: usize| match modules {
         Some(m) => Gpu::open(rank, m),
         None => Gpu::open_bare(rank),
@@ -61,5 +69,15 @@ pub fn open_group(modules: Option<&[CompiledModule]>, world: usize) -> Result<Ve
             .map(|h| h.join().unwrap_or_else(|_| Err(BackendError::Device("a rank's start-up thread panicked".into()))))
             .collect()
     });
-    results.into_iter().collect()
+    let mut group: Vec<CudaBackend> = results.into_iter().collect::<Result<_, _>>()?;
+    let ends = if peer_reduce {
+        peer::connect(&group.iter().map(|b| b.gpu()).collect::<Vec<_>>())
+    } else {
+        Err("SPECDECK_PEER_ALLREDUCE=0".to_string())
+    };
+    match ends {
+        Ok(ends) => group.iter_mut().zip(ends).for_each(|(backend, end)| backend.set_peer(Ok(end))),
+        Err(why) => group.iter_mut().for_each(|backend| backend.set_peer(Err(why.clone()))),
+    }
+    Ok(group)
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::backend::CudaBackend;
 use super::compile::CompiledModule;
 use super::modelcheck::{logits_of, rel_err, spec_for, Verdict};
-use super::tp::open_group;
+use super::tp::{open_group, open_group_with};
 use crate::backend::{Backend, BackendError, Shard};
 use crate::engine::handle::{GenerateRequest, PreflightFn};
 use crate::engine::lifecycle::{Engine, LaunchOutcome};
@@ -77,9 +77,14 @@ fn run_block(b: &CudaBackend, k: &mut Block) {
     b.all_reduce(&mut k.out, ROWS);
 }
 
-/// Run the block on every rank of a group (one thread each); rank 0's output and the
-/// seconds per block.
-fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32]) -> anyhow::Result<(Vec<f32>, f64)> {
+/// The all-reduce alone, on the block's output.
+fn run_reduce(b: &CudaBackend, k: &mut Block) {
+    b.all_reduce(&mut k.out, ROWS);
+}
+
+/// Run `step` on every rank of a group (one thread each); rank 0's output and the
+/// seconds per step.
+fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32], step: fn(&CudaBackend, &mut Block)) -> anyhow::Result<(Vec<f32>, f64)> {
     let world = group.len();
     let results: Vec<anyhow::Result<(Vec<f32>, f64)>> = std::thread::scope(|s| {
         let handles: Vec<_> = group
@@ -87,11 +92,11 @@ fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32]) -> anyho
             .map(|b| {
                 s.spawn(move || -> anyhow::Result<(Vec<f32>, f64)> {
                     let mut k = block(b, world, weights, x)?;
-                    run_block(b, &mut k);
+                    step(b, &mut k);
                     b.sync()?;
                     let t = Instant::now();
                     for _ in 0..ITERS {
-                        run_block(b, &mut k);
+                        step(b, &mut k);
                     }
                     b.sync()?;
                     let per = t.elapsed().as_secs_f64() / ITERS as f64;
@@ -114,21 +119,39 @@ fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32]) -> anyho
 pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let weights = [bf16_noise(INTER * HIDDEN, 1), bf16_noise(INTER * HIDDEN, 2), bf16_noise(HIDDEN * INTER, 3)];
     let x: Vec<f32> = (0..ROWS * HIDDEN).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
-    let (y1, t1) = time_group(&open_group(Some(modules), 1)?, &weights, &x)?;
-    let (yn, tn) = time_group(&open_group(Some(modules), world)?, &weights, &x)?;
+    let (y1, t1) = time_group(&open_group(Some(modules), 1)?, &weights, &x, run_block)?;
+    let nccl = open_group_with(Some(modules), world, false)?;
+    let (y_nccl, t_nccl) = time_group(&nccl, &weights, &x, run_block)?;
+    let (_, reduce_nccl) = time_group(&nccl, &weights, &x, run_reduce)?;
+    drop(nccl);
+    let peer = open_group_with(Some(modules), world, true)?;
+    let connected = peer.iter().all(|b| b.peer_status().is_ok());
+    let (yn, tn) = time_group(&peer, &weights, &x, run_block)?;
+    let (_, reduce_peer) = time_group(&peer, &weights, &x, run_reduce)?;
     let num: f64 = y1.iter().zip(&yn).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
     let den: f64 = y1.iter().map(|a| (*a as f64).powi(2)).sum();
     let err = (num / den.max(1e-30)).sqrt();
+    let same_as_nccl = yn == y_nccl;
     let speedup = t1 / tn;
+    let us = |s: f64| s * 1e6;
     let verdicts = vec![
         Verdict { name: format!("TP{world} MLP block == TP1 (rel. error)"), value: format!("{err:.2e}"), ok: Some(err < 1e-4) },
+        Verdict { name: format!("TP{world} MLP block, peer all-reduce == NCCL (bits)"), value: format!("{same_as_nccl}"), ok: Some(same_as_nccl) },
         Verdict {
             name: format!("TP{world} vs TP1 MLP block time (us)"),
-            value: format!("{:.1} vs {:.1} = {speedup:.2}x", tn * 1e6, t1 * 1e6),
+            value: format!("{:.1} vs {:.1} = {speedup:.2}x (NCCL all-reduce: {:.1})", us(tn), us(t1), us(t_nccl)),
+            ok: None,
+        },
+        Verdict {
+            name: format!("all-reduce of {} f32 over {world} GPUs, peer (connected: {connected}) vs NCCL (us)", ROWS * HIDDEN),
+            value: format!("{:.1} vs {:.1}", us(reduce_peer), us(reduce_nccl)),
             ok: None,
         },
     ];
-    Ok((verdicts, json!({ "world": world, "rel_err": err, "tp1_us": t1 * 1e6, "tpn_us": tn * 1e6, "speedup": speedup })))
+    Ok((verdicts, json!({
+            "world": world, "rel_err": err, "tp1_us": us(t1), "tpn_us": us(tn), "tpn_nccl_us": us(t_nccl), "speedup": speedup,
+            "peer_connected": connected, "peer_equals_nccl": same_as_nccl, "all_reduce_peer_us": us(reduce_peer), "all_reduce_nccl_us": us(reduce_nccl),
+        })))
 }
 
 /// The engine's model code over `world` GPUs against one GPU, on the small checkpoint
