@@ -47,9 +47,9 @@ fn open_ranks(inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, 
     open_group(None, tp).map_err(|e| fail(format!("opening GPUs 0..{tp}: {e}")))
 }
 
-/// Which path the group's all-reduces take.
+/// Which path the group's all-reduces take (`open_group` gives every rank the same).
 fn describe_links(ranks: &[CudaBackend]) -> String {
-    match ranks.iter().map(CudaBackend::peer_status).find(Result::is_err).unwrap_or(Ok(())) {
+    match ranks[0].peer_status() {
         Ok(()) => format!("all-reduce over {} GPUs: up to {} values through peer memory, larger through NCCL", ranks.len(), super::peer::MAX_VALUES),
         Err(why) => format!("all-reduce over {} GPUs through NCCL only: {why}", ranks.len()),
     }
