@@ -12,107 +12,112 @@
 // not NULL, so a captured graph replays at any length; else from the arguments.
 //
 // Grid: (queries, heads). Block: `warps` warps; warp w takes the visible keys whose rank
-// in the query's visible sequence is w, w + warps, ..., KEY_GROUP of them at a time (their
-// K and V rows loaded together, so several loads are in flight); lane l holds a run of
-// ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). Dynamic
-// shared memory: warps * (head_dim + 2) floats.
+// in the query's visible sequence is w, w + warps, ..., KG of them at a time (their K and V
+// rows loaded together, so several loads are in flight); lane l holds a run of
+// PER = ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). One entry
+// point per PER, attention_f32_p{PER}: with PER known, the registers hold exactly the run,
+// so a small head takes more keys per group (KG) and a warp waits on fewer rounds of loads.
+// Dynamic shared memory: warps * (head_dim + 2) floats.
 
-#define MAX_PER_LANE 8  // head_dim up to 256
-#define KEY_GROUP 4
 #define ATTENTION_MAX_THREADS 512
 
-// The lane's `count` (<= per_lane) elements; float4 loads when `vec` (every run is a whole
-// number of 16-byte-aligned float4s) and this lane's run is full.
-__device__ __forceinline__ void load_lane(const float* p, bool vec, int per_lane, int count, float (&v)[MAX_PER_LANE]) {
-    if (vec && count == per_lane) {
+// The lane's `count` (<= PER) elements; 16- or 8-byte loads when the run is full and every
+// run is a whole number of them (head_dim a multiple of 4 or 2 keeps them aligned).
+template <int PER>
+__device__ __forceinline__ void load_lane(const float* p, int head_dim, int count, float (&v)[PER]) {
+    if (count == PER && PER % 4 == 0 && (head_dim & 3) == 0) {
 #pragma unroll
-        for (int e = 0; e < MAX_PER_LANE / 4; ++e) {
-            if (4 * e < per_lane) {
-                const float4 f = reinterpret_cast<const float4*>(p)[e];
-                v[4 * e] = f.x;
-                v[4 * e + 1] = f.y;
-                v[4 * e + 2] = f.z;
-                v[4 * e + 3] = f.w;
-            }
+        for (int e = 0; e < PER / 4; ++e) {
+            const float4 f = reinterpret_cast<const float4*>(p)[e];
+            v[4 * e] = f.x;
+            v[4 * e + 1] = f.y;
+            v[4 * e + 2] = f.z;
+            v[4 * e + 3] = f.w;
+        }
+    } else if (count == PER && PER % 2 == 0 && (head_dim & 1) == 0) {
+#pragma unroll
+        for (int e = 0; e < PER / 2; ++e) {
+            const float2 f = reinterpret_cast<const float2*>(p)[e];
+            v[2 * e] = f.x;
+            v[2 * e + 1] = f.y;
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < MAX_PER_LANE; ++e)
+        for (int e = 0; e < PER; ++e)
             if (e < count) v[e] = p[e];
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32(const float* q, const float* k, const float* v, float* out, int heads,
-                                         int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
-                                         int queries, const int* window, const int* mask) {
+template <int PER, int KG>
+__device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* out, int heads, int kv_heads,
+                                       int head_dim, float scale, int prefix_arg, int region_arg, int queries,
+                                       const int* window, const int* mask) {
     pdl_enter();
     extern __shared__ float smem[];
     const int qi = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    // Lanes hold consecutive runs of ceil(head_dim / 32) elements; with a head_dim that is
-    // not a multiple of 32 the last lanes hold fewer (or none).
-    const int per_lane = (head_dim + 31) / 32;
-    const int count = max(0, min(per_lane, head_dim - lane * per_lane));
-    const bool vec = (per_lane & 3) == 0 && (head_dim & 3) == 0;
+    // Lanes hold consecutive runs of PER elements; with a head_dim that is not a multiple
+    // of 32 the last lanes hold fewer (or none).
+    const int count = max(0, min(PER, head_dim - lane * PER));
     const int prefix = window ? window[0] : prefix_arg;
     const int region = window ? window[1] : region_arg;
     const int last_visible = mask ? region - 1 : region - queries + qi;
     const int* mask_row = mask ? mask + (long long)qi * region : nullptr;
     const long long kv_width = (long long)kv_heads * head_dim;
-    const float* kbase = k + (long long)kvh * head_dim + lane * per_lane;
-    const float* vbase = v + (long long)kvh * head_dim + lane * per_lane;
+    const float* kbase = k + (long long)kvh * head_dim + lane * PER;
+    const float* vbase = v + (long long)kvh * head_dim + lane * PER;
 
-    float qv[MAX_PER_LANE], acc[MAX_PER_LANE];
-    load_lane(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * per_lane, vec, per_lane, count, qv);
+    float qv[PER], acc[PER];
+    load_lane<PER>(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * PER, head_dim, count, qv);
 #pragma unroll
-    for (int e = 0; e < MAX_PER_LANE; ++e) {
+    for (int e = 0; e < PER; ++e) {
         qv[e] = e < count ? qv[e] * scale : 0.f;
         acc[e] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    // Up to KEY_GROUP slots of this warp waiting to be visited (warp-uniform).
-    int pending[KEY_GROUP];
+    // Up to KG slots of this warp waiting to be visited (warp-uniform).
+    int pending[KG];
     int waiting = 0;
     // Visit the waiting keys: one running-softmax update for the group, in a fixed order.
     auto visit = [&]() {
-        float kr[KEY_GROUP][MAX_PER_LANE], vr[KEY_GROUP][MAX_PER_LANE], dot[KEY_GROUP];
+        float kr[KG][PER], vr[KG][PER], dot[KG];
 #pragma unroll
-        for (int g = 0; g < KEY_GROUP; ++g) {
+        for (int g = 0; g < KG; ++g) {
             if (g < waiting) {
                 const long long row = (long long)pending[g] * kv_width;
-                load_lane(kbase + row, vec, per_lane, count, kr[g]);
-                load_lane(vbase + row, vec, per_lane, count, vr[g]);
+                load_lane<PER>(kbase + row, head_dim, count, kr[g]);
+                load_lane<PER>(vbase + row, head_dim, count, vr[g]);
             }
         }
 #pragma unroll
-        for (int g = 0; g < KEY_GROUP; ++g) {
+        for (int g = 0; g < KG; ++g) {
             float d = 0.f;
             if (g < waiting) {
 #pragma unroll
-                for (int e = 0; e < MAX_PER_LANE; ++e)
+                for (int e = 0; e < PER; ++e)
                     if (e < count) d += qv[e] * kr[g][e];
             }
             dot[g] = warp_sum(d);
         }
         float m_new = m;
 #pragma unroll
-        for (int g = 0; g < KEY_GROUP; ++g)
+        for (int g = 0; g < KG; ++g)
             if (g < waiting) m_new = fmaxf(m_new, dot[g]);
         const float corr = __expf(m - m_new);
-        float p[KEY_GROUP];
+        float p[KG];
 #pragma unroll
-        for (int g = 0; g < KEY_GROUP; ++g) p[g] = g < waiting ? __expf(dot[g] - m_new) : 0.f;
+        for (int g = 0; g < KG; ++g) p[g] = g < waiting ? __expf(dot[g] - m_new) : 0.f;
         float p_sum = 0.f;
 #pragma unroll
-        for (int g = 0; g < KEY_GROUP; ++g) p_sum += p[g];
+        for (int g = 0; g < KG; ++g) p_sum += p[g];
         l = l * corr + p_sum;
 #pragma unroll
-        for (int e = 0; e < MAX_PER_LANE; ++e) {
+        for (int e = 0; e < PER; ++e) {
             if (e < count) {
                 float a = acc[e] * corr;
 #pragma unroll
-                for (int g = 0; g < KEY_GROUP; ++g)
+                for (int g = 0; g < KG; ++g)
                     if (g < waiting) a += p[g] * vr[g][e];
                 acc[e] = a;
             }
@@ -122,9 +127,9 @@ extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f3
     };
     auto queue = [&](int slot) {
 #pragma unroll
-        for (int g = 0; g < KEY_GROUP; ++g)
+        for (int g = 0; g < KG; ++g)
             if (g == waiting) pending[g] = slot;
-        if (++waiting == KEY_GROUP) visit();
+        if (++waiting == KG) visit();
     };
     // Keys go to warps by their position in the query's visible sequence, not by slot, and
     // a warp's keys are grouped in that order too: a verify-tree query then sums exactly
@@ -147,8 +152,8 @@ extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f3
         s_l[warp] = l;
     }
 #pragma unroll
-    for (int e = 0; e < MAX_PER_LANE; ++e)
-        if (e < count) s_acc[warp * head_dim + lane * per_lane + e] = acc[e];
+    for (int e = 0; e < PER; ++e)
+        if (e < count) s_acc[warp * head_dim + lane * PER + e] = acc[e];
     __syncthreads();
 
     float m_all = -INFINITY;
@@ -164,3 +169,19 @@ extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f3
         o[d] = denom > 0.f ? num / denom : 0.f;
     }
 }
+
+// PER = 1 .. 8 (head_dim up to 256); KG keeps a group's K and V runs within 64 registers.
+#define ATTENTION_ENTRY(NAME, PER, KG)                                                                               \
+    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) NAME(                                         \
+        const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
+        int prefix_arg, int region_arg, int queries, const int* window, const int* mask) {                              \
+        attend<PER, KG>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window, mask); \
+    }
+ATTENTION_ENTRY(attention_f32_p1, 1, 16)
+ATTENTION_ENTRY(attention_f32_p2, 2, 16)
+ATTENTION_ENTRY(attention_f32_p3, 3, 8)
+ATTENTION_ENTRY(attention_f32_p4, 4, 8)
+ATTENTION_ENTRY(attention_f32_p5, 5, 4)
+ATTENTION_ENTRY(attention_f32_p6, 6, 4)
+ATTENTION_ENTRY(attention_f32_p7, 7, 4)
+ATTENTION_ENTRY(attention_f32_p8, 8, 4)

@@ -20,12 +20,47 @@ __device__ void scale_row(const float* src, const bf16* __restrict__ w, float* d
     }
 }
 
-extern "C" __global__ void rmsnorm_f32(const float* x, const bf16* w, float* out, int n, float eps) {
+// Chunks of 8 floats a thread keeps in registers: rows up to 8 * RMSNORM_CHUNKS * blockDim.x
+// take the one-round path below (the host gives a row about 8 entries per thread).
+#define RMSNORM_CHUNKS 2
+
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm_f32(const float* x, const bf16* w, float* out, int n, float eps) {
     pdl_enter();
     __shared__ float scratch[32];
     const float* src = x + (long long)blockIdx.x * n;
     float* dst = out + (long long)blockIdx.x * n;
     const bool vec = (n % 8 == 0) && aligned16(src) && aligned16(dst) && aligned16(w);
+    if (vec && n <= 8 * RMSNORM_CHUNKS * (int)blockDim.x) {
+        // The row and its weights come in one round of loads, all issued before any is
+        // used: a loop that waits on each load before issuing the next made this
+        // latency-bound kernel cost several microseconds at every layer.
+        float v[RMSNORM_CHUNKS][8], g[RMSNORM_CHUNKS][8];
+        float ss = 0.f;
+#pragma unroll
+        for (int c = 0; c < RMSNORM_CHUNKS; ++c) {
+            const int i = 8 * (threadIdx.x + c * blockDim.x);
+            if (i < n) {
+                load8(src + i, v[c]);
+                load8(w + i, g[c]);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < RMSNORM_CHUNKS; ++c)
+            if (8 * (threadIdx.x + c * blockDim.x) < n)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) ss += v[c][j] * v[c][j];
+        const float inv = rsqrtf(block_sum(ss, scratch) / (float)n + eps);
+#pragma unroll
+        for (int c = 0; c < RMSNORM_CHUNKS; ++c) {
+            const int i = 8 * (threadIdx.x + c * blockDim.x);
+            if (i < n) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[c][j] = v[c][j] * inv * g[c][j];
+                store8(dst + i, v[c]);
+            }
+        }
+        return;
+    }
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += src[i] * src[i];
     scale_row(src, w, dst, n, rsqrtf(block_sum(ss, scratch) / (float)n + eps), vec);

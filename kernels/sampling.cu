@@ -1,82 +1,129 @@
 // Decoding on f32 rows [rows, cols]: argmax, softmax, top-k and inverse-CDF sampling,
 // with the CPU reference's tie rules (the lowest index wins).
 
-// out[r] = argmax(x[r, :cols]). Grid: rows.
-extern "C" __global__ void argmax_f32(const float* x, int cols, int* out) {
-    pdl_enter();
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    const float* row = x + (long long)blockIdx.x * cols;
-    float best = -INFINITY;
-    int best_i = 0x7fffffff;
-    auto consider = [&](float v, int i) {
-        if (ranks_before(v, i, best, best_i)) {
+// A vocabulary row is too long for one block to read quickly, so argmax, softmax and top-k
+// each take two launches: a grid of (chunks, rows) blocks reads the row in chunks (the chunk
+// count from the host, `chunk_count` in backend.rs), then the chunks' results are merged in
+// chunk order, which gives what one pass over the row gives.
+
+// Chunk c of `chunks` over a row of `cols`: [lo, hi), chunk starts on a multiple of 4.
+__device__ __forceinline__ void chunk_bounds(int cols, int chunks, int c, int& lo, int& hi) {
+    const int per = ((cols + chunks - 1) / chunks + 3) & ~3;
+    lo = min(cols, c * per);
+    hi = min(cols, lo + per);
+}
+
+// The best (value, index) of x[lo, hi) ranked strictly after (prev_v, prev_i); the whole
+// block gets it.
+__device__ __forceinline__ void best_after(const float* x, int lo, int hi, float prev_v, int prev_i, float& best,
+                                           int& best_i, float* sv, int* si) {
+    best = -INFINITY;
+    best_i = 0x7fffffff;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float v = x[i];
+        if (ranks_before(prev_v, prev_i, v, i) && ranks_before(v, i, best, best_i)) {
             best = v;
             best_i = i;
         }
-    };
-    // A vocabulary row is long: 16-byte loads, several in flight per thread.
-    const int vec = aligned16(row) ? cols / 4 : 0;
-#pragma unroll 4
-    for (int j = threadIdx.x; j < vec; j += blockDim.x) {
-        const float4 v = reinterpret_cast<const float4*>(row)[j];
-        consider(v.x, 4 * j);
-        consider(v.y, 4 * j + 1);
-        consider(v.z, 4 * j + 2);
-        consider(v.w, 4 * j + 3);
     }
-    for (int i = 4 * vec + threadIdx.x; i < cols; i += blockDim.x) consider(row[i], i);
     block_best(best, best_i, sv, si);
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i;
 }
 
-// In place: x[r] = softmax(x[r] / temperature). Grid: rows.
-extern "C" __global__ void softmax_f32(float* x, int cols, float temperature) {
-    pdl_enter();
-    __shared__ float scratch[32];
-    float* row = x + (long long)blockIdx.x * cols;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) mx = fmaxf(mx, row[i]);
-    mx = block_max(mx, scratch);
-    float total = 0.f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        const float e = __expf((row[i] - mx) / temperature);
-        row[i] = e;
-        total += e;
-    }
-    const float inv = 1.f / block_sum(total, scratch);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) row[i] *= inv;
-}
-
-// The k largest entries of each row, best first, ties to the lower index:
-// values[r * values_cols + j], indices[r * k + j]. k passes, each taking the best element
-// ranked strictly after the previous pick, so no exclusion list is needed. Grid: rows.
-extern "C" __global__ void topk_f32(const float* x, int cols, int k, float* values, int values_cols,
-                                    int* indices) {
+// Pass 1 of argmax and top-k: the k best entries of chunk blockIdx.x of row blockIdx.y, best
+// first, into cand_v / cand_i[(row * chunks + chunk) * k + j] (a short chunk pads with -inf).
+extern "C" __global__ void topk_chunks_f32(const float* x, int cols, int k, float* cand_v, int* cand_i) {
     pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float* row = x + (long long)blockIdx.x * cols;
+    int lo, hi;
+    chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
+    const float* row = x + (long long)blockIdx.y * cols;
+    const long long out = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * k;
+    float prev_v = INFINITY;
+    int prev_i = -1;
+    for (int j = 0; j < k; ++j) {
+        float best;
+        int best_i;
+        best_after(row, lo, hi, prev_v, prev_i, best, best_i, sv, si);
+        if (threadIdx.x == 0) {
+            cand_v[out + j] = best;
+            cand_i[out + j] = best_i;
+        }
+        prev_v = best;
+        prev_i = best_i;
+    }
+}
+
+// Pass 2: the k best of a row's chunks x k candidates, best first, ties to the lower index:
+// values[r * values_cols + j] (when values is not NULL) and indices[r * k + j]. Grid: rows.
+extern "C" __global__ void topk_merge_f32(const float* cand_v, const int* cand_i, int chunks, int k, float* values,
+                                          int values_cols, int* indices) {
+    pdl_enter();
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int n = chunks * k;
+    const float* v = cand_v + (long long)blockIdx.x * n;
+    const int* ix = cand_i + (long long)blockIdx.x * n;
     float prev_v = INFINITY;
     int prev_i = -1;
     for (int j = 0; j < k; ++j) {
         float best = -INFINITY;
         int best_i = 0x7fffffff;
-        for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-            const float v = row[i];
-            if (ranks_before(prev_v, prev_i, v, i) && ranks_before(v, i, best, best_i)) {
-                best = v;
-                best_i = i;
+        for (int c = threadIdx.x; c < n; c += blockDim.x)
+            if (ranks_before(prev_v, prev_i, v[c], ix[c]) && ranks_before(v[c], ix[c], best, best_i)) {
+                best = v[c];
+                best_i = ix[c];
             }
-        }
         block_best(best, best_i, sv, si);
         if (threadIdx.x == 0) {
-            values[(long long)blockIdx.x * values_cols + j] = best;
+            if (values) values[(long long)blockIdx.x * values_cols + j] = best;
             indices[(long long)blockIdx.x * k + j] = best_i;
         }
         prev_v = best;
         prev_i = best_i;
     }
+}
+
+// Pass 1 of softmax(x / temperature): chunk blockIdx.x of row blockIdx.y's max m and
+// sum of exp((x - m) / temperature), into stats[(row * chunks + chunk) * 2 + {0, 1}].
+extern "C" __global__ void softmax_chunks_f32(const float* x, int cols, float temperature, float* stats) {
+    pdl_enter();
+    __shared__ float scratch[32];
+    int lo, hi;
+    chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
+    const float* row = x + (long long)blockIdx.y * cols;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) mx = fmaxf(mx, row[i]);
+    mx = block_max(mx, scratch);
+    float total = 0.f;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) total += __expf((row[i] - mx) / temperature);
+    total = block_sum(total, scratch);
+    if (threadIdx.x == 0) {
+        float* out = stats + ((long long)blockIdx.y * gridDim.x + blockIdx.x) * 2;
+        out[0] = mx;
+        out[1] = total;
+    }
+}
+
+// Pass 2, in place: every block merges its row's chunk stats in chunk order (the same bits
+// in each block), then writes exp((x - max) / temperature) / sum over its own chunk.
+extern "C" __global__ void softmax_apply_f32(float* x, int cols, float temperature, const float* stats) {
+    pdl_enter();
+    int lo, hi;
+    chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
+    const float* st = stats + (long long)blockIdx.y * gridDim.x * 2;
+    float mx = -INFINITY;
+    for (int c = 0; c < gridDim.x; ++c) mx = fmaxf(mx, st[2 * c]);
+    float total = 0.f;
+    for (int c = 0; c < gridDim.x; ++c)
+        if (st[2 * c] != -INFINITY) total += st[2 * c + 1] * __expf((st[2 * c] - mx) / temperature);
+    const float inv = 1.f / total;
+    float* row = x + (long long)blockIdx.y * cols;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) row[i] = __expf((row[i] - mx) / temperature) * inv;
 }
 
 __device__ __forceinline__ bool listed(const int* list, int n, int i) {

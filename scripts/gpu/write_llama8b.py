@@ -3,7 +3,10 @@
 model.safetensors with its index, a word-level tokenizer.json), generated on the GPU with
 torch. Used by run.sh for the decode benchmark; the weights mean nothing.
 
-usage: write_llama8b.py OUT_DIR [--layers N]
+usage: write_llama8b.py OUT_DIR [--layers N] [--shape llama8b|qwen0.5b|qwen1.5b]
+
+The Qwen shapes are Qwen2.5-0.5B / 1.5B's (q, k, v biases, tied embeddings), for timing the
+STANDALONE pair's kernels without sending the real weights over.
 """
 import argparse
 import json
@@ -37,6 +40,16 @@ CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
+QWEN = {"attention_bias": True, "tie_word_embeddings": True, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "rope_scaling": None, "max_position_embeddings": 32768}
+SHAPES = {
+    "llama8b": {},
+    "qwen0.5b": dict(QWEN, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                     num_key_value_heads=2, head_dim=64),
+    "qwen1.5b": dict(QWEN, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                     num_key_value_heads=2, head_dim=128),
+}
+
 SHARD_BYTES = 4 << 30
 
 
@@ -51,13 +64,18 @@ def tensors(cfg):
         yield p + "self_attn.q_proj.weight", (q, h)
         yield p + "self_attn.k_proj.weight", (kv, h)
         yield p + "self_attn.v_proj.weight", (kv, h)
+        if cfg["attention_bias"]:
+            yield p + "self_attn.q_proj.bias", (q,)
+            yield p + "self_attn.k_proj.bias", (kv,)
+            yield p + "self_attn.v_proj.bias", (kv,)
         yield p + "self_attn.o_proj.weight", (h, q)
         yield p + "post_attention_layernorm.weight", (h,)
         yield p + "mlp.gate_proj.weight", (i, h)
         yield p + "mlp.up_proj.weight", (i, h)
         yield p + "mlp.down_proj.weight", (h, i)
     yield "model.norm.weight", (h,)
-    yield "lm_head.weight", (v, h)
+    if not cfg["tie_word_embeddings"]:
+        yield "lm_head.weight", (v, h)
 
 
 def tokenizer(vocab):
@@ -73,9 +91,13 @@ def tokenizer(vocab):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="llama8b")
     args = ap.parse_args()
-    cfg = dict(CONFIG, num_hidden_layers=args.layers)
+    cfg = dict(CONFIG, **SHAPES[args.shape])
+    if args.layers:
+        cfg["num_hidden_layers"] = args.layers
+    cfg = {k: v for k, v in cfg.items() if v is not None}
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -93,7 +115,7 @@ def main():
 
     total = 0
     for name, shape in tensors(cfg):
-        if len(shape) == 1:
+        if name.endswith("norm.weight"):
             t = torch.ones(shape, dtype=torch.bfloat16)
         else:
             t = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * 0.02).to(torch.bfloat16).cpu()

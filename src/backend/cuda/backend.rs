@@ -7,8 +7,9 @@
 
 use half::bf16;
 
+use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, ROW_GROUP};
 use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
-use super::sources::SOURCES;
+use super::sources::{ATTENTION_KERNELS, SOURCES};
 use super::gemm::{Input, Matmuls, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
@@ -23,6 +24,8 @@ use crate::model::checkpoint::TensorView;
 /// Warps per attention block; each warp walks a strided share of the key slots
 /// (`ATTENTION_MAX_THREADS` in kernels/attention.cu allows up to 16).
 const ATTENTION_WARPS: u32 = 16;
+/// Threads per block of the chunked argmax, softmax and top-k.
+const CHUNK_THREADS: u32 = 256;
 /// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
 const MAX_LIST: usize = 4096;
 
@@ -71,6 +74,10 @@ pub struct CudaBackend {
     /// Host row lists copied up for one op at a time (stream order keeps them apart).
     list: DeviceBuf<i32>,
     picked: DeviceBuf<i32>,
+    /// Per-chunk results of argmax, softmax and top-k (`chunked.rs`), for `ROW_GROUP` rows
+    /// (softmax keeps two values per chunk, fewer than top-k's candidates).
+    chunk_values: DeviceBuf<f32>,
+    chunk_ids: DeviceBuf<i32>,
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
     fused_residual: bool,
@@ -94,9 +101,11 @@ impl CudaBackend {
         let bad_id = gpu.alloc::<i32>(1, "error flag")?;
         let list = gpu.alloc::<i32>(MAX_LIST, "row lists")?;
         let picked = gpu.alloc::<i32>(1, "sample result")?;
+        let chunk_values = gpu.alloc::<f32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk values")?;
+        let chunk_ids = gpu.alloc::<i32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk ids")?;
         let graphs = Graphs::new(&gpu)?;
         let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
-        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, fused_residual };
+        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, chunk_values, chunk_ids, fused_residual };
         b.reset_bad_id();
         Ok(b)
     }
@@ -137,6 +146,34 @@ impl CudaBackend {
                     self.add(h, x, n);
                 }
             }
+        }
+    }
+
+    /// The `k` best of each of the first `n` rows: each chunk's best, then a merge per row
+    /// (`chunked.rs`). Argmax is `k` = 1 without values.
+    fn chunked_topk(&self, x: &CudaTensor, n: usize, k: usize, values: Option<&mut CudaTensor>, indices: &mut CudaIds) {
+        let chunks = chunk_count(x.cols, k);
+        if chunks * k > MAX_CANDIDATES {
+            self.gpu.record(|| format!("top-k of {k} exceeds the {MAX_CANDIDATES} this backend keeps"));
+            return;
+        }
+        let (cand_v, cand_i) = (self.chunk_values.ptr(), self.chunk_ids.ptr());
+        let (values_ptr, values_cols) = values.map_or((0, 0), |v| (v.buf.ptr(), v.cols));
+        for (start, rows) in row_groups(n) {
+            let row = x.buf.ptr() + (start * x.cols * 4) as u64;
+            let mut pass1 = [Arg::Ptr(row), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i)];
+            self.kernel("topk_chunks_f32", (chunks as u32, rows as u32), CHUNK_THREADS, 0, &mut pass1, None);
+            let out_values = if values_ptr == 0 { NULL } else { Arg::Ptr(values_ptr + (start * values_cols * 4) as u64) };
+            let mut merge = [
+                Arg::Ptr(cand_v),
+                Arg::Ptr(cand_i),
+                Arg::I32(chunks as i32),
+                Arg::I32(k as i32),
+                out_values,
+                Arg::I32(values_cols as i32),
+                Arg::Ptr(indices.buf.ptr() + (start * k * 4) as u64),
+            ];
+            self.kernel("topk_merge_f32", (rows as u32, 1), CHUNK_THREADS, 0, &mut merge, None);
         }
     }
 
@@ -525,7 +562,8 @@ impl Backend for CudaBackend {
         let values = [window.prefix as i32, window.region as i32];
         let dynamic = Dynamic { values: &values, value_args: &[8, 9], ptr_arg: 11 };
         let shared = ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
-        self.kernel("attention_f32", (window.queries as u32, g.heads as u32), ATTENTION_WARPS * 32, shared, &mut args, Some(dynamic));
+        let name = ATTENTION_KERNELS[g.head_dim.div_ceil(32).max(1) - 1];
+        self.kernel(name, (window.queries as u32, g.heads as u32), ATTENTION_WARPS * 32, shared, &mut args, Some(dynamic));
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, n: usize, out: &mut CudaTensor) {
@@ -598,23 +636,23 @@ impl Backend for CudaBackend {
     }
 
     fn argmax(&self, x: &CudaTensor, n: usize, out: &mut CudaIds) {
-        self.launch_rows("argmax_f32", n, x.cols * 8, &mut [Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::Ptr(out.buf.ptr())]);
+        self.chunked_topk(x, n, 1, None, out);
     }
 
     fn softmax(&self, x: &mut CudaTensor, n: usize, temperature: f32) {
-        self.launch_rows("softmax_f32", n, x.cols * 8, &mut [Arg::Ptr(x.buf.ptr()), Arg::I32(x.cols as i32), Arg::F32(temperature)]);
+        let chunks = chunk_count(x.cols, 1);
+        let stats = self.chunk_values.ptr();
+        for (start, rows) in row_groups(n) {
+            let row = x.buf.ptr() + (start * x.cols * 4) as u64;
+            let mut args = [Arg::Ptr(row), Arg::I32(x.cols as i32), Arg::F32(temperature), Arg::Ptr(stats)];
+            let grid = (chunks as u32, rows as u32);
+            self.kernel("softmax_chunks_f32", grid, CHUNK_THREADS, 0, &mut args, None);
+            self.kernel("softmax_apply_f32", grid, CHUNK_THREADS, 0, &mut args, None);
+        }
     }
 
     fn topk(&self, x: &CudaTensor, n: usize, k: usize, values: &mut CudaTensor, indices: &mut CudaIds) {
-        let mut args = [
-            Arg::Ptr(x.buf.ptr()),
-            Arg::I32(x.cols as i32),
-            Arg::I32(k as i32),
-            Arg::Ptr(values.buf.ptr()),
-            Arg::I32(values.cols as i32),
-            Arg::Ptr(indices.buf.ptr()),
-        ];
-        self.launch_rows("topk_f32", n, x.cols * 8, &mut args);
+        self.chunked_topk(x, n, k, Some(values), indices);
     }
 
     fn sample(&self, probs: &CudaTensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError> {

@@ -327,6 +327,18 @@ fn decoding_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Ba
     p.t.topk(&logits.t, 4, k, &mut vals.t, &mut idx.t);
     p.compare("topk values", &vals, 4, 0.0)?;
     p.compare_ids("topk indices", &idx, 32)?;
+    // A k past what chunks keep (one block per row), and more rows than one launch takes.
+    let mut wide_vals = p.tensor(4, 20, 0.0)?;
+    let mut wide_idx = p.ids(&[0; 80])?;
+    p.r.topk(&logits.r, 4, 20, &mut wide_vals.r, &mut wide_idx.r);
+    p.t.topk(&logits.t, 4, 20, &mut wide_vals.t, &mut wide_idx.t);
+    p.compare("topk k=20 values", &wide_vals, 4, 0.0)?;
+    p.compare_ids("topk k=20 indices", &wide_idx, 80)?;
+    let many = p.tensor(70, 9000, 8.0)?;
+    let mut many_am = p.ids(&[0; 70])?;
+    p.r.argmax(&many.r, 70, &mut many_am.r);
+    p.t.argmax(&many.t, 70, &mut many_am.t);
+    p.compare_ids("argmax 70 rows", &many_am, 70)?;
     p.r.softmax(&mut logits.r, 4, 0.7);
     p.t.softmax(&mut logits.t, 4, 0.7);
     p.compare("softmax", &logits, 4, F32_TOL)?;
@@ -369,11 +381,13 @@ mod tests {
             "attention decode long causal hd=80",
             "attention tree mask prefix 333 hd=128",
             "move_rows",
+            "topk k=20 indices",
+            "argmax 70 rows",
             "sample",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 70);
+        assert_eq!(checks.len(), 73);
     }
 
     #[test]

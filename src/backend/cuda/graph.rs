@@ -308,11 +308,11 @@ mod tests {
         let args = [Arg::Ptr(0x1000), Arg::I32(41), Arg::I32(5), Arg::Ptr(0)];
         let moved = [Arg::Ptr(0x1000), Arg::I32(97), Arg::I32(5), Arg::Ptr(0)];
         let other = [Arg::Ptr(0x2000), Arg::I32(41), Arg::I32(5), Arg::Ptr(0)];
-        let s = signature("attention_f32", (1, 32), 256, &args, &[1, 3]);
-        assert_eq!(s, signature("attention_f32", (1, 32), 256, &moved, &[1, 3]));
-        assert_ne!(s, signature("attention_f32", (1, 32), 256, &other, &[1, 3]));
-        assert_ne!(s, signature("attention_f32", (2, 32), 256, &args, &[1, 3]));
-        assert_ne!(s, signature("attention_f32", (1, 32), 256, &moved, &[3]));
+        let s = signature("attention_f32_p4", (1, 32), 256, &args, &[1, 3]);
+        assert_eq!(s, signature("attention_f32_p4", (1, 32), 256, &moved, &[1, 3]));
+        assert_ne!(s, signature("attention_f32_p4", (1, 32), 256, &other, &[1, 3]));
+        assert_ne!(s, signature("attention_f32_p4", (2, 32), 256, &args, &[1, 3]));
+        assert_ne!(s, signature("attention_f32_p4", (1, 32), 256, &moved, &[3]));
     }
 
     #[test]

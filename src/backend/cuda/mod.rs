@@ -4,7 +4,8 @@
 //! - `probe`: which libraries and GPUs are there; `--device auto|cuda|cpu`.
 //! - `sources` + `compile`: `kernels/*.cu` compiled by NVRTC at start (the `kernel-compile`
 //!   phase), PTX cached on disk by source hash and architecture.
-//! - `gpu`: one GPU (context, stream, kernels, memory ledger); `gemm`: matmuls.
+//! - `gpu`: one GPU (context, stream, kernels, memory ledger); `gemm`: matmuls;
+//!   `chunked`: how argmax, softmax and top-k cut a vocabulary row over blocks.
 //! - `skinnycheck`: the skinny matmuls' bit-for-bit promises, checked on the GPU.
 //! - `backend`: the backend seam on one GPU; `graph`: CUDA graphs for repeating steps;
 //!   `shard` + `tp`: tensor parallelism (column/row sharding at load, NCCL all-reduce).
@@ -14,6 +15,7 @@
 //!   code on CUDA) and `tpcheck` (a sharded MLP block).
 
 pub mod backend;
+pub mod chunked;
 pub mod compile;
 pub mod conformance;
 pub mod gemm;

@@ -26,11 +26,23 @@ macro_rules! kernel_source {
     };
 }
 
+/// The attention entry point for a lane's share of a head, ceil(head_dim / 32) = 1 .. 8.
+pub const ATTENTION_KERNELS: [&str; 8] = [
+    "attention_f32_p1",
+    "attention_f32_p2",
+    "attention_f32_p3",
+    "attention_f32_p4",
+    "attention_f32_p5",
+    "attention_f32_p6",
+    "attention_f32_p7",
+    "attention_f32_p8",
+];
+
 pub const SOURCES: &[KernelSource] = &[
     kernel_source!("embedding.cu", ["embedding_f32"]),
     kernel_source!("rmsnorm.cu", ["rmsnorm_f32"]),
     kernel_source!("rope.cu", ["rope_f32", "rope_store_kv_f32"]),
-    kernel_source!("attention.cu", ["attention_f32"]),
+    KernelSource { file: "kernels/attention.cu", text: include_str!("../../../kernels/attention.cu"), functions: &ATTENTION_KERNELS },
     kernel_source!(
         "elementwise.cu",
         [
@@ -45,7 +57,7 @@ pub const SOURCES: &[KernelSource] = &[
         ]
     ),
     kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
-    kernel_source!("sampling.cu", ["argmax_f32", "softmax_f32", "topk_f32", "sample_probs_f32"]),
+    kernel_source!("sampling.cu", ["topk_chunks_f32", "topk_merge_f32", "softmax_chunks_f32", "softmax_apply_f32", "sample_probs_f32"]),
     // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them (a test checks).
     kernel_source!(
         "gemv.cu",
@@ -93,13 +105,15 @@ mod tests {
     /// Every `extern "C" __global__` kernel in a file is listed for loading, and nothing
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, a pair per
-    /// configuration of gemm::GEMV_CONFIGS.
+    /// configuration of gemm::GEMV_CONFIGS; attention.cu's ATTENTION_ENTRY names its own.
     #[test]
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
+        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
         for src in SOURCES {
             // A macro's kernels are named by its parameter (`NAME`), not by the text.
             let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| *n != "NAME").collect();
+            found.extend(entry.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()));
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up]));
             }
