@@ -2,9 +2,9 @@
 // with the CPU reference's tie rules (the lowest index wins).
 
 // A vocabulary row is too long for one block to read quickly, so argmax, softmax and top-k
-// each take two launches: a grid of (chunks, rows) blocks reads the row in chunks (the chunk
-// count from the host, `chunk_count` in backend.rs), then the chunks' results are merged in
-// chunk order, which gives what one pass over the row gives.
+// each take two launches: a grid of (chunks, rows) blocks reads the row in chunks (the
+// chunk count comes from the host: `chunk_count` in backend/cuda/chunked.rs), then the
+// chunks' results are merged in chunk order, which gives what one pass over the row gives.
 
 // Chunk c of `chunks` over a row of `cols`: [lo, hi), chunk starts on a multiple of 4.
 __device__ __forceinline__ void chunk_bounds(int cols, int chunks, int c, int& lo, int& hi) {

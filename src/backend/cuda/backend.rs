@@ -43,6 +43,11 @@ impl CudaTensor {
     pub fn cols(&self) -> usize {
         self.cols
     }
+
+    /// Device address of row `row`.
+    fn row_ptr(&self, row: usize) -> u64 {
+        self.buf.ptr() + (row * self.cols * std::mem::size_of::<f32>()) as u64
+    }
 }
 
 pub struct CudaWeight {
@@ -158,20 +163,18 @@ impl CudaBackend {
             return;
         }
         let (cand_v, cand_i) = (self.chunk_values.ptr(), self.chunk_ids.ptr());
-        let (values_ptr, values_cols) = values.map_or((0, 0), |v| (v.buf.ptr(), v.cols));
+        let values = values.as_deref();
         for (start, rows) in row_groups(n) {
-            let row = x.buf.ptr() + (start * x.cols * 4) as u64;
-            let mut pass1 = [Arg::Ptr(row), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i)];
+            let mut pass1 = [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i)];
             self.kernel("topk_chunks_f32", (chunks as u32, rows as u32), CHUNK_THREADS, 0, &mut pass1, None);
-            let out_values = if values_ptr == 0 { NULL } else { Arg::Ptr(values_ptr + (start * values_cols * 4) as u64) };
             let mut merge = [
                 Arg::Ptr(cand_v),
                 Arg::Ptr(cand_i),
                 Arg::I32(chunks as i32),
                 Arg::I32(k as i32),
-                out_values,
-                Arg::I32(values_cols as i32),
-                Arg::Ptr(indices.buf.ptr() + (start * k * 4) as u64),
+                values.map_or(NULL, |v| Arg::Ptr(v.row_ptr(start))),
+                Arg::I32(values.map_or(0, |v| v.cols) as i32),
+                Arg::Ptr(indices.buf.ptr() + (start * k * std::mem::size_of::<i32>()) as u64),
             ];
             self.kernel("topk_merge_f32", (rows as u32, 1), CHUNK_THREADS, 0, &mut merge, None);
         }
@@ -643,8 +646,7 @@ impl Backend for CudaBackend {
         let chunks = chunk_count(x.cols, 1);
         let stats = self.chunk_values.ptr();
         for (start, rows) in row_groups(n) {
-            let row = x.buf.ptr() + (start * x.cols * 4) as u64;
-            let mut args = [Arg::Ptr(row), Arg::I32(x.cols as i32), Arg::F32(temperature), Arg::Ptr(stats)];
+            let mut args = [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::F32(temperature), Arg::Ptr(stats)];
             let grid = (chunks as u32, rows as u32);
             self.kernel("softmax_chunks_f32", grid, CHUNK_THREADS, 0, &mut args, None);
             self.kernel("softmax_apply_f32", grid, CHUNK_THREADS, 0, &mut args, None);
