@@ -134,6 +134,15 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ void put(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void put(float* p, float x) { *p = x; }
 
+// One RoPE pair (x0, x1) rotated by (c, s). Each product is rounded before the add (no
+// contraction into an fma, whose choice the compiler makes per call site), so the rope
+// kernels and the matmul epilogue that fuses RoPE (gemv.cu) give the same bits, and so does
+// the CPU reference.
+__device__ __forceinline__ void rotate_pair(float x0, float x1, float c, float s, float& r0, float& r1) {
+    r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    r1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 // A paged KV cache maps a token position to a slot through the sequence's block table.
 __device__ __forceinline__ long long slot_of(const int* block_table, int block_size, int pos) {
     return (long long)block_table[pos / block_size] * block_size + pos % block_size;

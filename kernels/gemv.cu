@@ -22,6 +22,13 @@
 // so the all-reduced sum equals the single-GPU result bit for bit when the host derives W
 // from the unsharded K (backend/cuda/gemm.rs).
 //
+// The q/k/v launch of a decode or verify step can also finish the attention input (the
+// rope entry points): RoPE on q and k, and k and v written into the KV cache, in place of a
+// launch of their own. Its q and k tiles then hold RoPE pairs: tile-local rows r and r + 8
+// are the dims (j, j + half) (NeoX) or (2j, 2j + 1) (interleaved) of one head, which puts
+// both halves of a pair in the thread that finishes row r. Each sum is the same bits as in
+// a plain launch; the rotation is `rotate_pair`, as in the rope kernels.
+//
 // Launched with programmatic dependent launch: the first weight loads are issued before
 // waiting for the kernel that writes x, so the weight stream starts while that one drains.
 // K % 8 == 0, W % 8 == 0 and 16-byte aligned W and x rows are required (the host checks).
@@ -56,6 +63,24 @@ __device__ __forceinline__ void mma_tf32(float (&acc)[4], unsigned a0, unsigned 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// What a launch does with its sums.
+enum class Epilogue { Plain, GateUp, QkvRope };
+
+// The rope epilogue's inputs: the tables and positions of the rope kernels, and where the
+// step's k and v rows go (cache row slot + row; the slot read from `slot_dev` when that is
+// not NULL, so that a replayed graph writes at the new position).
+struct RopeArgs {
+    const float* cos;
+    const float* sin;
+    const int* positions;
+    int head_dim;
+    int interleaved;
+    float* k_cache;
+    float* v_cache;
+    int slot_arg;
+    const int* slot_dev;
+};
+
 // What one launch computes, whatever its kind. Row tiles of RT = 16 * MT weight rows are
 // numbered across up to three matrices side by side (plain: q, k and v share x), or cover
 // RT / 2 gate rows and the same RT / 2 up rows (gate-up). With `accumulate[s]`, segment s
@@ -71,22 +96,40 @@ struct GemvArgs {
     float* y[3];
     int n[3];
     int accumulate[3];
+    RopeArgs rope;
 };
+
+// The feature (weight row) that tile-local row r of 16-row tile `tile` of a q or k segment
+// holds: rows r and r + 8 are the two dims of RoPE pair j of one head.
+__device__ __forceinline__ int rope_feature(const RopeArgs& r, int tile, int row) {
+    const int half = r.head_dim / 2, tiles_per_head = half / 8;
+    const int j = 8 * (tile % tiles_per_head) + (row & 7);
+    const int dim = row < 8 ? (r.interleaved ? 2 * j : j) : (r.interleaved ? 2 * j + 1 : j + half);
+    return (tile / tiles_per_head) * r.head_dim + dim;
+}
+
+// Weight row of tile-local row `row` of the 16-row tile starting at `start` of segment `seg`.
+template <Epilogue E>
+__device__ __forceinline__ int feature_of(const GemvArgs& a, int seg, int start, int row) {
+    if (E == Epilogue::QkvRope && seg < 2) return rope_feature(a.rope, start / 16, row);
+    return start + row;
+}
 
 // Pointers to the weight rows this lane reads for 16-row tile i of the block: rows g and
 // g + 8 of the tile (plain), or gate row g and up row g of the tile's 8 features (gate-up).
 // Rows past the end repeat the last row; their sums are never written.
-template <bool GATE_UP>
+template <Epilogue E>
 __device__ __forceinline__ void tile_rows(const GemvArgs& a, int seg, int first, int i, int g, const bf16* (&rows)[2]) {
-    if (GATE_UP) {
+    if (E == Epilogue::GateUp) {
         const long long row = (long long)min(first + 8 * i + g, a.n[0] - 1) * a.k_in;
         rows[0] = a.w[0] + row;
         rows[1] = a.w[1] + row;
     } else {
         const bf16* w = seg == 0 ? a.w[0] : (seg == 1 ? a.w[1] : a.w[2]);
         const int n = seg == 0 ? a.n[0] : (seg == 1 ? a.n[1] : a.n[2]);
-        rows[0] = w + (long long)min(first + 16 * i + g, n - 1) * a.k_in;
-        rows[1] = w + (long long)min(first + 16 * i + g + 8, n - 1) * a.k_in;
+        // A rope tile past the end is a head past the end, so it reads the last row too.
+        rows[0] = w + (long long)min(feature_of<E>(a, seg, first + 16 * i, g), n - 1) * a.k_in;
+        rows[1] = w + (long long)min(feature_of<E>(a, seg, first + 16 * i, g + 8), n - 1) * a.k_in;
     }
 }
 
@@ -190,8 +233,41 @@ __device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16
     }
 }
 
-template <int MT, int U, bool GATE_UP>
+// The rope launch's outputs: q rotated into y (segment 0); k rotated (segment 1) and v
+// (segment 2) into cache rows slot + row. Thread o < 8 of a tile's 16 rows finishes the
+// RoPE pair (o, o + 8).
+template <int MT>
+__device__ __forceinline__ void rope_epilogue(const GemvArgs& a, const float* part, int seg, int first, const bf16* bias,
+                                              float* y, int n_seg) {
+    const RopeArgs& r = a.rope;
+    const int slot = r.slot_dev ? r.slot_dev[0] : r.slot_arg;
+    float* cache = seg == 1 ? r.k_cache : r.v_cache;
+    const int half = r.head_dim / 2;
+    for (int o = threadIdx.x; o < MT * 8 * 8; o += blockDim.x) {
+        const int i = o / 64, row = (o / 8) % 8, tok = o % 8;
+        const int start = first + 16 * i;
+        if (tok >= a.m_rows || start >= n_seg) continue;
+        float* out = seg == 0 ? y + (long long)tok * n_seg : cache + (long long)(slot + tok) * n_seg;
+        const int f0 = feature_of<Epilogue::QkvRope>(a, seg, start, row);
+        const int f1 = feature_of<Epilogue::QkvRope>(a, seg, start, row + 8);
+        const float x0 = output_sum<MT>(part, a.slices, i, row, tok) + (bias ? __bfloat162float(bias[f0]) : 0.f);
+        const float x1 = output_sum<MT>(part, a.slices, i, row + 8, tok) + (bias ? __bfloat162float(bias[f1]) : 0.f);
+        if (seg == 2) {
+            out[f0] = x0;
+            out[f1] = x1;
+            continue;
+        }
+        const long long at = (long long)r.positions[tok] * half + 8 * ((start / 16) % (half / 8)) + row;
+        float r0, r1;
+        rotate_pair(x0, x1, r.cos[at], r.sin[at], r0, r1);
+        out[f0] = r0;
+        out[f1] = r1;
+    }
+}
+
+template <int MT, int U, Epilogue E>
 __device__ void gemv_tile(const GemvArgs& a) {
+    constexpr bool GATE_UP = E == Epilogue::GateUp;
     constexpr int RT = 16 * MT;
     // The partial sums, in dynamic shared memory sized by the launch's slices (a fixed size
     // for 32 would cost every launch the shared memory, and the L1, of the widest).
@@ -210,7 +286,7 @@ __device__ void gemv_tile(const GemvArgs& a) {
     const int g = lane >> 2, t = lane & 3;
     const bf16* rows[MT][2];
 #pragma unroll
-    for (int i = 0; i < MT; ++i) tile_rows<GATE_UP>(a, seg, first, i, g, rows[i]);
+    for (int i = 0; i < MT; ++i) tile_rows<E>(a, seg, first, i, g, rows[i]);
 
     // Warp w takes slices w, w + warps, ...; each slice's sums go to shared memory.
     bool waited = false;
@@ -246,6 +322,10 @@ __device__ void gemv_tile(const GemvArgs& a) {
         float* y = seg == 0 ? a.y[0] : (seg == 1 ? a.y[1] : a.y[2]);
         const int n_seg = seg == 0 ? a.n[0] : (seg == 1 ? a.n[1] : a.n[2]);
         const bool accumulate = (seg == 0 ? a.accumulate[0] : (seg == 1 ? a.accumulate[1] : a.accumulate[2])) != 0;
+        if (E == Epilogue::QkvRope) {
+            rope_epilogue<MT>(a, part, seg, first, bias, y, n_seg);
+            return;
+        }
         for (int o = threadIdx.x; o < RT * 8; o += blockDim.x) {
             const int i = o / 128, row = (o / 8) % 16, tok = o % 8;
             const int n = first + 16 * i + row;
@@ -259,8 +339,9 @@ __device__ void gemv_tile(const GemvArgs& a) {
 }
 
 // The entry points, one per (16-row tiles per block, 32-column steps per round):
-// gemv_t{MT}_u{U} and gemv_gate_up_t{MT}_u{U}. Every configuration computes the same bits;
-// the host times them per shape and keeps the fastest (backend/cuda/gemm.rs lists the set).
+// gemv_t{MT}_u{U}, gemv_gate_up_t{MT}_u{U} and gemv_rope_t{MT}_u{U}. Every configuration
+// computes the same bits; the host times them per shape and keeps the fastest
+// (backend/cuda/gemm.rs lists the set).
 // Each asks for registers that let two blocks share an SM: with one, an SM has half the
 // loads in flight, and the next launch cannot start there until it is done.
 #define GEMV_PLAIN(NAME, MT, U)                                                                                \
@@ -268,20 +349,33 @@ __device__ void gemv_tile(const GemvArgs& a) {
         const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* w0, const bf16* b0,      \
         float* y0, int n0, int acc0, const bf16* w1, const bf16* b1, float* y1, int n1, int acc1,              \
         const bf16* w2, const bf16* b2, float* y2, int n2, int acc2) {                                         \
-        gemv_tile<MT, U, false>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2}, {y0, y1, y2}, \
-                                 {n0, n1, n2}, {acc0, acc1, acc2}});                                           \
+        gemv_tile<MT, U, Epilogue::Plain>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2},    \
+                                           {y0, y1, y2}, {n0, n1, n2}, {acc0, acc1, acc2}, {}});                \
     }
 #define GEMV_GATE_UP(NAME, MT, U)                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
         const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* gate, const bf16* up,    \
         float* act, int n_out) {                                                                               \
-        gemv_tile<MT, U, true>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr},                      \
-                                {nullptr, nullptr, nullptr}, {act, nullptr, nullptr}, {n_out, n_out, 0},       \
-                                {0, 0, 0}});                                                                   \
+        gemv_tile<MT, U, Epilogue::GateUp>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr},          \
+                                            {nullptr, nullptr, nullptr}, {act, nullptr, nullptr},              \
+                                            {n_out, n_out, 0}, {0, 0, 0}, {}});                                \
+    }
+// q (rotated) into q_out; k (rotated) and v into cache rows slot + row.
+#define GEMV_ROPE(NAME, MT, U)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* wq, const bf16* bq,      \
+        float* q_out, int nq, const bf16* wk, const bf16* bk, int nk, const bf16* wv, const bf16* bv,          \
+        const float* cos_table, const float* sin_table, const int* positions, int head_dim, int interleaved,   \
+        float* k_cache, float* v_cache, int slot_arg, const int* slot_dev) {                                   \
+        gemv_tile<MT, U, Epilogue::QkvRope>({x, m_rows, k_in, slice_cols, slices, {wq, wk, wv}, {bq, bk, bv},  \
+                                             {q_out, nullptr, nullptr}, {nq, nk, nk}, {0, 0, 0},                \
+                                             {cos_table, sin_table, positions, head_dim, interleaved, k_cache,  \
+                                              v_cache, slot_arg, slot_dev}});                                  \
     }
 #define GEMV_ENTRY(MT, U)                           \
     GEMV_PLAIN(gemv_t##MT##_u##U, MT, U)            \
-    GEMV_GATE_UP(gemv_gate_up_t##MT##_u##U, MT, U)
+    GEMV_GATE_UP(gemv_gate_up_t##MT##_u##U, MT, U)  \
+    GEMV_ROPE(gemv_rope_t##MT##_u##U, MT, U)
 
 GEMV_ENTRY(1, 2)
 GEMV_ENTRY(1, 3)

@@ -13,9 +13,8 @@ __device__ __forceinline__ void rotate_head(float* head, int head_dim, const flo
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         const int a = interleaved ? 2 * j : j;
         const int b = interleaved ? 2 * j + 1 : j + half;
-        const float x0 = head[a], x1 = head[b];
-        const float r0 = x0 * c[j] - x1 * s[j];
-        const float r1 = x1 * c[j] + x0 * s[j];
+        float r0, r1;
+        rotate_pair(head[a], head[b], c[j], s[j], r0, r1);
         head[a] = r0;
         head[b] = r1;
         if (copy) {

@@ -14,11 +14,7 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN="$HERE/specdeck"
 OUT="${OUT:-/tmp/specdeck-profile}"
-SHAPE="${SPECDECK_PROFILE_SHAPE:-llama8b}"
-MODEL="${SPECDECK_8B_DIR:-/tmp/specdeck-$SHAPE}"
-export SPECDECK_PTX_CACHE="$OUT/ptx-cache"
-mkdir -p "$OUT"
-[ -f "$MODEL/model.safetensors.index.json" ] || python3 "$HERE/write_llama8b.py" "$MODEL" --shape "$SHAPE" >"$OUT/write.log" 2>&1
+. "$HERE/random_model.sh"
 if [ "$SHAPE" = llama8b ]; then
     timeout 120 "$BIN" cuda-check --out "$OUT/gemm" --large-model "$MODEL" --sections bandwidth,gemm,large-model-steps \
         >"$OUT/gemm.out" 2>"$OUT/gemm.err"

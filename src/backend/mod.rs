@@ -35,8 +35,8 @@
 //! or explicit mask over the new region) → `matmul` o → `all_reduce` → `add` to the residual →
 //! `rms_norm` → `matmul` gate, up → `silu_mul` → `matmul` down → `all_reduce` → `add`] →
 //! final norm → `matmul` lm_head. The fused forms below (`matmul_many`, `gate_up_silu`,
-//! `matmul_residual`, `rope_store_kv`) name those runs so a GPU backend can do each in one
-//! launch. Decoding then uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
+//! `matmul_residual`, `rope_store_kv`, and `qkv_rope_store_kv`, which is the first and the
+//! last together) name those runs so a GPU backend can do each in one launch. Decoding then uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
 //! The EAGLE-3 drafter adds `copy_cols` (concatenating `[norm(embed); hidden_norm(h)]` and the
 //! three captured target hiddens) and `gather_rows` (the hidden each draft branch continues).
 //! Committing accepted tree tokens is `move_rows` on every layer's K and V.
@@ -154,6 +154,15 @@ pub struct Projection<'a, B: Backend + ?Sized> {
     pub w: &'a B::Weight,
     pub bias: Option<&'a B::Weight>,
     pub out: &'a mut B::Tensor,
+}
+
+/// Where a layer's step leaves its attention inputs: q and k rotated at `positions`, and the
+/// step's k and v rows in the cache rows `[slot, slot + n)`.
+pub struct KvStore<'a, B: Backend + ?Sized> {
+    pub table: &'a RopeTable<B>,
+    pub positions: &'a B::Ids,
+    pub cache: (&'a mut B::Tensor, &'a mut B::Tensor),
+    pub slot: usize,
 }
 
 pub trait Backend: Send + Sync + 'static {
@@ -317,6 +326,15 @@ pub trait Backend: Send + Sync + 'static {
         self.rope(k, table, positions, n);
         self.copy_rows(k, 0, cache.0, slot, n);
         self.copy_rows(v, 0, cache.1, slot, n);
+    }
+
+    /// A layer's attention inputs from its input `x[:n]`: `matmul_many` for q, k and v,
+    /// then `rope_store_kv` as `store` says. What `k` and `v` (the outputs of `qkv[1]` and
+    /// `qkv[2]`) hold afterwards is unspecified: their rows are in the cache.
+    fn qkv_rope_store_kv(&self, x: &Self::Tensor, n: usize, qkv: &mut [Projection<'_, Self>; 3], store: KvStore<'_, Self>) {
+        self.matmul_many(x, n, qkv);
+        let [q, k, v] = qkv;
+        self.rope_store_kv(q.out, k.out, v.out, store.table, store.positions, n, store.cache, store.slot);
     }
 
     // ---- CUDA graphs (no-ops elsewhere) --------------------------------------------------

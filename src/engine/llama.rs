@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -328,24 +328,25 @@ impl<B: Backend> Layer<B> {
             }
             AttnInput::Rows(x) => x,
         };
-        // Fused where the backend can (one launch for q, k and v; RoPE with the cache
-        // write; o with the residual add; gate, up and SiLU; down with the residual add):
-        // a decode step is mostly launches of little work.
-        b.matmul_many(
-            x,
-            n,
-            &mut [
-                Projection { w: &a.q, bias: a.q_bias.as_ref(), out: &mut s.q },
-                Projection { w: &a.k, bias: a.k_bias.as_ref(), out: &mut s.k },
-                Projection { w: &a.v, bias: a.v_bias.as_ref(), out: &mut s.v },
-            ],
-        );
+        // Fused where the backend can (one launch for q, k and v, RoPE and the cache write;
+        // o with the residual add; gate, up and SiLU; down with the residual add): a decode
+        // step is mostly launches of little work.
+        let slot = st.window.first_new_slot();
+        let mut qkv = [
+            Projection { w: &a.q, bias: a.q_bias.as_ref(), out: &mut s.q },
+            Projection { w: &a.k, bias: a.k_bias.as_ref(), out: &mut s.k },
+            Projection { w: &a.v, bias: a.v_bias.as_ref(), out: &mut s.v },
+        ];
         if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
+            // Qwen3 normalises each q and k head between the projection and RoPE.
+            b.matmul_many(x, n, &mut qkv);
             b.head_rms_norm(&mut s.q, qn, st.eps, n);
             b.head_rms_norm(&mut s.k, kn, st.eps, n);
+            b.rope_store_kv(&mut s.q, &mut s.k, &s.v, st.rope, st.positions, n, (&mut *kv.0, &mut *kv.1), slot);
+        } else {
+            let store = KvStore { table: st.rope, positions: st.positions, cache: (&mut *kv.0, &mut *kv.1), slot };
+            b.qkv_rope_store_kv(x, n, &mut qkv, store);
         }
-        let slot = st.window.first_new_slot();
-        b.rope_store_kv(&mut s.q, &mut s.k, &s.v, st.rope, st.positions, n, (&mut *kv.0, &mut *kv.1), slot);
         b.attention(&s.q, kv.0, kv.1, &st.geometry, st.window, st.mask, &mut s.attn);
         b.matmul_residual(&s.attn, &a.o, n, &mut s.delta, h);
         b.rms_norm(h, &self.post_ln, st.eps, n, &mut s.normed);

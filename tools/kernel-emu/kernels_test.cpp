@@ -41,10 +41,19 @@ static std::vector<int> tree_mask() {
 
 static const int WARPS = 16;
 
+// The entry point the backend picks for a head_dim: a lane's share ceil(head_dim / 32).
+using AttentionKernel = void (*)(const float*, const float*, const float*, float*, int, int, int, float, int, int, int,
+                                 const int*, const int*);
+static AttentionKernel attention_kernel(int hd) {
+    const AttentionKernel by_share[8] = {attention_f32_p1, attention_f32_p2, attention_f32_p3, attention_f32_p4,
+                                         attention_f32_p5, attention_f32_p6, attention_f32_p7, attention_f32_p8};
+    return by_share[(hd + 31) / 32 - 1];
+}
+
 static void run_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                           std::vector<float>& out, int heads, int kv_heads, int hd, int prefix, int region, int queries,
                           const int* window, const int* mask) {
-    launch(attention_f32, dim3{(unsigned)queries, (unsigned)heads, 1}, dim3{WARPS * 32, 1, 1}, WARPS * (hd + 2) * 4,
+    launch(attention_kernel(hd), dim3{(unsigned)queries, (unsigned)heads, 1}, dim3{WARPS * 32, 1, 1}, WARPS * (hd + 2) * 4,
            q.data(), k.data(), v.data(), out.data(), heads, kv_heads, hd, 1.f / sqrtf(hd), prefix, region, queries, window,
            mask);
 }

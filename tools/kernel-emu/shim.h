@@ -64,6 +64,9 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 inline float2 __bfloat1622float2(__nv_bfloat162 h) { return {__bfloat162float(h.x), __bfloat162float(h.y)}; }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
 inline float __expf(float x) { return expf(x); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
 inline float __int_as_float(int i) {
     float f;

@@ -10,13 +10,13 @@ use half::bf16;
 use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, ROW_GROUP};
 use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
 use super::sources::{ATTENTION_KERNELS, SOURCES};
-use super::gemm::{Input, Matmuls, Segment};
+use super::gemm::{Input, Matmuls, RopeStore, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
-use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::event::{Event, EventSink, PhaseId, PhaseState};
 use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
@@ -503,6 +503,42 @@ impl Backend for CudaBackend {
         let block = (hd / 2).next_power_of_two().clamp(32, 256) as u32;
         let dynamic = Dynamic { values: &values, value_args: &[12], ptr_arg: 13 };
         self.kernel("rope_store_kv_f32", (n as u32, (heads + kv_heads) as u32), block, 0, &mut args, Some(dynamic));
+    }
+
+    fn qkv_rope_store_kv(&self, x: &CudaTensor, n: usize, qkv: &mut [Projection<'_, Self>; 3], store: KvStore<'_, Self>) {
+        let segs = [segment(x, qkv[0].w, qkv[0].bias, qkv[0].out), segment(x, qkv[1].w, qkv[1].bias, qkv[1].out), segment(x, qkv[2].w, qkv[2].bias, qkv[2].out)];
+        let operand = input(x, n, qkv[0].w);
+        let table = store.table;
+        if n == 0 || !self.matmuls.rope_fits(operand, &segs, table.head_dim) {
+            self.matmul_many(x, n, qkv);
+            let [q, k, v] = qkv;
+            return self.rope_store_kv(q.out, k.out, v.out, table, store.positions, n, store.cache, store.slot);
+        }
+        let (k_cache, v_cache) = (store.cache.0.buf.ptr(), store.cache.1.buf.ptr());
+        assert!(store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out, "qkv_rope_store_kv: cache widths differ from k and v");
+        let ptrs: Vec<Arg> = [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].w, segs[2].w, table.cos.buf.ptr(), store.positions.buf.ptr(), k_cache, v_cache]
+            .into_iter()
+            .map(Arg::Ptr)
+            .collect();
+        // The slot moves from step to step: a graph reads it from the arena.
+        let slot = store.slot as i32;
+        let (eager, slot_dev) = match self.graphs.gate(signature("qkv_rope_store_kv", (n as u32, 1), 0, &ptrs, &[]), &[slot]) {
+            Gate::Skip => return,
+            Gate::Eager => (true, 0),
+            Gate::Device(p) => (false, p),
+        };
+        let rope = RopeStore {
+            cos: table.cos.buf.ptr(),
+            sin: table.sin.buf.ptr(),
+            positions: store.positions.buf.ptr(),
+            head_dim: table.head_dim,
+            interleaved: table.style == RopeStyle::Interleaved,
+            k_cache,
+            v_cache,
+            slot: store.slot,
+            slot_dev,
+        };
+        self.matmuls.qkv_rope(&self.gpu, operand, &segs, rope, eager);
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {

@@ -13,7 +13,8 @@
 //! so the first eager run of each shape and row count times them and keeps the fastest.
 //! One launch can also multiply the same x by up to three matrices (q, k, v) or fuse gate,
 //! up and SiLU; and add its product into the output ([`Segment::accumulate`]: the residual
-//! add after o_proj and down_proj, at tp = 1).
+//! add after o_proj and down_proj, at tp = 1). A q, k, v launch can finish with RoPE and the
+//! KV-cache write ([`GemvJob::QkvRope`]), the same bits as the rope kernel after it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +52,25 @@ pub struct GemvConfig {
     pub steps: usize,
     pub plain: &'static str,
     pub gate_up: &'static str,
+    pub rope: &'static str,
+}
+
+/// The kernel family of a launch (a `GemvConfig` has one entry point per family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    Plain,
+    GateUp,
+    Rope,
+}
+
+impl GemvConfig {
+    pub fn entry(&self, family: Family) -> &'static str {
+        match family {
+            Family::Plain => self.plain,
+            Family::GateUp => self.gate_up,
+            Family::Rope => self.rope,
+        }
+    }
 }
 
 macro_rules! gemv_configs {
@@ -60,6 +80,7 @@ macro_rules! gemv_configs {
             steps: $u,
             plain: concat!("gemv_t", $t, "_u", $u),
             gate_up: concat!("gemv_gate_up_t", $t, "_u", $u),
+            rope: concat!("gemv_rope_t", $t, "_u", $u),
         }),*];
     };
 }
@@ -133,32 +154,74 @@ pub struct Input {
     pub k_full: usize,
 }
 
+/// The rope launch's RoPE and cache operands, as raw device addresses: the rope kernel's
+/// tables and positions, and the cache rows `slot + row` for k and v (the slot read from
+/// `slot_dev` when that is not 0: a graph's per-step value).
+#[derive(Clone, Copy, Debug)]
+pub struct RopeStore {
+    pub cos: u64,
+    pub sin: u64,
+    pub positions: u64,
+    pub head_dim: usize,
+    pub interleaved: bool,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub slot: usize,
+    pub slot_dev: u64,
+}
+
+impl RopeStore {
+    /// The rope launch pairs the two halves of a head in one 16-row tile.
+    pub fn fits(head_dim: usize) -> bool {
+        head_dim > 0 && head_dim % 16 == 0
+    }
+}
+
 /// What one skinny launch computes.
 #[derive(Clone, Copy, Debug)]
 pub enum GemvJob<'a> {
     Segments(&'a [Segment]),
     /// `act = silu(x·gateᵀ) * (x·upᵀ)`, all three `[rows, n_out]`.
     GateUp { gate: u64, up: u64, act: u64, n_out: usize },
+    /// q, k and v (their `out` unused for k and v): q rotated into its `out`, k rotated and
+    /// v into the cache rows that `rope` names.
+    QkvRope(&'a [Segment; 3], RopeStore),
 }
 
 impl GemvJob<'_> {
+    fn family(&self) -> Family {
+        match self {
+            GemvJob::Segments(_) => Family::Plain,
+            GemvJob::GateUp { .. } => Family::GateUp,
+            GemvJob::QkvRope(..) => Family::Rope,
+        }
+    }
+
+    fn segments(&self) -> &[Segment] {
+        match self {
+            GemvJob::Segments(s) => s,
+            GemvJob::QkvRope(s, _) => &s[..],
+            GemvJob::GateUp { .. } => &[],
+        }
+    }
+
     fn n_total(&self) -> usize {
         match self {
-            GemvJob::Segments(s) => s.iter().map(|s| s.n_out).sum(),
             GemvJob::GateUp { n_out, .. } => *n_out,
+            _ => self.segments().iter().map(|s| s.n_out).sum(),
         }
     }
 
     /// Whether running it twice differs from running it once (a residual add), so that
     /// it must not be timed on its real output.
     fn accumulates(&self) -> bool {
-        matches!(self, GemvJob::Segments(s) if s.iter().any(|s| s.accumulate))
+        self.segments().iter().any(|s| s.accumulate)
     }
 
     fn weights(&self) -> Vec<u64> {
         match self {
-            GemvJob::Segments(s) => s.iter().map(|s| s.w).collect(),
             GemvJob::GateUp { gate, up, .. } => vec![*gate, *up],
+            _ => self.segments().iter().map(|s| s.w).collect(),
         }
     }
 
@@ -166,8 +229,8 @@ impl GemvJob<'_> {
     /// holds 8 features' gate and up rows).
     fn blocks(&self, config: &GemvConfig) -> usize {
         match self {
-            GemvJob::Segments(s) => s.iter().map(|s| s.n_out.div_ceil(16 * config.tiles)).sum(),
             GemvJob::GateUp { n_out, .. } => n_out.div_ceil(8 * config.tiles),
+            _ => self.segments().iter().map(|s| s.n_out.div_ceil(16 * config.tiles)).sum(),
         }
     }
 }
@@ -189,7 +252,7 @@ impl Input {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct ShapeKey {
-    gate_up: bool,
+    family: Family,
     rows: usize,
     n_total: usize,
     k_in: usize,
@@ -295,6 +358,20 @@ impl Matmuls {
         gpu.launch("silu_mul_f32", stride_grid(len), 256, 0, &[Arg::Ptr(bufs.0), Arg::Ptr(bufs.1), Arg::Ptr(act), Arg::I64(len as i64)]);
     }
 
+    /// Whether `qkv_rope` takes this launch: the skinny kernels take its rows and widths, and
+    /// its heads split into 16-row tiles of RoPE pairs.
+    pub fn rope_fits(&self, input: Input, segs: &[Segment; 3], head_dim: usize) -> bool {
+        RopeStore::fits(head_dim) && input.skinny(&segs.map(|s| s.w)).is_some()
+    }
+
+    /// q, k and v with RoPE and the cache write in one skinny launch (`rope_fits` holds).
+    pub fn qkv_rope(&self, gpu: &Gpu, input: Input, segs: &[Segment; 3], rope: RopeStore, eager: bool) {
+        match input.skinny(&segs.map(|s| s.w)) {
+            Some(cut) => self.gemv(gpu, input, cut, GemvJob::QkvRope(segs, rope), eager),
+            None => gpu.record(|| format!("rope matmul: {} rows of K = {} are outside the skinny range", input.rows, input.k_in)),
+        }
+    }
+
     /// One path regardless of the rules (the self-test times each).
     pub fn run_path(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, path: MatmulPath) {
         match (path, job) {
@@ -305,7 +382,7 @@ impl Matmuls {
                 None => gpu.record(|| format!("skinny matmul: {} rows of K = {} are outside its range", input.rows, input.k_in)),
             },
             (MatmulPath::Cublas, GemvJob::Segments(segs)) => segs.iter().for_each(|s| self.cublas(gpu, input, *s)),
-            (MatmulPath::Cublas, GemvJob::GateUp { .. }) => gpu.record(|| "cuBLAS has no fused gate-up path".into()),
+            (MatmulPath::Cublas, GemvJob::GateUp { .. } | GemvJob::QkvRope(..)) => gpu.record(|| "cuBLAS has no fused gate-up or rope path".into()),
         }
     }
 
@@ -315,7 +392,7 @@ impl Matmuls {
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
         let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
         let key = ShapeKey {
-            gate_up: matches!(job, GemvJob::GateUp { .. }),
+            family: job.family(),
             rows: input.rows,
             n_total: job.n_total(),
             k_in: input.k_in,
@@ -370,13 +447,38 @@ impl Matmuls {
                     args[at + 3] = Arg::I32(s.map_or(0, |s| s.n_out as i32));
                     args[at + 4] = Arg::I32(s.is_some_and(|s| s.accumulate) as i32);
                 }
-                gpu.launch(config.plain, grid, threads, shared, &args)
+                gpu.launch(config.entry(Family::Plain), grid, threads, shared, &args)
+            }
+            GemvJob::QkvRope([q, k, v], r) => {
+                let bias = |s: &Segment| s.bias.map_or(NULL, Arg::Ptr);
+                let tail = [
+                    Arg::Ptr(q.w),
+                    bias(q),
+                    Arg::Ptr(q.out),
+                    Arg::I32(q.n_out as i32),
+                    Arg::Ptr(k.w),
+                    bias(k),
+                    Arg::I32(k.n_out as i32),
+                    Arg::Ptr(v.w),
+                    bias(v),
+                    Arg::Ptr(r.cos),
+                    Arg::Ptr(r.sin),
+                    Arg::Ptr(r.positions),
+                    Arg::I32(r.head_dim as i32),
+                    Arg::I32(r.interleaved as i32),
+                    Arg::Ptr(r.k_cache),
+                    Arg::Ptr(r.v_cache),
+                    Arg::I32(r.slot as i32),
+                    Arg::Ptr(r.slot_dev),
+                ];
+                let args: Vec<Arg> = head.iter().chain(&tail).copied().collect();
+                gpu.launch(config.entry(Family::Rope), grid, threads, shared, &args)
             }
             GemvJob::GateUp { gate, up, act, n_out } => {
                 let mut args = [NULL; HEAD + 4];
                 args[..HEAD].copy_from_slice(&head);
                 args[HEAD..].copy_from_slice(&[Arg::Ptr(gate), Arg::Ptr(up), Arg::Ptr(act), Arg::I32(n_out as i32)]);
-                gpu.launch(config.gate_up, grid, threads, shared, &args)
+                gpu.launch(config.entry(Family::GateUp), grid, threads, shared, &args)
             }
         }
     }
@@ -450,6 +552,24 @@ mod tests {
         assert_eq!(candidates(9).count(), 0);
         assert_eq!(GEMV_CONFIGS[0].plain, "gemv_t1_u2");
         assert_eq!(GEMV_CONFIGS[0].gate_up, "gemv_gate_up_t1_u2");
+        assert_eq!(GEMV_CONFIGS[3].entry(Family::Rope), "gemv_rope_t2_u2");
+    }
+
+    /// A rope launch pairs dims (j, j + half) in 16-row tiles: whole heads of 16k dims.
+    #[test]
+    fn the_rope_launch_takes_heads_of_whole_tiles() {
+        assert!(RopeStore::fits(64) && RopeStore::fits(128) && RopeStore::fits(80));
+        assert!(!RopeStore::fits(72) && !RopeStore::fits(0));
+        let m = Matmuls::default();
+        let seg = |w, n_out| Segment { w, bias: None, out: 0, n_out, accumulate: false };
+        let segs = [seg(0x2000, 4096), seg(0x3000, 1024), seg(0x4000, 1024)];
+        let decode = Input { x: 0x1000, rows: 1, k_in: 4096, k_full: 4096 };
+        assert!(m.rope_fits(decode, &segs, 128));
+        assert!(!m.rope_fits(decode, &segs, 72));
+        assert!(!m.rope_fits(Input { rows: 9, ..decode }, &segs, 128));
+        let rope = RopeStore { cos: 0, sin: 0, positions: 0, head_dim: 128, interleaved: false, k_cache: 0, v_cache: 0, slot: 0, slot_dev: 0 };
+        assert_eq!(GemvJob::QkvRope(&segs, rope).blocks(&GEMV_CONFIGS[0]), 256 + 64 + 64);
+        assert_eq!(GemvJob::QkvRope(&segs, rope).family(), Family::Rope);
     }
 
     /// The table matches the GEMV_ENTRY lines of kernels/gemv.cu.

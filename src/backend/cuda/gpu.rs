@@ -108,6 +108,11 @@ pub struct Gpu {
     /// `SPECDECK_PDL=0`): each may be scheduled while the one before drains, and waits for
     /// its writes itself (`pdl_wait` in kernels/common.cuh).
     pub pdl: bool,
+    /// `SPECDECK_SKIP_KERNELS=rmsnorm,attention` (prefixes of kernel names): those launches
+    /// are left out. A profiling knob only, since their outputs are then wrong: without
+    /// Nsight Systems on the GPU machine, what a kernel family costs inside a captured step
+    /// is the step time it saves (`scripts/gpu/ablate.sh`).
+    skipped: Vec<String>,
     error: Mutex<Option<String>>,
     // Declared after `blas`, so the handle that points at it is destroyed first.
     _blas_workspace: DeviceBuf<u8>,
@@ -155,6 +160,7 @@ impl Gpu {
             sm_count,
             arch: format!("sm_{major}{minor}"),
             pdl: major >= 9 && std::env::var("SPECDECK_PDL").map_or(true, |v| v != "0"),
+            skipped: std::env::var("SPECDECK_SKIP_KERNELS").map_or(Vec::new(), |v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect()),
             error: Mutex::new(None),
             _blas_workspace: workspace,
         })
@@ -333,6 +339,9 @@ impl Gpu {
             self.record(|| format!("kernel {name} is not loaded"));
             return false;
         };
+        if self.skipped.iter().any(|prefix| name.starts_with(prefix.as_str())) {
+            return true;
+        }
         // Every argument sits in an 8-byte slot; the driver copies each parameter's own
         // size from the front of its slot (little-endian, as on every CUDA host).
         let mut slots: Vec<u64> = args

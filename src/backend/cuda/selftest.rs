@@ -423,7 +423,7 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let gpu = backend.gpu();
     let check = skinny_bits(backend)?;
     let same = |ok: bool| if ok { "identical" } else { "DIFFERENT" };
-    r.row("skinny matmul bits, rows 1-8 x configurations (plain, gate-up)", same(check.rows_and_configs_equal), Some(check.rows_and_configs_equal));
+    r.row("skinny matmul bits, rows 1-8 x configurations (plain, gate-up, rope)", same(check.rows_and_configs_equal), Some(check.rows_and_configs_equal));
     r.row("skinny matmul bits, 2-way K split summed vs whole K", same(check.split_sum_equal), Some(check.split_sum_equal));
     r.row("skinny matmul bits, adding into the output vs the product added on the host", same(check.accumulate_equal), Some(check.accumulate_equal));
     r.row(format!("skinny matmul vs f64 reference, K {} (rel. error)", super::skinnycheck::K), format!("{:.2e}", check.rel_err), Some(check.rel_err < 1e-3));

@@ -1,6 +1,6 @@
 //! The skinny matmuls' promises, checked bit for bit on the GPU (`cuda-check`, gemm
 //! section): an output row is the same whatever the row count (1 to 8) and configuration,
-//! for plain and gate-up launches; a 2-way row-parallel split of K, its two halves added as
+//! for plain, gate-up and rope (q/k/v with RoPE and the cache write) launches; a 2-way row-parallel split of K, its two halves added as
 //! the all-reduce adds them, equals the single-GPU result; a launch that adds into its
 //! output adds exactly its product; and the values agree with an f64 reference on the host.
 
@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
 use super::backend::CudaBackend;
-use super::gemm::{GemvConfig, GemvJob, Input, MatmulPath, Segment, GEMV_CONFIGS, GEMV_MAX_ROWS};
+use super::gemm::{GemvConfig, GemvJob, Input, MatmulPath, RopeStore, Segment, GEMV_CONFIGS, GEMV_MAX_ROWS};
 use super::gpu::DeviceBuf;
 
 /// What the check found.
@@ -41,6 +41,51 @@ fn columns<T: Copy>(m: &[T], rows: usize, cols: std::ops::Range<usize>) -> Vec<T
     (0..rows).flat_map(|r| m[r * K + cols.start..r * K + cols.end].iter().copied()).collect()
 }
 
+/// Widths of the rope check: q, k and v each 2 heads of 32 (the first 192 rows of W).
+const ROPE_HEAD_DIM: usize = 32;
+const ROPE_WIDTH: usize = 2 * ROPE_HEAD_DIM;
+
+/// A rope launch of `rows` rows in a configuration: q's rows, then the k and v rows it wrote
+/// into the caches (from slot 3), at positions 5, 6, ... (NeoX tables of a made-up base).
+fn rope_launcher<'a>(
+    backend: &'a CudaBackend,
+    w: &'a DeviceBuf<bf16>,
+    x: &'a DeviceBuf<f32>,
+) -> anyhow::Result<impl Fn(&'static GemvConfig, usize) -> anyhow::Result<Vec<f32>> + 'a> {
+    let gpu = backend.gpu();
+    let half = ROPE_HEAD_DIM / 2;
+    let positions = 16;
+    let angle = |i: usize| (i / half) as f32 * 0.5f32.powf((i % half) as f32 / half as f32);
+    let cos = gpu.alloc_from(&(0..positions * half).map(|i| angle(i).cos()).collect::<Vec<_>>(), "rope check cos")?;
+    let sin = gpu.alloc_from(&(0..positions * half).map(|i| angle(i).sin()).collect::<Vec<_>>(), "rope check sin")?;
+    let pos = gpu.alloc_from(&(5..5 + GEMV_MAX_ROWS as i32).collect::<Vec<_>>(), "rope check positions")?;
+    let q = gpu.alloc::<f32>(GEMV_MAX_ROWS * ROPE_WIDTH, "rope check q")?;
+    let caches = [gpu.alloc::<f32>(positions * ROPE_WIDTH, "rope check k cache")?, gpu.alloc::<f32>(positions * ROPE_WIDTH, "rope check v cache")?];
+    let slot = 3;
+    Ok(move |config: &'static GemvConfig, rows: usize| -> anyhow::Result<Vec<f32>> {
+        let seg = |i: usize, out: u64| Segment { w: w.ptr_at(i * ROPE_WIDTH * K), bias: None, out, n_out: ROPE_WIDTH, accumulate: false };
+        let segs = [seg(0, q.ptr()), seg(1, 0), seg(2, 0)];
+        let store = RopeStore {
+            cos: cos.ptr(),
+            sin: sin.ptr(),
+            positions: pos.ptr(),
+            head_dim: ROPE_HEAD_DIM,
+            interleaved: false,
+            k_cache: caches[0].ptr(),
+            v_cache: caches[1].ptr(),
+            slot,
+            slot_dev: 0,
+        };
+        let input = Input { x: x.ptr(), rows, k_in: K, k_full: K };
+        backend.matmuls.run_path(gpu, input, GemvJob::QkvRope(&segs, store), MatmulPath::Gemv(config));
+        let mut out = gpu.download(&q, 0, rows * ROPE_WIDTH)?;
+        for cache in &caches {
+            out.extend(gpu.download(cache, slot * ROPE_WIDTH, rows * ROPE_WIDTH)?);
+        }
+        Ok(out)
+    })
+}
+
 pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     let gpu = backend.gpu();
     let mut rng = ChaCha8Rng::seed_from_u64(5);
@@ -63,7 +108,17 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     };
     let run = |config, gate_up, rows, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in| launch(config, gate_up, rows, x, w, k_in, false);
 
+    let rope = rope_launcher(backend, &w, &x)?;
+    let rope_reference = bits(&rope(&GEMV_CONFIGS[0], GEMV_MAX_ROWS)?);
     let mut mismatches = Vec::new();
+    for config in GEMV_CONFIGS {
+        for rows in 1..=GEMV_MAX_ROWS {
+            let got = bits(&rope(config, rows)?);
+            if (0..3).any(|part| got[part * rows * ROPE_WIDTH..(part + 1) * rows * ROPE_WIDTH] != rope_reference[part * GEMV_MAX_ROWS * ROPE_WIDTH..][..rows * ROPE_WIDTH]) {
+                mismatches.push(format!("rope {} rows {rows}", config.plain));
+            }
+        }
+    }
     for gate_up in [false, true] {
         let reference = bits(&run(&GEMV_CONFIGS[0], gate_up, GEMV_MAX_ROWS, &x, &w, K)?);
         for config in GEMV_CONFIGS {

@@ -64,12 +64,16 @@ pub const SOURCES: &[KernelSource] = &[
         [
             "gemv_t1_u2",
             "gemv_gate_up_t1_u2",
+            "gemv_rope_t1_u2",
             "gemv_t1_u3",
             "gemv_gate_up_t1_u3",
+            "gemv_rope_t1_u3",
             "gemv_t1_u4",
             "gemv_gate_up_t1_u4",
+            "gemv_rope_t1_u4",
             "gemv_t2_u2",
-            "gemv_gate_up_t2_u2"
+            "gemv_gate_up_t2_u2",
+            "gemv_rope_t2_u2"
         ]
     ),
 ];
@@ -104,8 +108,9 @@ mod tests {
 
     /// Every `extern "C" __global__` kernel in a file is listed for loading, and nothing
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
-    /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, a pair per
-    /// configuration of gemm::GEMV_CONFIGS; attention.cu's ATTENTION_ENTRY names its own.
+    /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
+    /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS; attention.cu's
+    /// ATTENTION_ENTRY names its own.
     #[test]
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
@@ -115,7 +120,7 @@ mod tests {
             let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| *n != "NAME").collect();
             found.extend(entry.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()));
             if src.file == "kernels/gemv.cu" {
-                found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up]));
+                found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
             }
             let mut listed = src.functions.to_vec();
             found.sort();
