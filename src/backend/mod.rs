@@ -36,7 +36,8 @@
 //! `rms_norm` → `matmul` gate, up → `silu_mul` → `matmul` down → `all_reduce` → `add`] →
 //! final norm → `matmul` lm_head. The fused forms below (`matmul_many`, `gate_up_silu`,
 //! `matmul_residual`, `rope_store_kv`, and `qkv_rope_store_kv`, which is the first and the
-//! last together) name those runs so a GPU backend can do each in one launch. Decoding then uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
+//! last together) name those runs so a GPU backend can do each in one launch. Decoding then
+//! uses `argmax` / `softmax` + `topk` / `read_elements` + `sample`.
 //! The EAGLE-3 drafter adds `copy_cols` (concatenating `[norm(embed); hidden_norm(h)]` and the
 //! three captured target hiddens) and `gather_rows` (the hidden each draft branch continues).
 //! Committing accepted tree tokens is `move_rows` on every layer's K and V.

@@ -1,8 +1,9 @@
 //! The skinny matmuls' promises, checked bit for bit on the GPU (`cuda-check`, gemm
 //! section): an output row is the same whatever the row count (1 to 8) and configuration,
-//! for plain, gate-up and rope (q/k/v with RoPE and the cache write) launches; a 2-way row-parallel split of K, its two halves added as
-//! the all-reduce adds them, equals the single-GPU result; a launch that adds into its
-//! output adds exactly its product; and the values agree with an f64 reference on the host.
+//! for plain, gate-up and rope (q/k/v with RoPE and the cache write) launches; a 2-way
+//! row-parallel split of K, its two halves added as the all-reduce adds them, equals the
+//! single-GPU result; a launch that adds into its output adds exactly its product; and the
+//! values agree with an f64 reference on the host.
 
 use half::bf16;
 use rand::{Rng, SeedableRng};
@@ -114,7 +115,9 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     for config in GEMV_CONFIGS {
         for rows in 1..=GEMV_MAX_ROWS {
             let got = bits(&rope(config, rows)?);
-            if (0..3).any(|part| got[part * rows * ROPE_WIDTH..(part + 1) * rows * ROPE_WIDTH] != rope_reference[part * GEMV_MAX_ROWS * ROPE_WIDTH..][..rows * ROPE_WIDTH]) {
+            // q, k and v each hold `rows` rows of ROPE_WIDTH; the reference's hold 8.
+            let differs = |part: usize| got[part * rows * ROPE_WIDTH..][..rows * ROPE_WIDTH] != rope_reference[part * GEMV_MAX_ROWS * ROPE_WIDTH..][..rows * ROPE_WIDTH];
+            if (0..3).any(differs) {
                 mismatches.push(format!("rope {} rows {rows}", config.plain));
             }
         }
