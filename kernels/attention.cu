@@ -21,11 +21,13 @@
 
 #define ATTENTION_MAX_THREADS 512
 
-// The lane's `count` (<= PER) elements; 16- or 8-byte loads when the run is full and every
-// run is a whole number of them (head_dim a multiple of 4 or 2 keeps them aligned).
-template <int PER>
-__device__ __forceinline__ void load_lane(const float* p, int head_dim, int count, float (&v)[PER]) {
-    if (count == PER && PER % 4 == 0 && (head_dim & 3) == 0) {
+// The lane's `count` (<= PER) elements, the rest zero. WIDE: every lane holds a full run
+// (head_dim == 32 * PER, which also aligns each run), loaded in 16- or 8-byte pieces where
+// PER allows; otherwise element by element. Without a branch either way: the loads of a
+// group of keys stay together.
+template <int PER, bool WIDE>
+__device__ __forceinline__ void load_lane(const float* p, int count, float (&v)[PER]) {
+    if (WIDE && PER % 4 == 0) {
 #pragma unroll
         for (int e = 0; e < PER / 4; ++e) {
             const float4 f = reinterpret_cast<const float4*>(p)[e];
@@ -34,7 +36,7 @@ __device__ __forceinline__ void load_lane(const float* p, int head_dim, int coun
             v[4 * e + 2] = f.z;
             v[4 * e + 3] = f.w;
         }
-    } else if (count == PER && PER % 2 == 0 && (head_dim & 1) == 0) {
+    } else if (WIDE && PER % 2 == 0) {
 #pragma unroll
         for (int e = 0; e < PER / 2; ++e) {
             const float2 f = reinterpret_cast<const float2*>(p)[e];
@@ -43,16 +45,14 @@ __device__ __forceinline__ void load_lane(const float* p, int head_dim, int coun
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < PER; ++e)
-            if (e < count) v[e] = p[e];
+        for (int e = 0; e < PER; ++e) v[e] = WIDE || e < count ? p[e] : 0.f;
     }
 }
 
-template <int PER, int KG>
-__device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* out, int heads, int kv_heads,
-                                       int head_dim, float scale, int prefix_arg, int region_arg, int queries,
-                                       const int* window, const int* mask) {
-    pdl_enter();
+template <int PER, int KG, bool WIDE>
+__device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* out, int heads,
+                                            int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
+                                            int queries, const int* window, const int* mask) {
     extern __shared__ float smem[];
     const int qi = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);
@@ -69,14 +69,16 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
     const float* vbase = v + (long long)kvh * head_dim + lane * PER;
 
     float qv[PER], acc[PER];
-    load_lane<PER>(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * PER, head_dim, count, qv);
+    load_lane<PER, WIDE>(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * PER, count, qv);
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
         qv[e] = e < count ? qv[e] * scale : 0.f;
         acc[e] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    // Up to KG slots of this warp waiting to be visited (warp-uniform).
+    // Up to KG slots of this warp waiting to be visited (warp-uniform). A group is visited
+    // whole: the slots after the last waiting one repeat it (no branch around the loads) and
+    // weigh 0, which leaves the sums as they are.
     int pending[KG];
     int waiting = 0;
     // Visit the waiting keys: one running-softmax update for the group, in a fixed order.
@@ -84,20 +86,16 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
         float kr[KG][PER], vr[KG][PER], dot[KG];
 #pragma unroll
         for (int g = 0; g < KG; ++g) {
-            if (g < waiting) {
-                const long long row = (long long)pending[g] * kv_width;
-                load_lane<PER>(kbase + row, head_dim, count, kr[g]);
-                load_lane<PER>(vbase + row, head_dim, count, vr[g]);
-            }
+            const long long row = (long long)pending[g] * kv_width;
+            load_lane<PER, WIDE>(kbase + row, count, kr[g]);
+            load_lane<PER, WIDE>(vbase + row, count, vr[g]);
         }
 #pragma unroll
         for (int g = 0; g < KG; ++g) {
+            // q is zero past the lane's run, and so are the loaded elements.
             float d = 0.f;
-            if (g < waiting) {
 #pragma unroll
-                for (int e = 0; e < PER; ++e)
-                    if (e < count) d += qv[e] * kr[g][e];
-            }
+            for (int e = 0; e < PER; ++e) d += qv[e] * kr[g][e];
             dot[g] = warp_sum(d);
         }
         float m_new = m;
@@ -114,13 +112,10 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
         l = l * corr + p_sum;
 #pragma unroll
         for (int e = 0; e < PER; ++e) {
-            if (e < count) {
-                float a = acc[e] * corr;
+            float a = acc[e] * corr;
 #pragma unroll
-                for (int g = 0; g < KG; ++g)
-                    if (g < waiting) a += p[g] * vr[g][e];
-                acc[e] = a;
-            }
+            for (int g = 0; g < KG; ++g) a += p[g] * vr[g][e];
+            acc[e] = a;
         }
         m = m_new;
         waiting = 0;
@@ -142,7 +137,12 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
         if ((prefix + rank) % warps == warp) queue(prefix + j);
         ++rank;
     }
-    if (waiting > 0) visit();
+    if (waiting > 0) {
+#pragma unroll
+        for (int g = 1; g < KG; ++g)
+            if (g >= waiting) pending[g] = pending[g - 1];
+        visit();
+    }
 
     float* s_m = smem;
     float* s_l = smem + warps;
@@ -167,6 +167,21 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
         for (int w = 0; w < warps; ++w)
             if (s_m[w] != -INFINITY) num += s_acc[w * head_dim + d] * __expf(s_m[w] - m_all);
         o[d] = denom > 0.f ? num / denom : 0.f;
+    }
+}
+
+template <int PER, int KG>
+__device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* out, int heads, int kv_heads,
+                                       int head_dim, float scale, int prefix_arg, int region_arg, int queries,
+                                       const int* window, const int* mask) {
+    pdl_enter();
+    // Heads of 32 * PER (64, 128, ...) fill every lane's run: no per-element checks there.
+    if (head_dim == 32 * PER) {
+        attend_keys<PER, KG, true>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window,
+                                   mask);
+    } else {
+        attend_keys<PER, KG, false>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window,
+                                    mask);
     }
 }
 
