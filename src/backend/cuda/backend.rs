@@ -506,14 +506,14 @@ impl Backend for CudaBackend {
     }
 
     fn qkv_rope_store_kv(&self, x: &CudaTensor, n: usize, qkv: &mut [Projection<'_, Self>; 3], store: KvStore<'_, Self>) {
-        let segs = [segment(x, qkv[0].w, qkv[0].bias, qkv[0].out), segment(x, qkv[1].w, qkv[1].bias, qkv[1].out), segment(x, qkv[2].w, qkv[2].bias, qkv[2].out)];
+        let segs = qkv.each_ref().map(|p| segment(x, p.w, p.bias, p.out));
         let operand = input(x, n, qkv[0].w);
         let table = store.table;
-        if n == 0 || !self.matmuls.rope_fits(operand, &segs, table.head_dim) {
+        let Some(cut) = Matmuls::rope_cut(operand, &segs, table.head_dim).filter(|_| n > 0) else {
             self.matmul_many(x, n, qkv);
             let [q, k, v] = qkv;
             return self.rope_store_kv(q.out, k.out, v.out, table, store.positions, n, store.cache, store.slot);
-        }
+        };
         let (k_cache, v_cache) = (store.cache.0.buf.ptr(), store.cache.1.buf.ptr());
         assert!(store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out, "qkv_rope_store_kv: cache widths differ from k and v");
         let ptrs: Vec<Arg> = [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].w, segs[2].w, table.cos.buf.ptr(), store.positions.buf.ptr(), k_cache, v_cache]
@@ -538,7 +538,7 @@ impl Backend for CudaBackend {
             slot: store.slot,
             slot_dev,
         };
-        self.matmuls.qkv_rope(&self.gpu, operand, &segs, rope, eager);
+        self.matmuls.qkv_rope(&self.gpu, operand, cut, &segs, rope, eager);
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {

@@ -358,18 +358,18 @@ impl Matmuls {
         gpu.launch("silu_mul_f32", stride_grid(len), 256, 0, &[Arg::Ptr(bufs.0), Arg::Ptr(bufs.1), Arg::Ptr(act), Arg::I64(len as i64)]);
     }
 
-    /// Whether `qkv_rope` takes this launch: the skinny kernels take its rows and widths, and
-    /// its heads split into 16-row tiles of RoPE pairs.
-    pub fn rope_fits(&self, input: Input, segs: &[Segment; 3], head_dim: usize) -> bool {
-        RopeStore::fits(head_dim) && input.skinny(&segs.map(|s| s.w)).is_some()
+    /// The K cut of a `qkv_rope` launch, when it takes this one: the skinny kernels take its
+    /// rows and widths, and its heads split into 16-row tiles of RoPE pairs.
+    pub fn rope_cut(input: Input, segs: &[Segment; 3], head_dim: usize) -> Option<Slicing> {
+        if !RopeStore::fits(head_dim) {
+            return None;
+        }
+        input.skinny(&segs.map(|s| s.w))
     }
 
-    /// q, k and v with RoPE and the cache write in one skinny launch (`rope_fits` holds).
-    pub fn qkv_rope(&self, gpu: &Gpu, input: Input, segs: &[Segment; 3], rope: RopeStore, eager: bool) {
-        match input.skinny(&segs.map(|s| s.w)) {
-            Some(cut) => self.gemv(gpu, input, cut, GemvJob::QkvRope(segs, rope), eager),
-            None => gpu.record(|| format!("rope matmul: {} rows of K = {} are outside the skinny range", input.rows, input.k_in)),
-        }
+    /// q, k and v with RoPE and the cache write in one skinny launch cut as `rope_cut` says.
+    pub fn qkv_rope(&self, gpu: &Gpu, input: Input, cut: Slicing, segs: &[Segment; 3], rope: RopeStore, eager: bool) {
+        self.gemv(gpu, input, cut, GemvJob::QkvRope(segs, rope), eager);
     }
 
     /// One path regardless of the rules (the self-test times each).
@@ -450,8 +450,11 @@ impl Matmuls {
                 gpu.launch(config.entry(Family::Plain), grid, threads, shared, &args)
             }
             GemvJob::QkvRope([q, k, v], r) => {
+                const ROPE_ARGS: usize = 18;
                 let bias = |s: &Segment| s.bias.map_or(NULL, Arg::Ptr);
-                let tail = [
+                let mut args = [NULL; HEAD + ROPE_ARGS];
+                args[..HEAD].copy_from_slice(&head);
+                args[HEAD..].copy_from_slice(&[
                     Arg::Ptr(q.w),
                     bias(q),
                     Arg::Ptr(q.out),
@@ -470,8 +473,7 @@ impl Matmuls {
                     Arg::Ptr(r.v_cache),
                     Arg::I32(r.slot as i32),
                     Arg::Ptr(r.slot_dev),
-                ];
-                let args: Vec<Arg> = head.iter().chain(&tail).copied().collect();
+                ]);
                 gpu.launch(config.entry(Family::Rope), grid, threads, shared, &args)
             }
             GemvJob::GateUp { gate, up, act, n_out } => {
@@ -560,13 +562,12 @@ mod tests {
     fn the_rope_launch_takes_heads_of_whole_tiles() {
         assert!(RopeStore::fits(64) && RopeStore::fits(128) && RopeStore::fits(80));
         assert!(!RopeStore::fits(72) && !RopeStore::fits(0));
-        let m = Matmuls::default();
         let seg = |w, n_out| Segment { w, bias: None, out: 0, n_out, accumulate: false };
         let segs = [seg(0x2000, 4096), seg(0x3000, 1024), seg(0x4000, 1024)];
         let decode = Input { x: 0x1000, rows: 1, k_in: 4096, k_full: 4096 };
-        assert!(m.rope_fits(decode, &segs, 128));
-        assert!(!m.rope_fits(decode, &segs, 72));
-        assert!(!m.rope_fits(Input { rows: 9, ..decode }, &segs, 128));
+        assert_eq!(Matmuls::rope_cut(decode, &segs, 128), Some(Slicing { cols: 256, slices: 16 }));
+        assert!(Matmuls::rope_cut(decode, &segs, 72).is_none());
+        assert!(Matmuls::rope_cut(Input { rows: 9, ..decode }, &segs, 128).is_none());
         let rope = RopeStore { cos: 0, sin: 0, positions: 0, head_dim: 128, interleaved: false, k_cache: 0, v_cache: 0, slot: 0, slot_dev: 0 };
         assert_eq!(GemvJob::QkvRope(&segs, rope).blocks(&GEMV_CONFIGS[0]), 256 + 64 + 64);
         assert_eq!(GemvJob::QkvRope(&segs, rope).family(), Family::Rope);
