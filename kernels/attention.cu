@@ -49,6 +49,30 @@ __device__ __forceinline__ void load_lane(const float* p, int count, float (&v)[
     }
 }
 
+// The warp sums of KG values at once: lane l ends with the sum over the warp of v[l / (32 /
+// KG)]. The first log2(KG) butterfly steps each hand the partner lane half of the values
+// still held and keep the other half; the rest are warp_sum's. Every key's sum is formed
+// from the same pairs, at the same offsets, as warp_sum(v[g]) forms it, so the bits are
+// warp_sum's, for KG shuffles (plus 5 - log2(KG)) instead of 5 * KG.
+template <int KG>
+__device__ __forceinline__ float transposed_sum(float (&v)[KG], int lane) {
+    int offset = 16;
+#pragma unroll
+    for (int held = KG; held > 1; held /= 2, offset /= 2) {
+        const bool upper = (lane & offset) != 0;
+#pragma unroll
+        for (int j = 0; j < held / 2; ++j) {
+            const float give = upper ? v[j] : v[j + held / 2];
+            const float keep = upper ? v[j + held / 2] : v[j];
+            v[j] = keep + __shfl_xor_sync(0xffffffffu, give, offset);
+        }
+    }
+    float sum = v[0];
+#pragma unroll
+    for (; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    return sum;
+}
+
 template <int PER, int KG, bool WIDE>
 __device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* out, int heads,
                                             int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
@@ -96,16 +120,18 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
             float d = 0.f;
 #pragma unroll
             for (int e = 0; e < PER; ++e) d += qv[e] * kr[g][e];
-            dot[g] = warp_sum(d);
+            dot[g] = d;
         }
-        float m_new = m;
-#pragma unroll
-        for (int g = 0; g < KG; ++g)
-            if (g < waiting) m_new = fmaxf(m_new, dot[g]);
+        // Each lane ends up with one key's score (of the `32 / KG` lanes that share it), so
+        // the max and the exponential are taken once per key, not once per key and lane.
+        const int mine = lane / (32 / KG);
+        const float score = transposed_sum<KG>(dot, lane);
+        const float m_new = fmaxf(m, warp_reduce(mine < waiting ? score : -INFINITY, MaxOp()));
         const float corr = __expf(m - m_new);
+        const float p_mine = mine < waiting ? __expf(score - m_new) : 0.f;
         float p[KG];
 #pragma unroll
-        for (int g = 0; g < KG; ++g) p[g] = g < waiting ? __expf(dot[g] - m_new) : 0.f;
+        for (int g = 0; g < KG; ++g) p[g] = __shfl_sync(0xffffffffu, p_mine, g * (32 / KG));
         float p_sum = 0.f;
 #pragma unroll
         for (int g = 0; g < KG; ++g) p_sum += p[g];

@@ -94,18 +94,29 @@ inline float* g_smem;
 
 inline void __syncthreads() { g_sync->block->arrive_and_wait(); }
 
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+// Every lane of the warp posts v; each reads the value of lane `source(its lane)`.
+template <class T, class Source>
+inline T exchange(T v, Source source) {
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof(T));
     g_sync->slots[w][lane] = bits;
     g_sync->warps[w]->arrive_and_wait();
-    const uint64_t other = g_sync->slots[w][lane ^ lane_mask];
+    const uint64_t other = g_sync->slots[w][source(lane) & 31];
     g_sync->warps[w]->arrive_and_wait();
     T r;
     memcpy(&r, &other, sizeof(T));
     return r;
+}
+
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+    return exchange(v, [=](int lane) { return lane ^ lane_mask; });
+}
+
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src_lane) {
+    return exchange(v, [=](int) { return src_lane; });
 }
 
 // Run kernel `k` over `grid` blocks of `block.x` threads with `smem` bytes of dynamic
