@@ -327,7 +327,7 @@ impl Matmuls {
             return;
         }
         let Some(cut) = input.skinny(&segs.iter().map(|s| s.w).collect::<Vec<_>>()) else {
-            return segs.iter().for_each(|s| self.cublas(gpu, input, *s));
+            return self.cublas(gpu, input, segs);
         };
         for chunk in segs.chunks(SEGMENTS_PER_LAUNCH) {
             self.gemv(gpu, input, cut, GemvJob::Segments(chunk), eager);
@@ -352,8 +352,8 @@ impl Matmuls {
         if let Some(cut) = input.skinny(&job.weights()) {
             return self.gemv(gpu, input, cut, job, eager);
         }
-        self.cublas(gpu, input, Segment { w: gate, bias: None, out: bufs.0, n_out, accumulate: false });
-        self.cublas(gpu, input, Segment { w: up, bias: None, out: bufs.1, n_out, accumulate: false });
+        let product = |w: u64, out: u64| Segment { w, bias: None, out, n_out, accumulate: false };
+        self.cublas(gpu, input, &[product(gate, bufs.0), product(up, bufs.1)]);
         let len = input.rows * n_out;
         gpu.launch("silu_mul_f32", stride_grid(len), 256, 0, &[Arg::Ptr(bufs.0), Arg::Ptr(bufs.1), Arg::Ptr(act), Arg::I64(len as i64)]);
     }
@@ -381,7 +381,7 @@ impl Matmuls {
                 }
                 None => gpu.record(|| format!("skinny matmul: {} rows of K = {} are outside its range", input.rows, input.k_in)),
             },
-            (MatmulPath::Cublas, GemvJob::Segments(segs)) => segs.iter().for_each(|s| self.cublas(gpu, input, *s)),
+            (MatmulPath::Cublas, GemvJob::Segments(segs)) => self.cublas(gpu, input, segs),
             (MatmulPath::Cublas, GemvJob::GateUp { .. } | GemvJob::QkvRope(..)) => gpu.record(|| "cuBLAS has no fused gate-up or rope path".into()),
         }
     }
@@ -485,7 +485,8 @@ impl Matmuls {
         }
     }
 
-    fn cublas(&self, gpu: &Gpu, input: Input, seg: Segment) {
+    /// Each segment's product through cuBLAS, from one bf16 copy of x.
+    fn cublas(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
         let mut scratch = locked(&self.scratch);
@@ -499,6 +500,13 @@ impl Matmuls {
         let xb = scratch.as_ref().expect("allocated above").ptr();
         gpu.bind();
         gpu.launch("f32_to_bf16", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(xb), Arg::I64(len as i64)]);
+        for seg in segs {
+            Self::cublas_product(gpu, xb, rows, k_in, seg);
+        }
+    }
+
+    /// `seg.out (+)= x · seg.wᵀ (+ bias)` with x already in bf16 at `xb`.
+    fn cublas_product(gpu: &Gpu, xb: u64, rows: usize, k_in: usize, seg: &Segment) {
         let (alpha, beta) = (1.0f32, if seg.accumulate { 1.0f32 } else { 0.0 });
         // Row-major out[rows, N] = x[rows, K] · W[N, K]ᵀ is, in cuBLAS's column-major terms,
         // out'[N, rows] = W'ᵀ · x' with W' = [K, N] (ld K) and x' = [K, rows] (ld K).
