@@ -131,6 +131,9 @@ fn bench_aggregates_and_compares_with_target_only() {
     assert_eq!(out["target_only"]["draft_ms_per_cycle"], 0.0);
     assert!(out["draft_ms_per_cycle"].as_f64().unwrap() > 0.0);
     assert!(out["verify_ms_per_cycle"].as_f64().unwrap() > 0.0);
+    // Both modes prefill every prompt before their first step.
+    assert!(out["prefill_ms_median"].as_f64().unwrap() > 0.0);
+    assert!(out["target_only"]["prefill_ms_median"].as_f64().unwrap() > 0.0);
     assert!(out["memory_bandwidth_gb_s"].as_f64().unwrap() > 0.1);
     assert!(out["target_weight_bytes"].as_u64().unwrap() > 0);
 

@@ -123,6 +123,9 @@ def qwen_pair_rows(out, row, name, label):
     if "draft_ms_per_cycle" in data and "verify_ms_per_cycle" in base:
         row(f"{label} ms per cycle: draft / verify (target-only: ms per token)", "-",
             f"{data['draft_ms_per_cycle']:.2f} / {data['verify_ms_per_cycle']:.2f} ({base['verify_ms_per_cycle']:.2f})")
+    if "prefill_ms_median" in data and "prefill_ms_median" in base:
+        row(f"{label} prefill ms per prompt, median: speculative / target-only", "-",
+            f"{data['prefill_ms_median']:.2f} / {base['prefill_ms_median']:.2f}")
 
 
 def qwen_rows(out, row):

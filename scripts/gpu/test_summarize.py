@@ -148,7 +148,9 @@ class EngineAndQwen(CopyOfRun1):
                                            "target_only": {"tokens_per_s": 150.0}}) + "\n")
         self.write("qwen-s3.out", json.dumps({"tokens_per_s": 140.0, "mean_accept_length": 2.9, "prompts": 20, "identical": False,
                                               "mismatched_prompts": [4], "draft_ms_per_cycle": 4.5, "verify_ms_per_cycle": 2.25,
-                                              "target_only": {"tokens_per_s": 150.0, "verify_ms_per_cycle": 2.0}}) + "\n")
+                                              "prefill_ms_median": 7.5,
+                                              "target_only": {"tokens_per_s": 150.0, "verify_ms_per_cycle": 2.0,
+                                                              "prefill_ms_median": 3.25}}) + "\n")
         rows, _ = table(self.out)
         self.assertEqual(rows["qwen greedy speculative == target-only"], ("PASS", "identical"))
         self.assertEqual(rows["qwen speculative / target-only tok/s (target >= 1.5x)"],
@@ -158,6 +160,8 @@ class EngineAndQwen(CopyOfRun1):
         self.assertEqual(rows["qwen steps 3 speculative / target-only tok/s (target >= 1.5x)"],
                          ("FAIL", "140.0 / 150.0 = 0.93x; mean accept 2.90 over 20 prompts"))
         self.assertEqual(rows["qwen steps 3 ms per cycle: draft / verify (target-only: ms per token)"], ("-", "4.50 / 2.25 (2.00)"))
+        self.assertEqual(rows["qwen steps 3 prefill ms per prompt, median: speculative / target-only"], ("-", "7.50 / 3.25"))
+        self.assertNotIn("qwen prefill ms per prompt, median: speculative / target-only", rows)
 
 
 if __name__ == "__main__":

@@ -185,6 +185,14 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Whether the first run of a shape costs more than the next ones (a GPU backend:
+    /// cuBLAS loads its kernels on first use, the skinny matmuls time their configurations),
+    /// so that the warmup should run the prefill path too rather than leave that to the
+    /// first request.
+    fn slow_first_shapes(&self) -> bool {
+        false
+    }
+
     /// Run a whole step loop (a generation) where this backend issues work best. The CPU
     /// backend runs it on a rayon worker, so each parallel op is split with the calling thread
     /// rather than handed to the pool and waited for; a GPU backend runs it in place.

@@ -172,7 +172,23 @@ fn aggregate(gens: &[Generation]) -> Value {
         // Where a cycle's time goes: drafting, and the rest (the verify step and the host).
         "draft_ms_per_cycle": per_cycle_ms(draft),
         "verify_ms_per_cycle": per_cycle_ms(decode - draft),
+        // Time to the first decode step, per prompt (its prefill, and the drafter's).
+        "prefill_ms_median": median(gens.iter().map(|g| g.prefill_seconds * 1e3).collect()),
     })
+}
+
+/// The middle value (the mean of the middle two for an even count); 0 for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
 }
 
 /// Greedy generations of every prompt; with `compare`, each prompt also target-only (the
@@ -270,4 +286,16 @@ fn print_bench(out: &Value, json: bool) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(out)?);
     }
     Ok(if out.get("identical") == Some(&json!(false)) { 1 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_takes_the_middle_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![9.0, 1.0, 4.0]), 4.0);
+        assert_eq!(median(vec![30.0, 1.0, 4.0, 6.0]), 5.0);
+    }
 }

@@ -16,6 +16,7 @@ use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
+use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
 use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
 use crate::engine::ranks::RankVote;
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
@@ -386,9 +387,11 @@ impl<B: Backend> Engine<B> {
 
     fn warmup(&mut self) -> Result<(), Finding> {
         let shape = self.shape;
+        let room = self.target.as_ref().and_then(|t| t.target.as_ref()).map_or(0, |t| t.max_tokens());
+        let prompt = vec![0; warmup_prompt_tokens(self.backend.slow_first_shapes(), room)];
         run_phase(&self.events.clone(), PhaseId::Warmup, Side::Target, || {
             let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
-            self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
+            self.run_generation(&prompt, &decoding, &mut |_, _| {}).map(drop)
         })
     }
 
@@ -633,5 +636,31 @@ impl<B: Backend> Engine<B> {
             accept_histogram: g.accept_histogram(),
         }));
         Ok(g)
+    }
+}
+
+/// The warmup's prompt: two tokens; or, on a backend whose first run of a shape is slow
+/// (`Backend::slow_first_shapes`), one whose prefill takes a full chunk and then the skinny
+/// matmuls' widest step, so that the first request's prefill runs at its steady speed. Two
+/// tokens of the `room` (prompt + output) stay for the two generated ones.
+fn warmup_prompt_tokens(slow_first_shapes: bool, room: usize) -> usize {
+    if !slow_first_shapes {
+        return 2;
+    }
+    (PREFILL_CHUNK + GEMV_MAX_ROWS + 1).min(room.saturating_sub(2)).max(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 128 prefill rows through the large-matmul path, then 8 through the skinny kernels,
+    /// then the root: every prefill kernel a request can meet has run once.
+    #[test]
+    fn the_warmup_prompt_covers_a_prefill_chunk_where_first_shapes_are_slow() {
+        assert_eq!(warmup_prompt_tokens(false, 4096), 2);
+        assert_eq!(warmup_prompt_tokens(true, 4096), 137);
+        assert_eq!(warmup_prompt_tokens(true, 100), 98);
+        assert_eq!(warmup_prompt_tokens(true, 3), 2);
     }
 }

@@ -291,6 +291,10 @@ impl Backend for CudaBackend {
         Some(self.gpu.ordinal as u32)
     }
 
+    fn slow_first_shapes(&self) -> bool {
+        true
+    }
+
     fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
         if self.gpu.kernels_loaded() {
             let detail = Some("kernels loaded by an earlier launch".to_string());
