@@ -101,7 +101,13 @@ fn family_setups(seed: u64) -> Vec<(TinyLlama, TinyEagle3)> {
     qwen2_draft.rope_theta = Some(1e6);
     let qwen3 = TinyLlama::new(Family::Qwen3, seed);
     let qwen3_draft = TinyEagle3::new(seed + 3);
-    vec![(llama, llama_draft), (qwen2, qwen2_draft), (qwen3, qwen3_draft)]
+    let mut setups = vec![(llama, llama_draft), (qwen2, qwen2_draft), (qwen3, qwen3_draft)];
+    // Room for a prompt longer than a prefill chunk, and the output after it.
+    for (target, draft) in &mut setups {
+        target.max_positions = 1024;
+        draft.max_positions = 1024;
+    }
+    setups
 }
 
 /// A prompt of `len` seeded word ids (never the special ids 0..3).
@@ -116,9 +122,9 @@ fn greedy_speculation_equals_target_only_greedy() {
         for (target, eagle) in family_setups(seed) {
             let f = folders(&target, &eagle);
             let (mut eng, _rx) = engine();
-            // The second prompt is longer than a prefill chunk (128), so prefill and the
+            // The second prompt is longer than a prefill chunk (512), so prefill and the
             // drafter's extend run in two chunks.
-            let prompts = [prompt(5, seed, 64), prompt(150, seed + 1, 64)];
+            let prompts = [prompt(5, seed, 64), prompt(600, seed + 1, 64)];
             launched(&mut eng, &spec(&f.target, None));
             let baseline: Vec<Generation> = prompts.iter().map(|p| run(&mut eng, p, 48, None)).collect();
             assert!(baseline.iter().all(|g| g.accept_lengths.iter().all(|&a| a == 1)));
