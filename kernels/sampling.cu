@@ -30,16 +30,13 @@ __device__ __forceinline__ void best_after(const float* x, int lo, int hi, float
     block_best(best, best_i, sv, si);
 }
 
-// Pass 1 of argmax and top-k: the k best entries of chunk blockIdx.x of row blockIdx.y, best
-// first, into cand_v / cand_i[(row * chunks + chunk) * k + j] (a short chunk pads with -inf).
-extern "C" __global__ void topk_chunks_f32(const float* x, int cols, int k, float* cand_v, int* cand_i) {
-    pdl_enter();
+// The k best entries of row[lo, hi), best first, into cand_v / cand_i[out + j] (a short
+// chunk pads with -inf). Returns the best value (the chunk's max) to the whole block.
+__device__ __forceinline__ float chunk_topk(const float* row, int lo, int hi, int k, float* cand_v, int* cand_i,
+                                            long long out) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    int lo, hi;
-    chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
-    const float* row = x + (long long)blockIdx.y * cols;
-    const long long out = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * k;
+    float first = -INFINITY;
     float prev_v = INFINITY;
     int prev_i = -1;
     for (int j = 0; j < k; ++j) {
@@ -50,21 +47,29 @@ extern "C" __global__ void topk_chunks_f32(const float* x, int cols, int k, floa
             cand_v[out + j] = best;
             cand_i[out + j] = best_i;
         }
+        if (j == 0) first = best;
         prev_v = best;
         prev_i = best_i;
     }
+    return first;
 }
 
-// Pass 2: the k best of a row's chunks x k candidates, best first, ties to the lower index:
-// values[r * values_cols + j] (when values is not NULL) and indices[r * k + j]. Grid: rows.
-extern "C" __global__ void topk_merge_f32(const float* cand_v, const int* cand_i, int chunks, int k, float* values,
-                                          int values_cols, int* indices) {
+// Pass 1 of argmax and top-k: the k best entries of chunk blockIdx.x of row blockIdx.y into
+// cand_v / cand_i[(row * chunks + chunk) * k + j].
+extern "C" __global__ void topk_chunks_f32(const float* x, int cols, int k, float* cand_v, int* cand_i) {
     pdl_enter();
+    int lo, hi;
+    chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
+    const long long chunk = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    chunk_topk(x + (long long)blockIdx.y * cols, lo, hi, k, cand_v, cand_i, chunk * k);
+}
+
+// The k best of n candidates (v, ix), best first, ties to the lower index: emit(j, value,
+// index) on thread 0 for each.
+template <typename Emit>
+__device__ __forceinline__ void merge_best(const float* v, const int* ix, int n, int k, Emit emit) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    const int n = chunks * k;
-    const float* v = cand_v + (long long)blockIdx.x * n;
-    const int* ix = cand_i + (long long)blockIdx.x * n;
     float prev_v = INFINITY;
     int prev_i = -1;
     for (int j = 0; j < k; ++j) {
@@ -76,13 +81,31 @@ extern "C" __global__ void topk_merge_f32(const float* cand_v, const int* cand_i
                 best_i = ix[c];
             }
         block_best(best, best_i, sv, si);
-        if (threadIdx.x == 0) {
-            if (values) values[(long long)blockIdx.x * values_cols + j] = best;
-            indices[(long long)blockIdx.x * k + j] = best_i;
-        }
+        if (threadIdx.x == 0) emit(j, best, best_i);
         prev_v = best;
         prev_i = best_i;
     }
+}
+
+// Pass 2: the k best of a row's chunks x k candidates: values[r * values_cols + j] (when
+// values is not NULL) and indices[r * k + j]. Grid: rows.
+extern "C" __global__ void topk_merge_f32(const float* cand_v, const int* cand_i, int chunks, int k, float* values,
+                                          int values_cols, int* indices) {
+    pdl_enter();
+    const long long n = (long long)chunks * k, r = blockIdx.x;
+    merge_best(cand_v + r * n, cand_i + r * n, (int)n, k, [&](int j, float best, int best_i) {
+        if (values) values[r * values_cols + j] = best;
+        indices[r * k + j] = best_i;
+    });
+}
+
+// sum of exp((x - mx) / temperature) over row[lo, hi), the whole block getting it.
+__device__ __forceinline__ float chunk_exp_sum(const float* row, int lo, int hi, float mx, float temperature,
+                                               float* scratch) {
+    float total = 0.f;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) total += __expf((row[i] - mx) / temperature);
+    return block_sum(total, scratch);
 }
 
 // Pass 1 of softmax(x / temperature): chunk blockIdx.x of row blockIdx.y's max m and
@@ -97,10 +120,7 @@ extern "C" __global__ void softmax_chunks_f32(const float* x, int cols, float te
 #pragma unroll 8
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) mx = fmaxf(mx, row[i]);
     mx = block_max(mx, scratch);
-    float total = 0.f;
-#pragma unroll 8
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) total += __expf((row[i] - mx) / temperature);
-    total = block_sum(total, scratch);
+    const float total = chunk_exp_sum(row, lo, hi, mx, temperature, scratch);
     if (threadIdx.x == 0) {
         float* out = stats + ((long long)blockIdx.y * gridDim.x + blockIdx.x) * 2;
         out[0] = mx;
@@ -108,22 +128,61 @@ extern "C" __global__ void softmax_chunks_f32(const float* x, int cols, float te
     }
 }
 
-// Pass 2, in place: every block merges its row's chunk stats in chunk order (the same bits
-// in each block), then writes exp((x - max) / temperature) / sum over its own chunk.
+// A row's max and 1 / sum of exp((x - max) / temperature), merged from its chunks' stats in
+// chunk order (the same bits wherever it is done).
+__device__ __forceinline__ void row_stats(const float* st, int chunks, float temperature, float& mx, float& inv) {
+    mx = -INFINITY;
+    for (int c = 0; c < chunks; ++c) mx = fmaxf(mx, st[2 * c]);
+    float total = 0.f;
+    for (int c = 0; c < chunks; ++c)
+        if (st[2 * c] != -INFINITY) total += st[2 * c + 1] * __expf((st[2 * c] - mx) / temperature);
+    inv = 1.f / total;
+}
+
+// Pass 2, in place: every block merges its row's chunk stats, then writes
+// exp((x - max) / temperature) / sum over its own chunk.
 extern "C" __global__ void softmax_apply_f32(float* x, int cols, float temperature, const float* stats) {
     pdl_enter();
     int lo, hi;
     chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
-    const float* st = stats + (long long)blockIdx.y * gridDim.x * 2;
-    float mx = -INFINITY;
-    for (int c = 0; c < gridDim.x; ++c) mx = fmaxf(mx, st[2 * c]);
-    float total = 0.f;
-    for (int c = 0; c < gridDim.x; ++c)
-        if (st[2 * c] != -INFINITY) total += st[2 * c + 1] * __expf((st[2 * c] - mx) / temperature);
-    const float inv = 1.f / total;
+    float mx, inv;
+    row_stats(stats + (long long)blockIdx.y * gridDim.x * 2, gridDim.x, temperature, mx, inv);
     float* row = x + (long long)blockIdx.y * cols;
 #pragma unroll 8
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) row[i] = __expf((row[i] - mx) / temperature) * inv;
+}
+
+// A draft step reads only the top k of softmax(x) (temperature 1), so it need not write the
+// probabilities of the whole row. Pass 1: a chunk's k best entries (as topk_chunks_f32), and
+// its max (the best of them) and sum (as softmax_chunks_f32), in one launch.
+extern "C" __global__ void softmax_topk_chunks_f32(const float* x, int cols, int k, float* cand_v, int* cand_i,
+                                                   float* stats) {
+    pdl_enter();
+    __shared__ float scratch[32];
+    int lo, hi;
+    chunk_bounds(cols, gridDim.x, blockIdx.x, lo, hi);
+    const float* row = x + (long long)blockIdx.y * cols;
+    const long long chunk = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    const float mx = chunk_topk(row, lo, hi, k, cand_v, cand_i, chunk * k);
+    const float total = chunk_exp_sum(row, lo, hi, mx, 1.f, scratch);
+    if (threadIdx.x == 0) {
+        stats[chunk * 2] = mx;
+        stats[chunk * 2 + 1] = total;
+    }
+}
+
+// Pass 2: the k best candidates of a row (as topk_merge_f32), each written as the
+// probability softmax_apply_f32 gives it. Grid: rows.
+extern "C" __global__ void softmax_topk_merge_f32(const float* cand_v, const int* cand_i, int chunks, int k,
+                                                  const float* stats, float* values, int values_cols, int* indices) {
+    pdl_enter();
+    const long long n = (long long)chunks * k, r = blockIdx.x;
+    float mx, inv;
+    row_stats(stats + r * chunks * 2, chunks, 1.f, mx, inv);
+    merge_best(cand_v + r * n, cand_i + r * n, (int)n, k, [&](int j, float best, int best_i) {
+        values[r * values_cols + j] = __expf(best - mx) * inv;  // temperature 1
+        indices[r * k + j] = best_i;
+    });
 }
 
 __device__ __forceinline__ bool listed(const int* list, int n, int i) {

@@ -346,6 +346,14 @@ pub trait Backend: Send + Sync + 'static {
         self.rope_store_kv(q.out, k.out, v.out, store.table, store.positions, n, store.cache, store.slot);
     }
 
+    /// `topk` of `softmax(x)` (temperature 1) for the first `n` rows: what a draft step
+    /// reads of its logits. What `x` holds afterwards is unspecified (the probabilities
+    /// here; a GPU backend leaves the logits and writes only the k probabilities).
+    fn softmax_topk(&self, x: &mut Self::Tensor, n: usize, k: usize, values: &mut Self::Tensor, indices: &mut Self::Ids) {
+        self.softmax(x, n, 1.0);
+        self.topk(x, n, k, values, indices);
+    }
+
     // ---- CUDA graphs (no-ops elsewhere) --------------------------------------------------
 
     /// Bracket a step that repeats with the same shapes (a decode, verify or draft step of

@@ -61,10 +61,9 @@ impl<B: Backend> TopK<B> {
     }
 
     /// Top-k of `softmax(logits)` (no temperature, as SGLang drafts), rows `0..rows`; the
-    /// logits are replaced by probabilities. Ops only, so it can close a graph step.
+    /// logits may be overwritten. Ops only, so it can close a graph step.
     pub fn enqueue(&mut self, b: &B, logits: &mut B::Tensor, rows: usize) {
-        b.softmax(logits, rows, 1.0);
-        b.topk(logits, rows, self.k, &mut self.values, &mut self.indices);
+        b.softmax_topk(logits, rows, self.k, &mut self.values, &mut self.indices);
     }
 
     /// What `enqueue` found, each index mapped to a target id.

@@ -7,7 +7,7 @@
 
 use half::bf16;
 
-use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, ROW_GROUP};
+use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, MAX_CHUNKS, ROW_GROUP};
 use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
 use super::sources::{ATTENTION_KERNELS, SOURCES};
 use super::gemm::{Input, Matmuls, RopeStore, Segment};
@@ -79,10 +79,11 @@ pub struct CudaBackend {
     /// Host row lists copied up for one op at a time (stream order keeps them apart).
     list: DeviceBuf<i32>,
     picked: DeviceBuf<i32>,
-    /// Per-chunk results of argmax, softmax and top-k (`chunked.rs`), for `ROW_GROUP` rows
-    /// (softmax keeps two values per chunk, fewer than top-k's candidates).
+    /// Per-chunk candidates of argmax and top-k (`chunked.rs`), for `ROW_GROUP` rows.
     chunk_values: DeviceBuf<f32>,
     chunk_ids: DeviceBuf<i32>,
+    /// Each chunk's max and sum of exponentials (softmax), `ROW_GROUP` rows' worth.
+    chunk_stats: DeviceBuf<f32>,
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
     fused_residual: bool,
@@ -108,9 +109,10 @@ impl CudaBackend {
         let picked = gpu.alloc::<i32>(1, "sample result")?;
         let chunk_values = gpu.alloc::<f32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk values")?;
         let chunk_ids = gpu.alloc::<i32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk ids")?;
+        let chunk_stats = gpu.alloc::<f32>(ROW_GROUP * MAX_CHUNKS * 2, "per-chunk softmax stats")?;
         let graphs = Graphs::new(&gpu)?;
         let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
-        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, chunk_values, chunk_ids, fused_residual };
+        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, chunk_values, chunk_ids, chunk_stats, fused_residual };
         b.reset_bad_id();
         Ok(b)
     }
@@ -155,28 +157,33 @@ impl CudaBackend {
     }
 
     /// The `k` best of each of the first `n` rows: each chunk's best, then a merge per row
-    /// (`chunked.rs`). Argmax is `k` = 1 without values.
-    fn chunked_topk(&self, x: &CudaTensor, n: usize, k: usize, values: Option<&mut CudaTensor>, indices: &mut CudaIds) {
+    /// (`chunked.rs`). Argmax is `k` = 1 without values. `Ranked::Probabilities` writes each
+    /// winner's softmax probability (temperature 1) as `values`, from the chunks' max and
+    /// sum taken in the same launches.
+    fn chunked_topk(&self, x: &CudaTensor, n: usize, k: usize, values: Option<&mut CudaTensor>, indices: &mut CudaIds, ranked: Ranked) {
         let chunks = chunk_count(x.cols, k);
         if chunks * k > MAX_CANDIDATES {
             self.gpu.record(|| format!("top-k of {k} exceeds the {MAX_CANDIDATES} this backend keeps"));
             return;
         }
-        let (cand_v, cand_i) = (self.chunk_values.ptr(), self.chunk_ids.ptr());
+        let (cand_v, cand_i, stats) = (self.chunk_values.ptr(), self.chunk_ids.ptr(), self.chunk_stats.ptr());
         let values = values.as_deref();
+        let probabilities = ranked == Ranked::Probabilities;
+        let (pass1_name, merge_name) =
+            if probabilities { ("softmax_topk_chunks_f32", "softmax_topk_merge_f32") } else { ("topk_chunks_f32", "topk_merge_f32") };
         for (start, rows) in row_groups(n) {
-            let mut pass1 = [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i)];
-            self.kernel("topk_chunks_f32", (chunks as u32, rows as u32), CHUNK_THREADS, 0, &mut pass1, None);
-            let mut merge = [
-                Arg::Ptr(cand_v),
-                Arg::Ptr(cand_i),
-                Arg::I32(chunks as i32),
-                Arg::I32(k as i32),
+            let mut pass1 =
+                [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i), Arg::Ptr(stats)];
+            let used = if probabilities { pass1.len() } else { pass1.len() - 1 };
+            self.kernel(pass1_name, (chunks as u32, rows as u32), CHUNK_THREADS, 0, &mut pass1[..used], None);
+            let head = [Arg::Ptr(cand_v), Arg::Ptr(cand_i), Arg::I32(chunks as i32), Arg::I32(k as i32)];
+            let tail = [
                 values.map_or(NULL, |v| Arg::Ptr(v.row_ptr(start))),
                 Arg::I32(values.map_or(0, |v| v.cols) as i32),
                 Arg::Ptr(indices.buf.ptr() + (start * k * std::mem::size_of::<i32>()) as u64),
             ];
-            self.kernel("topk_merge_f32", (rows as u32, 1), CHUNK_THREADS, 0, &mut merge, None);
+            let mut merge: Vec<Arg> = head.into_iter().chain(probabilities.then_some(Arg::Ptr(stats))).chain(tail).collect();
+            self.kernel(merge_name, (rows as u32, 1), CHUNK_THREADS, 0, &mut merge, None);
         }
     }
 
@@ -246,6 +253,15 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+/// What a chunked top-k ranks and writes as values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ranked {
+    /// The entries themselves.
+    Logits,
+    /// The entries, written as their probabilities under softmax of the row.
+    Probabilities,
 }
 
 /// Per-step values of one launch: in eager mode they are the arguments at `value_args`
@@ -679,12 +695,12 @@ impl Backend for CudaBackend {
     }
 
     fn argmax(&self, x: &CudaTensor, n: usize, out: &mut CudaIds) {
-        self.chunked_topk(x, n, 1, None, out);
+        self.chunked_topk(x, n, 1, None, out, Ranked::Logits);
     }
 
     fn softmax(&self, x: &mut CudaTensor, n: usize, temperature: f32) {
         let chunks = chunk_count(x.cols, 1);
-        let stats = self.chunk_values.ptr();
+        let stats = self.chunk_stats.ptr();
         for (start, rows) in row_groups(n) {
             let mut args = [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::F32(temperature), Arg::Ptr(stats)];
             let grid = (chunks as u32, rows as u32);
@@ -694,7 +710,13 @@ impl Backend for CudaBackend {
     }
 
     fn topk(&self, x: &CudaTensor, n: usize, k: usize, values: &mut CudaTensor, indices: &mut CudaIds) {
-        self.chunked_topk(x, n, k, Some(values), indices);
+        self.chunked_topk(x, n, k, Some(values), indices, Ranked::Logits);
+    }
+
+    /// Ranked by logit (the same order as by probability, up to ties that rounding makes
+    /// between different logits); only the k winners' probabilities are written.
+    fn softmax_topk(&self, x: &mut CudaTensor, n: usize, k: usize, values: &mut CudaTensor, indices: &mut CudaIds) {
+        self.chunked_topk(x, n, k, Some(values), indices, Ranked::Probabilities);
     }
 
     fn sample(&self, probs: &CudaTensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError> {

@@ -396,6 +396,14 @@ fn decoding_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Ba
     p.r.argmax(&many.r, 70, &mut many_am.r);
     p.t.argmax(&many.t, 70, &mut many_am.t);
     p.compare_ids("argmax 70 rows", &many_am, 70)?;
+    // A draft step's top-k of probabilities, on logits of their own (the reference leaves
+    // probabilities in them, a GPU the logits).
+    let mut draft = p.tensor(4, vocab, 8.0)?;
+    let (mut probs, mut ids) = (p.tensor(4, k, 0.0)?, p.ids(&[0; 32])?);
+    p.r.softmax_topk(&mut draft.r, 4, k, &mut probs.r, &mut ids.r);
+    p.t.softmax_topk(&mut draft.t, 4, k, &mut probs.t, &mut ids.t);
+    p.compare("softmax_topk values", &probs, 4, F32_TOL)?;
+    p.compare_ids("softmax_topk indices", &ids, 32)?;
     p.r.softmax(&mut logits.r, 4, 0.7);
     p.t.softmax(&mut logits.t, 4, 0.7);
     p.compare("softmax", &logits, 4, F32_TOL)?;
@@ -458,12 +466,13 @@ mod tests {
             "attention tree mask prefix 333 hd=128",
             "move_rows",
             "topk k=20 indices",
+            "softmax_topk indices",
             "argmax 70 rows",
             "sample",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 97);
+        assert_eq!(checks.len(), 99);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

@@ -57,7 +57,10 @@ pub const SOURCES: &[KernelSource] = &[
         ]
     ),
     kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
-    kernel_source!("sampling.cu", ["topk_chunks_f32", "topk_merge_f32", "softmax_chunks_f32", "softmax_apply_f32", "sample_probs_f32"]),
+    kernel_source!(
+        "sampling.cu",
+        ["topk_chunks_f32", "topk_merge_f32", "softmax_chunks_f32", "softmax_apply_f32", "softmax_topk_chunks_f32", "softmax_topk_merge_f32", "sample_probs_f32"]
+    ),
     // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them (a test checks).
     kernel_source!(
         "gemv.cu",
