@@ -96,6 +96,11 @@ pub struct AttnGeometry {
     pub scale: f32,
 }
 
+/// The most queries of a forward whose rows must have the bits of the decode steps they
+/// stand for (a verify tree, a draft level): a backend sums their attention as it sums a
+/// decode step's, and may sum a longer forward's (a prefill chunk) another way.
+pub const STEP_QUERIES_MAX: usize = 64;
+
 /// Which cache slots the queries of one forward see.
 ///
 /// Slots `[0, prefix)` are committed and visible to every query. The slots

@@ -38,8 +38,9 @@ pub const CPU_MAX_TOKENS: usize = 4096;
 /// row count, and on a GPU they, not the arithmetic, set a prefill's time at these sizes, so
 /// most prompts take one forward (at 128 a HumanEval prompt took two or three).
 pub const PREFILL_CHUNK: usize = 512;
-/// The largest verify tree (`--speculative-num-draft-tokens`).
-pub const MAX_TREE_TOKENS: usize = 64;
+/// The largest verify tree (`--speculative-num-draft-tokens`): as many rows as the backend
+/// sums like decode steps.
+pub const MAX_TREE_TOKENS: usize = crate::backend::STEP_QUERIES_MAX;
 
 pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
 pub const UNSUPPORTED_ALGORITHM: &str = "unsupported-algorithm";

@@ -16,14 +16,19 @@ use super::graph::{signature, Gate, Graphs};
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
-use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX};
 use crate::event::{Event, EventSink, PhaseId, PhaseState};
 use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
 
-/// Warps per attention block; each warp walks a strided share of the key slots
-/// (`ATTENTION_MAX_THREADS` in kernels/attention.cu allows up to 16).
+/// Warps per attention block in decode, verify and draft steps; each warp walks a strided
+/// share of the key slots (`ATTENTION_MAX_THREADS` in kernels/attention.cu allows up to 16).
 const ATTENTION_WARPS: u32 = 16;
+/// Warps per attention block in a forward of more than `STEP_QUERIES_MAX` queries (a
+/// prefill chunk). Its (query, head) blocks are many and each sees few keys, so smaller
+/// blocks leave fewer key slots of part-filled groups idle and fit four to an SM (a 16-warp
+/// block takes an SM's registers): 16-warp blocks were most of a Qwen prefill's time.
+const PREFILL_ATTENTION_WARPS: u32 = 4;
 /// Threads per block of the chunked argmax, softmax and top-k.
 const CHUNK_THREADS: u32 = 256;
 /// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
@@ -620,9 +625,12 @@ impl Backend for CudaBackend {
         ];
         let values = [window.prefix as i32, window.region as i32];
         let dynamic = Dynamic { values: &values, value_args: &[8, 9], ptr_arg: 11 };
-        let shared = ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
+        // By the query count alone, so that a verify tree sums as decode steps do and a
+        // tensor-parallel rank (fewer heads) as the whole model does.
+        let warps = if window.queries > STEP_QUERIES_MAX { PREFILL_ATTENTION_WARPS } else { ATTENTION_WARPS };
+        let shared = warps * (g.head_dim as u32 + 2) * 4;
         let name = ATTENTION_KERNELS[g.head_dim.div_ceil(32).max(1) - 1];
-        self.kernel(name, (window.queries as u32, g.heads as u32), ATTENTION_WARPS * 32, shared, &mut args, Some(dynamic));
+        self.kernel(name, (window.queries as u32, g.heads as u32), warps * 32, shared, &mut args, Some(dynamic));
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, n: usize, out: &mut CudaTensor) {
