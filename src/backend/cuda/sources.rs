@@ -133,6 +133,28 @@ mod tests {
         assert!(!COMMON.contains("__global__"), "common.cuh must hold helpers only");
     }
 
+    /// Every kernel is launched with programmatic dependent launch allowed, so each must
+    /// wait for the previous kernel before it reads what that one wrote: a kernel written
+    /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
+    /// reach `pdl_wait` through `gemv_tile` and `attend`, which the GPU checks cover).
+    #[test]
+    fn every_written_out_kernel_waits_for_the_one_before() {
+        let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
+        for src in SOURCES {
+            for c in re.captures_iter(src.text).filter(|c| &c[1] != "NAME") {
+                let body = &src.text[c.get(0).unwrap().end()..];
+                let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
+                let name = &c[1];
+                assert!(body.contains("pdl_enter()") || body.contains("pdl_wait()"), "{}: {name} never waits for the kernel before it", src.file);
+            }
+        }
+        for callee in ["gemv_tile", "attend"] {
+            let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
+            let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
+            assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");
+        }
+    }
+
     #[test]
     fn program_text_maps_lines_back_to_the_file() {
         let src = source_of("rope_f32").unwrap();
