@@ -34,9 +34,9 @@ use crate::spec::{Algorithm, Device, LaunchSpec};
 
 /// The CPU reference caps its KV cache (and so prompt + output) at this many tokens.
 pub const CPU_MAX_TOKENS: usize = 4096;
-/// Tokens per prefill forward. A forward's launches cost the host about the same at any
-/// row count, and on a GPU they, not the arithmetic, set a prefill's time at these sizes, so
-/// most prompts take one forward (at 128 a HumanEval prompt took two or three).
+/// Tokens per prefill forward: most prompts take one forward, with one set of launches. On
+/// HumanEval prompts this measured as fast as 128 (BENCHMARKS.md, GPU run 10, ab-2): their
+/// prefill time was attention's.
 pub const PREFILL_CHUNK: usize = 512;
 /// The largest verify tree (`--speculative-num-draft-tokens`): as many rows as the backend
 /// sums like decode steps.
