@@ -181,14 +181,17 @@ impl CudaBackend {
                 [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i), Arg::Ptr(stats)];
             let used = if probabilities { pass1.len() } else { pass1.len() - 1 };
             self.kernel(pass1_name, (chunks as u32, rows as u32), CHUNK_THREADS, 0, &mut pass1[..used], None);
-            let head = [Arg::Ptr(cand_v), Arg::Ptr(cand_i), Arg::I32(chunks as i32), Arg::I32(k as i32)];
-            let tail = [
+            // The softmax merge takes the stats between the candidates and the outputs.
+            let mut merge = [NULL; 8];
+            merge[..4].copy_from_slice(&[Arg::Ptr(cand_v), Arg::Ptr(cand_i), Arg::I32(chunks as i32), Arg::I32(k as i32)]);
+            merge[4] = Arg::Ptr(stats);
+            let outputs = 4 + usize::from(probabilities);
+            merge[outputs..outputs + 3].copy_from_slice(&[
                 values.map_or(NULL, |v| Arg::Ptr(v.row_ptr(start))),
                 Arg::I32(values.map_or(0, |v| v.cols) as i32),
                 Arg::Ptr(indices.buf.ptr() + (start * k * std::mem::size_of::<i32>()) as u64),
-            ];
-            let mut merge: Vec<Arg> = head.into_iter().chain(probabilities.then_some(Arg::Ptr(stats))).chain(tail).collect();
-            self.kernel(merge_name, (rows as u32, 1), CHUNK_THREADS, 0, &mut merge, None);
+            ]);
+            self.kernel(merge_name, (rows as u32, 1), CHUNK_THREADS, 0, &mut merge[..outputs + 3], None);
         }
     }
 
