@@ -1,7 +1,6 @@
 //! The kernel sources, embedded in the binary so a lone binary can compile them on any
-//! GPU machine. Each module is `kernels/common.cuh` followed by one `kernels/*.cu` (and
-//! before it, the files whose device code it uses), with `#line` directives so NVRTC reports
-//! errors against the real file and line.
+//! GPU machine. Each module is `kernels/common.cuh` followed by one `kernels/*.cu`, with
+//! `#line` directives so NVRTC reports errors against the real file and line.
 
 use std::fmt::Write as _;
 
@@ -12,9 +11,6 @@ pub struct KernelSource {
     pub file: &'static str,
     pub text: &'static str,
     pub functions: &'static [&'static str],
-    /// Files (path, text) whose device code this one calls, compiled ahead of it with
-    /// `SPECDECK_INCLUDED` defined, under which they leave out their own kernels.
-    pub uses: &'static [(&'static str, &'static str)],
 }
 
 pub const COMMON_FILE: &str = "kernels/common.cuh";
@@ -26,7 +22,6 @@ macro_rules! kernel_source {
             file: concat!("kernels/", $name),
             text: include_str!(concat!("../../../kernels/", $name)),
             functions: &[$($f),*],
-            uses: &[],
         }
     };
 }
@@ -43,23 +38,11 @@ pub const ATTENTION_KERNELS: [&str; 8] = [
     "attention_f32_p8",
 ];
 
-const ATTENTION_FILE: &str = "kernels/attention.cu";
-const ATTENTION_TEXT: &str = include_str!("../../../kernels/attention.cu");
-
-/// The whole-layer entry point for heads of 64 and of 128 (`kernels/layer.cu`).
-pub const LAYER_KERNELS: [&str; 2] = ["decoder_layer_p2", "decoder_layer_p4"];
-
 pub const SOURCES: &[KernelSource] = &[
     kernel_source!("embedding.cu", ["embedding_f32"]),
     kernel_source!("rmsnorm.cu", ["rmsnorm_f32"]),
     kernel_source!("rope.cu", ["rope_f32", "rope_store_kv_f32"]),
-    KernelSource { file: ATTENTION_FILE, text: ATTENTION_TEXT, functions: &ATTENTION_KERNELS, uses: &[] },
-    KernelSource {
-        file: "kernels/layer.cu",
-        text: include_str!("../../../kernels/layer.cu"),
-        functions: &LAYER_KERNELS,
-        uses: &[(ATTENTION_FILE, ATTENTION_TEXT)],
-    },
+    KernelSource { file: "kernels/attention.cu", text: include_str!("../../../kernels/attention.cu"), functions: &ATTENTION_KERNELS },
     kernel_source!(
         "elementwise.cu",
         [
@@ -99,20 +82,12 @@ pub const SOURCES: &[KernelSource] = &[
 ];
 
 impl KernelSource {
-    /// The text NVRTC compiles: the common header, the files this one uses, then this
-    /// file, each under its own `#line` so diagnostics name `kernels/<file>(<line>)`.
+    /// The text NVRTC compiles: the common header, then this file, each under its own
+    /// `#line` so diagnostics name `kernels/<file>(<line>)`.
     pub fn program_text(&self) -> String {
-        let mut s = String::with_capacity(COMMON.len() + self.text.len() + self.uses.iter().map(|u| u.1.len() + 96).sum::<usize>() + 96);
+        let mut s = String::with_capacity(COMMON.len() + self.text.len() + 96);
         let _ = writeln!(s, "#line 1 \"{COMMON_FILE}\"");
         s.push_str(COMMON);
-        if !self.uses.is_empty() {
-            s.push_str("\n#define SPECDECK_INCLUDED 1");
-            for (file, text) in self.uses {
-                let _ = writeln!(s, "\n#line 1 \"{file}\"");
-                s.push_str(text);
-            }
-            s.push_str("\n#undef SPECDECK_INCLUDED");
-        }
         let _ = writeln!(s, "\n#line 1 \"{}\"", self.file);
         s.push_str(self.text);
         s
@@ -142,7 +117,7 @@ mod tests {
     #[test]
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
-        let entry = regex::Regex::new(r"(?m)^(?:ATTENTION|LAYER)_ENTRY\((\w+),").unwrap();
+        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
         for src in SOURCES {
             // A macro's kernels are named by its parameter (`NAME`), not by the text.
             let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| *n != "NAME").collect();
@@ -173,7 +148,7 @@ mod tests {
                 assert!(body.contains("pdl_enter()") || body.contains("pdl_wait()"), "{}: {name} never waits for the kernel before it", src.file);
             }
         }
-        for callee in ["gemv_tile", "attend", "decoder_layer"] {
+        for callee in ["gemv_tile", "attend"] {
             let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
             let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");
@@ -191,20 +166,5 @@ mod tests {
         assert!(text[at + marker.len()..].starts_with(src.text.lines().next().unwrap()));
         assert!(text.starts_with(&format!("#line 1 \"{COMMON_FILE}\"\n{COMMON}")));
         assert!(source_of("no_such_kernel").is_none());
-    }
-
-    /// A module that uses another file's device code compiles that file first, with its
-    /// kernels left out (they load from their own module), and still maps lines to both.
-    #[test]
-    fn a_used_file_comes_first_without_its_kernels() {
-        let src = source_of("decoder_layer_p2").unwrap();
-        let text = src.program_text();
-        let used = text.find("#line 1 \"kernels/attention.cu\"\n").expect("attention.cu's device code");
-        let own = text.find("#line 1 \"kernels/layer.cu\"\n").expect("layer.cu itself");
-        let define = text.find("#define SPECDECK_INCLUDED").unwrap();
-        let undef = text.find("#undef SPECDECK_INCLUDED").unwrap();
-        assert!(define < used && used < undef && undef < own);
-        assert!(ATTENTION_TEXT.contains("#ifndef SPECDECK_INCLUDED\n#define ATTENTION_ENTRY"));
-        assert_eq!(source_of("attention_f32_p2").unwrap().file, ATTENTION_FILE);
     }
 }
