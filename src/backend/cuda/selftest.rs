@@ -24,6 +24,8 @@ use super::conformance::compare_backends;
 use super::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
 use super::gpu::{release_pool_memory, Gpu};
 use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
+use super::peer::MAX_VALUES;
+use super::tp::open_group;
 use super::tpcheck::{tp_check, tp_model_check};
 use super::probe::{probe, CudaInventory};
 use super::shard::RankInfo;
@@ -170,10 +172,10 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
         return finish(r, opts.out);
     }
     let gpus = if inventory.gpus.len() >= 2 && inventory.nccl_present { inventory.gpus.len() } else { 1 };
-    let mut context_baseline = Vec::new();
+    let (mut contexts_only, mut context_baseline) = (Vec::new(), Vec::new());
     r.section("context-baseline", |_| {
-        context_baseline = warm_contexts(&modules, gpus)?;
-        Ok(json!({ "nvml_used": context_baseline }))
+        (contexts_only, context_baseline) = warm_contexts(&modules, gpus)?;
+        Ok(json!({ "nvml_used": context_baseline, "nvml_used_before_the_group": contexts_only }))
     });
     match CudaBackend::open(0, &modules, RankInfo::single(), None) {
         Err(e) => r.row("open GPU 0", format!("error: {e}"), Some(false)),
@@ -202,11 +204,18 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
         let ok = teardown_ok(&after, &context_baseline);
         r.row(
             "NVML used after drop vs open contexts (MiB)",
-            format!("{:?} vs {:?} (process start {:?})", mib(&after), mib(&context_baseline), mib(&baseline)),
+            format!(
+                "{:?} vs {:?} (contexts before a TP group {:?}; process start {:?})",
+                mib(&after),
+                mib(&context_baseline),
+                mib(&contexts_only),
+                mib(&baseline)
+            ),
             Some(ok),
         );
         Ok(json!({ "process_baseline": baseline, "context_baseline": context_baseline, "after": after,
-                   "compared_with": "context_baseline: NVML once every GPU's CUDA context was opened and closed" }))
+                   "contexts_before_the_group": contexts_only,
+                   "compared_with": "context_baseline: NVML once every GPU's CUDA context, and with 2+ GPUs one tensor-parallel group, was opened and closed" }))
     });
     finish(r, opts.out)
 }
@@ -223,11 +232,15 @@ fn teardown_ok(after: &[u64], context_baseline: &[u64]) -> bool {
 
 /// NVML used memory with a CUDA context open on GPUs `0 .. gpus` and nothing of ours
 /// allocated: the reference for the teardown check. Each GPU is opened as the backend
-/// opens it, runs a kernel and a cuBLAS matmul, and is closed again. The CUDA runtime
-/// that cuBLAS carries retains the device's primary context from its first use until
-/// the process exits, so the context's own memory (about 0.5 GiB) stays counted after
-/// every buffer is freed; comparing with the process-start figure would only measure that.
-fn warm_contexts(modules: &[CompiledModule], gpus: usize) -> anyhow::Result<Vec<u64>> {
+/// opens it, runs a kernel and a cuBLAS matmul, and is closed again; with 2+ GPUs a
+/// tensor-parallel group is then opened, all-reduces once through peer memory and once
+/// through NCCL, and is dropped. What stays is what the libraries keep in a context until
+/// the process exits, once: the CUDA runtime that cuBLAS carries retains the device's
+/// primary context (about 0.5 GiB), and NCCL's first communicator leaves more in it on
+/// GPU 0. Comparing with the process-start figure would only measure those; comparing with
+/// this, every later group, engine and relaunch must leave nothing. Returns NVML before the
+/// group and after it (the reference).
+fn warm_contexts(modules: &[CompiledModule], gpus: usize) -> anyhow::Result<(Vec<u64>, Vec<u64>)> {
     for ordinal in 0..gpus {
         let b = CudaBackend::open(ordinal, modules, RankInfo::single(), None)?;
         let x = b.tensor(16, 64)?;
@@ -239,7 +252,31 @@ fn warm_contexts(modules: &[CompiledModule], gpus: usize) -> anyhow::Result<Vec<
     for ordinal in 0..gpus {
         release_pool_memory(ordinal)?;
     }
-    Ok(nvml_used())
+    let contexts_only = nvml_used();
+    if gpus >= 2 {
+        let group = open_group(Some(modules), gpus)?;
+        let reduced: Vec<Result<(), BackendError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = group
+                .iter()
+                .map(|b| {
+                    s.spawn(move || {
+                        // One vector the peer path carries, one only NCCL does.
+                        for len in [1024, MAX_VALUES + 1] {
+                            let mut v = b.tensor(1, len)?;
+                            b.all_reduce(&mut v, 1);
+                        }
+                        b.sync()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(BackendError::Device("a rank's thread panicked".into())))).collect()
+        });
+        reduced.into_iter().collect::<Result<Vec<()>, _>>()?;
+    }
+    for ordinal in 0..gpus {
+        release_pool_memory(ordinal)?;
+    }
+    Ok((contexts_only, nvml_used()))
 }
 
 /// Bytes of weights a decode step must read: the checkpoint less the embedding table (one
