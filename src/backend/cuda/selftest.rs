@@ -236,8 +236,8 @@ fn teardown_ok(after: &[u64], context_baseline: &[u64]) -> bool {
 /// tensor-parallel group is then opened, all-reduces once through peer memory and once
 /// through NCCL, and is dropped. What stays is what the libraries keep in a context until
 /// the process exits, once: the CUDA runtime that cuBLAS carries retains the device's
-/// primary context (about 0.5 GiB), and NCCL's first communicator leaves more in it on
-/// GPU 0. Comparing with the process-start figure would only measure those; comparing with
+/// primary context (about 0.5 GiB), and NCCL's first communicator leaves more in it (about
+/// 0.37 GiB on each H200 of a pair). Comparing with the process-start figure would only measure those; comparing with
 /// this, every later group, engine and relaunch must leave nothing. Returns NVML before the
 /// group and after it (the reference).
 fn warm_contexts(modules: &[CompiledModule], gpus: usize) -> anyhow::Result<(Vec<u64>, Vec<u64>)> {
