@@ -76,8 +76,9 @@ __device__ __forceinline__ float transposed_sum(float (&v)[KG], int lane) {
 template <int PER, int KG, bool WIDE>
 __device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* out, int heads,
                                             int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
-                                            int queries, const int* window, const int* mask, int qi, int h) {
+                                            int queries, const int* window, const int* mask) {
     extern __shared__ float smem[];
+    const int qi = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (heads / kv_heads);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     // Lanes hold consecutive runs of PER elements; with a head_dim that is not a multiple
@@ -203,16 +204,14 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
     // Heads of 32 * PER (64, 128, ...) fill every lane's run: no per-element checks there.
     if (head_dim == 32 * PER) {
         attend_keys<PER, KG, true>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window,
-                                   mask, blockIdx.x, blockIdx.y);
+                                   mask);
     } else {
         attend_keys<PER, KG, false>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window,
-                                    mask, blockIdx.x, blockIdx.y);
+                                    mask);
     }
 }
 
 // PER = 1 .. 8 (head_dim up to 256); KG keeps a group's K and V runs within 64 registers.
-// Left out where another module includes this file for `attend_keys` (layer.cu).
-#ifndef SPECDECK_INCLUDED
 #define ATTENTION_ENTRY(NAME, PER, KG)                                                                               \
     extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) NAME(                                         \
         const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
@@ -227,4 +226,3 @@ ATTENTION_ENTRY(attention_f32_p5, 5, 4)
 ATTENTION_ENTRY(attention_f32_p6, 6, 4)
 ATTENTION_ENTRY(attention_f32_p7, 7, 4)
 ATTENTION_ENTRY(attention_f32_p8, 8, 4)
-#endif

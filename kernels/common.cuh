@@ -105,16 +105,6 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
     }
 }
 
-// A streamed weight load (8 bf16): non-coherent path, no L1 allocation (x, re-read by every warp,
-// keeps L1).
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
-}
-
 __device__ __forceinline__ void load8(const bf16* p, float (&v)[8]) {
     unpack8(*reinterpret_cast<const uint4*>(p), v);
 }

@@ -171,33 +171,6 @@ pub struct KvStore<'a, B: Backend + ?Sized> {
     pub slot: usize,
 }
 
-/// A whole decoder layer for `Backend::whole_layer`: pre-norm attention over the cache (q,
-/// k, v with optional bias, RoPE, the step's k and v rows stored at the window's new slots),
-/// o added into `h`, then the SwiGLU MLP on the post-attention norm, down added into `h`.
-/// `q`, `attn` and `act` are scratch (`[rows, heads·head_dim]`, the same, `[rows,
-/// intermediate]`).
-pub struct WholeLayer<'a, B: Backend + ?Sized> {
-    pub input_norm: &'a B::Weight,
-    pub qkv: [&'a B::Weight; 3],
-    pub qkv_bias: [Option<&'a B::Weight>; 3],
-    pub o: &'a B::Weight,
-    pub post_norm: &'a B::Weight,
-    pub gate: &'a B::Weight,
-    pub up: &'a B::Weight,
-    pub down: &'a B::Weight,
-    pub eps: f32,
-    pub geometry: AttnGeometry,
-    pub rope: &'a RopeTable<B>,
-    pub positions: &'a B::Ids,
-    pub window: AttnWindow,
-    pub mask: Mask<'a, B>,
-    pub cache: (&'a mut B::Tensor, &'a mut B::Tensor),
-    pub h: &'a mut B::Tensor,
-    pub q: &'a mut B::Tensor,
-    pub attn: &'a mut B::Tensor,
-    pub act: &'a mut B::Tensor,
-}
-
 pub trait Backend: Send + Sync + 'static {
     type Tensor: Send + Sync;
     type Weight: Send + Sync;
@@ -376,14 +349,6 @@ pub trait Backend: Send + Sync + 'static {
         self.matmul_many(x, n, qkv);
         let [q, k, v] = qkv;
         self.rope_store_kv(q.out, k.out, v.out, store.table, store.positions, n, store.cache, store.slot);
-    }
-
-    /// Run `layer` in one go, if this backend offers that for its shape, and say whether it
-    /// did (if not, the caller runs the layer's ops). Its rows need not have the ops' bits,
-    /// nor each other's at another row count: only a drafter, whose rows the target
-    /// verifies, asks for it.
-    fn whole_layer(&self, _layer: WholeLayer<'_, Self>) -> bool {
-        false
     }
 
     /// `topk` of `softmax(x)` (temperature 1) for the first `n` rows: what a draft step

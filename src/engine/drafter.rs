@@ -113,10 +113,6 @@ impl<B: Backend> StandaloneDrafter<B> {
         }
         let b = model.backend().clone();
         let cap = model.capacity;
-        // The target verifies every draft token, so the draft rows need not have the bits of
-        // the op-by-op forward: a backend may run each layer in one launch.
-        let mut model = model;
-        model.whole_layers = true;
         Ok(StandaloneDrafter {
             kv: model.new_kv(kv_slots)?,
             top: TopK::new(&*b, cap.logit_rows, topk)?,

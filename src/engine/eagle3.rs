@@ -316,8 +316,6 @@ impl<B: Backend> Eagle3Drafter<B> {
             positions: &self.inputs.positions,
             window,
             mask,
-            // Its attention reads rows of its own (`u`), which a whole layer does not take.
-            whole_layers: false,
         };
         // The layer's attention reads `u` and its residual is `x` (the fc output).
         self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), AttnInput::Rows(&buf.u), &mut buf.x, &mut self.scratch);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard, WholeLayer};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard};
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -297,8 +297,6 @@ pub(crate) struct LayerStep<'a, B: Backend> {
     pub positions: &'a B::Ids,
     pub window: AttnWindow,
     pub mask: Mask<'a, B>,
-    /// The backend may run each layer in one go (`Backend::whole_layer`): a drafter's.
-    pub whole_layers: bool,
 }
 
 /// What a layer's attention reads.
@@ -323,32 +321,6 @@ impl<B: Backend> Layer<B> {
     ) {
         let n = st.window.queries;
         let a = &self.attn;
-        if st.whole_layers && matches!(input, AttnInput::Residual) && a.q_norm.is_none() {
-            let whole = WholeLayer {
-                input_norm: &self.input_ln,
-                qkv: [&a.q, &a.k, &a.v],
-                qkv_bias: [a.q_bias.as_ref(), a.k_bias.as_ref(), a.v_bias.as_ref()],
-                o: &a.o,
-                post_norm: &self.post_ln,
-                gate: &self.mlp.gate,
-                up: &self.mlp.up,
-                down: &self.mlp.down,
-                eps: st.eps,
-                geometry: st.geometry,
-                rope: st.rope,
-                positions: st.positions,
-                window: st.window,
-                mask: st.mask,
-                cache: (&mut *kv.0, &mut *kv.1),
-                h: &mut *h,
-                q: &mut s.q,
-                attn: &mut s.attn,
-                act: &mut s.act,
-            };
-            if b.whole_layer(whole) {
-                return;
-            }
-        }
         let x = match input {
             AttnInput::Residual => {
                 b.rms_norm(h, &self.input_ln, st.eps, n, &mut s.normed);
@@ -425,10 +397,6 @@ pub struct LlamaModel<B: Backend> {
     scratch: LayerScratch<B>,
     pub logits: B::Tensor,
     pub capture: Option<Capture<B>>,
-    /// Let the backend run a layer in one go (`Backend::whole_layer`), whose rows need not
-    /// have the op-by-op bits: a drafter's model, never a target's (its verify rows must
-    /// equal its decode steps).
-    pub whole_layers: bool,
     weight_bytes: u64,
     /// This rank's heads (all of them at tp = 1).
     geometry: AttnGeometry,
@@ -469,7 +437,6 @@ impl<B: Backend> LlamaModel<B> {
             logits: b.tensor(cap.logit_rows, c.vocab)?,
             geometry: AttnGeometry { heads: local.heads, kv_heads: local.kv_heads, ..c.geometry() },
             capture: None,
-            whole_layers: false,
             embed,
             lm_head,
             layers,
@@ -521,7 +488,6 @@ impl<B: Backend> LlamaModel<B> {
             positions: &self.inputs.positions,
             window,
             mask,
-            whole_layers: self.whole_layers,
         };
         for (i, layer) in self.layers.iter().enumerate() {
             if let Some(cap) = &mut self.capture {

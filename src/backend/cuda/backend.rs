@@ -9,15 +9,14 @@ use half::bf16;
 
 use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, MAX_CHUNKS, ROW_GROUP};
 use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
-use super::sources::{ATTENTION_KERNELS, LAYER_KERNELS, SOURCES};
+use super::sources::{ATTENTION_KERNELS, SOURCES};
 use super::gemm::{Input, Matmuls, RopeStore, Segment};
-use super::layer_layout::{attention_half_bytes, mlp_half_bytes, LayerShape, LAYER_MAX_ROWS, LAYER_THREADS};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::tp::NcclComm;
-use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard, WholeLayer, STEP_QUERIES_MAX};
+use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX};
 use crate::event::{Event, EventSink, PhaseId, PhaseState};
 use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
@@ -93,15 +92,6 @@ pub struct CudaBackend {
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
     fused_residual: bool,
-    /// The whole-layer kernels' grid barrier: one 64-bit count of arrivals that only grows
-    /// (`GridBarrier` in kernels/layer.cu).
-    layer_barrier: DeviceBuf<u64>,
-    /// A drafter's layers may run as whole-layer launches (`SPECDECK_WHOLE_LAYER=0`: never,
-    /// for the A/B of what that buys).
-    whole_layers: bool,
-    /// The phases those launches run (`SPECDECK_LAYER_PHASES`, a bitmask A = 1 … E = 16; a
-    /// profiling switch: leaving one out gives wrong outputs).
-    layer_phases: i32,
 }
 
 impl CudaBackend {
@@ -127,27 +117,7 @@ impl CudaBackend {
         let chunk_stats = gpu.alloc::<f32>(ROW_GROUP * MAX_CHUNKS * 2, "per-chunk softmax stats")?;
         let graphs = Graphs::new(&gpu)?;
         let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
-        let layer_barrier = gpu.alloc::<u64>(1, "whole-layer barrier")?;
-        let whole_layers = std::env::var("SPECDECK_WHOLE_LAYER").map_or(true, |v| v != "0");
-        let layer_phases = std::env::var("SPECDECK_LAYER_PHASES").ok().and_then(|v| v.parse().ok()).unwrap_or(31);
-        let b = CudaBackend {
-            gpu,
-            matmuls: Matmuls::new(),
-            rank,
-            nccl,
-            peer: Err("one GPU".into()),
-            graphs,
-            bad_id,
-            list,
-            picked,
-            chunk_values,
-            chunk_ids,
-            chunk_stats,
-            fused_residual,
-            layer_barrier,
-            whole_layers,
-            layer_phases,
-        };
+        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, chunk_values, chunk_ids, chunk_stats, fused_residual };
         b.reset_bad_id();
         Ok(b)
     }
@@ -597,88 +567,6 @@ impl Backend for CudaBackend {
             slot_dev,
         };
         self.matmuls.qkv_rope(&self.gpu, operand, cut, &segs, rope, eager);
-    }
-
-    /// One persistent launch of a block per SM (kernels/layer.cu), on one GPU, for heads of
-    /// 64 or 128 and up to `LAYER_MAX_ROWS` rows whose staged activations fit a block's
-    /// shared memory.
-    fn whole_layer(&self, l: WholeLayer<'_, Self>) -> bool {
-        let g = l.geometry;
-        let n = l.window.queries;
-        let (hidden, inter, q_width) = (l.h.cols, l.gate.shape[0], g.heads * g.head_dim);
-        let attention = match g.head_dim {
-            64 => LAYER_KERNELS[0],
-            128 => LAYER_KERNELS[1],
-            _ => return false,
-        };
-        let shape = LayerShape { rows: n, hidden, q_width, head_dim: g.head_dim, qkv_units: (g.heads + 2 * g.kv_heads) * g.head_dim / 2, inter };
-        let blocks = self.gpu.sm_count as usize;
-        let (attention_shared, mlp_shared) = (attention_half_bytes(&shape, blocks), mlp_half_bytes(&shape, blocks));
-        let weights = [l.qkv[0], l.qkv[1], l.qkv[2], l.o, l.gate, l.up, l.down];
-        let aligned = [hidden, inter, q_width].iter().all(|c| c % 8 == 0) && weights.iter().all(|w| w.buf.ptr() % 16 == 0);
-        let fits = attention_shared.max(mlp_shared) <= self.gpu.layer_shared() as usize;
-        if !self.whole_layers || self.rank.world > 1 || n == 0 || n > LAYER_MAX_ROWS || !aligned || !fits {
-            return false;
-        }
-        let [wq, wk, wv] = l.qkv.map(|w| Arg::Ptr(w.buf.ptr()));
-        let [bq, bk, bv] = l.qkv_bias.map(|b| b.map_or(NULL, |b| Arg::Ptr(b.buf.ptr())));
-        let weight = |w: &CudaWeight| Arg::Ptr(w.buf.ptr());
-        let (h, barrier, phases) = (Arg::Ptr(l.h.buf.ptr()), Arg::Ptr(self.layer_barrier.ptr()), Arg::I32(self.layer_phases));
-        let mut args = [
-            h,
-            weight(l.input_norm),
-            wq,
-            wk,
-            wv,
-            bq,
-            bk,
-            bv,
-            weight(l.o),
-            Arg::Ptr(l.q.buf.ptr()),
-            Arg::Ptr(l.attn.buf.ptr()),
-            Arg::Ptr(l.cache.0.buf.ptr()),
-            Arg::Ptr(l.cache.1.buf.ptr()),
-            Arg::Ptr(l.rope.cos.buf.ptr()),
-            Arg::Ptr(l.rope.sin.buf.ptr()),
-            Arg::Ptr(l.positions.buf.ptr()),
-            Arg::I32((l.rope.style == RopeStyle::Interleaved) as i32),
-            Arg::I32(n as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(g.heads as i32),
-            Arg::I32(g.kv_heads as i32),
-            Arg::I32(g.head_dim as i32),
-            Arg::F32(l.eps),
-            Arg::F32(g.scale),
-            Arg::I32(l.window.prefix as i32),
-            Arg::I32(l.window.region as i32),
-            NULL,
-            match l.mask {
-                Mask::Causal => NULL,
-                Mask::Explicit(ids) => Arg::Ptr(ids.buf.ptr()),
-            },
-            barrier,
-            phases,
-        ];
-        let values = [l.window.prefix as i32, l.window.region as i32];
-        let dynamic = Dynamic { values: &values, value_args: &[24, 25], ptr_arg: 26 };
-        let grid = (self.gpu.sm_count, 1);
-        self.kernel(attention, grid, LAYER_THREADS, attention_shared as u32, &mut args, Some(dynamic));
-        let mut args = [
-            h,
-            weight(l.post_norm),
-            weight(l.gate),
-            weight(l.up),
-            weight(l.down),
-            Arg::Ptr(l.act.buf.ptr()),
-            Arg::I32(n as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(inter as i32),
-            Arg::F32(l.eps),
-            barrier,
-            phases,
-        ];
-        self.kernel(LAYER_KERNELS[2], grid, LAYER_THREADS, mlp_shared as u32, &mut args, None);
-        true
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {

@@ -406,7 +406,6 @@ mod tests {
             file: "kernels/broken.cu",
             text: "extern \"C\" __global__ void broken(float* x) {\n    x[0] = undefined_name;\n}\n",
             functions: &["broken"],
-            uses: &[],
         };
         match compile_one(&BROKEN, &target) {
             Err(CompileError::Source { file, line, message, .. }) => {

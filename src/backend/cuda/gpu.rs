@@ -7,14 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
 use super::compile::CompiledModule;
-use super::sources::LAYER_KERNELS;
 use crate::backend::BackendError;
 
 /// Bytes of device memory held through this backend, by what holds them.
@@ -100,9 +99,6 @@ pub struct Gpu {
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
     kernels: OnceLock<HashMap<&'static str, CudaFunction>>,
-    /// Dynamic shared memory a block of the whole-layer kernels may take (set at load to
-    /// what one block per SM can have).
-    layer_shared: OnceLock<u32>,
     pub ledger: Arc<MemoryLedger>,
     /// Streaming multiprocessors, for grids sized to the whole GPU.
     pub sm_count: u32,
@@ -160,7 +156,6 @@ impl Gpu {
             stream,
             blas,
             kernels: OnceLock::new(),
-            layer_shared: OnceLock::new(),
             ledger,
             sm_count,
             arch: format!("sm_{major}{minor}"),
@@ -190,31 +185,8 @@ impl Gpu {
                 kernels.insert(*f, func);
             }
         }
-        let _ = self.layer_shared.set(self.opt_in_shared(&kernels));
         let _ = self.kernels.set(kernels);
         Ok(())
-    }
-
-    /// Let the whole-layer kernels take all the shared memory a block may have (their staged
-    /// rows outgrow the default 48 KiB); the bytes granted to every one of them.
-    fn opt_in_shared(&self, kernels: &HashMap<&'static str, CudaFunction>) -> u32 {
-        let optin = self.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).unwrap_or(48 << 10);
-        LAYER_KERNELS
-            .iter()
-            .filter_map(|name| {
-                let f = kernels.get(name)?;
-                let fixed = f.get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).ok()?;
-                let bytes = optin - fixed;
-                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes).ok()?;
-                Some(bytes.max(0) as u32)
-            })
-            .min()
-            .unwrap_or(0)
-    }
-
-    /// Dynamic shared memory a whole-layer launch may ask for (0 before the kernels load).
-    pub fn layer_shared(&self) -> u32 {
-        self.layer_shared.get().copied().unwrap_or(0)
     }
 
     pub fn kernels_loaded(&self) -> bool {

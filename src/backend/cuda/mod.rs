@@ -23,7 +23,6 @@ pub mod gpu;
 pub mod graph;
 pub mod graph_book;
 pub mod launch;
-pub mod layer_layout;
 pub mod modelcheck;
 pub mod peer;
 pub mod probe;

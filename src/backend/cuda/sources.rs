@@ -1,7 +1,6 @@
 //! The kernel sources, embedded in the binary so a lone binary can compile them on any
-//! GPU machine. Each module is `kernels/common.cuh` followed by one `kernels/*.cu` (and
-//! before it, the files whose device code it uses), with `#line` directives so NVRTC reports
-//! errors against the real file and line.
+//! GPU machine. Each module is `kernels/common.cuh` followed by one `kernels/*.cu`, with
+//! `#line` directives so NVRTC reports errors against the real file and line.
 
 use std::fmt::Write as _;
 
@@ -12,9 +11,6 @@ pub struct KernelSource {
     pub file: &'static str,
     pub text: &'static str,
     pub functions: &'static [&'static str],
-    /// Files (path, text) whose device code this one calls, compiled ahead of it with
-    /// `SPECDECK_INCLUDED` defined, under which they leave out their own kernels.
-    pub uses: &'static [(&'static str, &'static str)],
 }
 
 pub const COMMON_FILE: &str = "kernels/common.cuh";
@@ -26,7 +22,6 @@ macro_rules! kernel_source {
             file: concat!("kernels/", $name),
             text: include_str!(concat!("../../../kernels/", $name)),
             functions: &[$($f),*],
-            uses: &[],
         }
     };
 }
@@ -43,24 +38,11 @@ pub const ATTENTION_KERNELS: [&str; 8] = [
     "attention_f32_p8",
 ];
 
-const ATTENTION_FILE: &str = "kernels/attention.cu";
-const ATTENTION_TEXT: &str = include_str!("../../../kernels/attention.cu");
-
-/// The whole-layer entry points (`kernels/layer.cu`): a layer's attention half for heads of
-/// 64 and of 128, and its MLP half.
-pub const LAYER_KERNELS: [&str; 3] = ["layer_attention_p2", "layer_attention_p4", "layer_mlp"];
-
 pub const SOURCES: &[KernelSource] = &[
     kernel_source!("embedding.cu", ["embedding_f32"]),
     kernel_source!("rmsnorm.cu", ["rmsnorm_f32"]),
     kernel_source!("rope.cu", ["rope_f32", "rope_store_kv_f32"]),
-    KernelSource { file: ATTENTION_FILE, text: ATTENTION_TEXT, functions: &ATTENTION_KERNELS, uses: &[] },
-    KernelSource {
-        file: "kernels/layer.cu",
-        text: include_str!("../../../kernels/layer.cu"),
-        functions: &LAYER_KERNELS,
-        uses: &[(ATTENTION_FILE, ATTENTION_TEXT)],
-    },
+    KernelSource { file: "kernels/attention.cu", text: include_str!("../../../kernels/attention.cu"), functions: &ATTENTION_KERNELS },
     kernel_source!(
         "elementwise.cu",
         [
@@ -100,20 +82,12 @@ pub const SOURCES: &[KernelSource] = &[
 ];
 
 impl KernelSource {
-    /// The text NVRTC compiles: the common header, the files this one uses, then this
-    /// file, each under its own `#line` so diagnostics name `kernels/<file>(<line>)`.
+    /// The text NVRTC compiles: the common header, then this file, each under its own
+    /// `#line` so diagnostics name `kernels/<file>(<line>)`.
     pub fn program_text(&self) -> String {
-        let mut s = String::with_capacity(COMMON.len() + self.text.len() + self.uses.iter().map(|u| u.1.len() + 96).sum::<usize>() + 96);
+        let mut s = String::with_capacity(COMMON.len() + self.text.len() + 96);
         let _ = writeln!(s, "#line 1 \"{COMMON_FILE}\"");
         s.push_str(COMMON);
-        if !self.uses.is_empty() {
-            s.push_str("\n#define SPECDECK_INCLUDED 1");
-            for (file, text) in self.uses {
-                let _ = writeln!(s, "\n#line 1 \"{file}\"");
-                s.push_str(text);
-            }
-            s.push_str("\n#undef SPECDECK_INCLUDED");
-        }
         let _ = writeln!(s, "\n#line 1 \"{}\"", self.file);
         s.push_str(self.text);
         s
@@ -143,7 +117,7 @@ mod tests {
     #[test]
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
-        let entry = regex::Regex::new(r"(?m)^(?:ATTENTION|LAYER)_ENTRY\((\w+),").unwrap();
+        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
         for src in SOURCES {
             // A macro's kernels are named by its parameter (`NAME`), not by the text.
             let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| *n != "NAME").collect();
@@ -161,22 +135,20 @@ mod tests {
 
     /// Every kernel is launched with programmatic dependent launch allowed, so each must
     /// wait for the previous kernel before it reads what that one wrote: a kernel written
-    /// out in a file calls `pdl_enter` or `pdl_wait` in its body, or one of the device
-    /// functions below that do (the macro-stamped ones reach `pdl_wait` through them too).
+    /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
+    /// reach `pdl_wait` through `gemv_tile` and `attend`, which the GPU checks cover).
     #[test]
     fn every_written_out_kernel_waits_for_the_one_before() {
-        const CALLEES: [&str; 4] = ["gemv_tile", "attend", "attention_half", "mlp_half"];
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
         for src in SOURCES {
             for c in re.captures_iter(src.text).filter(|c| &c[1] != "NAME") {
                 let body = &src.text[c.get(0).unwrap().end()..];
                 let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
                 let name = &c[1];
-                let waits = body.contains("pdl_enter()") || body.contains("pdl_wait()") || CALLEES.iter().any(|f| body.contains(&format!("{f}(")));
-                assert!(waits, "{}: {name} never waits for the kernel before it", src.file);
+                assert!(body.contains("pdl_enter()") || body.contains("pdl_wait()"), "{}: {name} never waits for the kernel before it", src.file);
             }
         }
-        for callee in CALLEES {
+        for callee in ["gemv_tile", "attend"] {
             let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
             let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");
@@ -194,20 +166,5 @@ mod tests {
         assert!(text[at + marker.len()..].starts_with(src.text.lines().next().unwrap()));
         assert!(text.starts_with(&format!("#line 1 \"{COMMON_FILE}\"\n{COMMON}")));
         assert!(source_of("no_such_kernel").is_none());
-    }
-
-    /// A module that uses another file's device code compiles that file first, with its
-    /// kernels left out (they load from their own module), and still maps lines to both.
-    #[test]
-    fn a_used_file_comes_first_without_its_kernels() {
-        let src = source_of("layer_attention_p2").unwrap();
-        let text = src.program_text();
-        let used = text.find("#line 1 \"kernels/attention.cu\"\n").expect("attention.cu's device code");
-        let own = text.find("#line 1 \"kernels/layer.cu\"\n").expect("layer.cu itself");
-        let define = text.find("#define SPECDECK_INCLUDED").unwrap();
-        let undef = text.find("#undef SPECDECK_INCLUDED").unwrap();
-        assert!(define < used && used < undef && undef < own);
-        assert!(ATTENTION_TEXT.contains("#ifndef SPECDECK_INCLUDED\n#define ATTENTION_ENTRY"));
-        assert_eq!(source_of("attention_f32_p2").unwrap().file, ATTENTION_FILE);
     }
 }
