@@ -104,10 +104,11 @@ fn main() {
     let lines_at_start = state.log.len();
     let mut terminal = Terminal::new(TestBackend::new(200, 60)).expect("test backend");
     let (empty_median, empty_p99) = time_frames(|_| {
-        terminal.draw(|f| {
-            black_box(f);
-        })
-        .expect("draw");
+        terminal
+            .draw(|f| {
+                black_box(f);
+            })
+            .expect("draw");
     });
     let (static_median, static_p99) = time_frames(|_| {
         terminal.draw(|f| panes::draw(black_box(&state), &theme, f)).expect("draw");
@@ -119,6 +120,12 @@ fn main() {
     });
     println!("frame 200x60, default layout, 8 GPUs, {lines_at_start} log lines (+1 a frame when streaming), {FRAMES} frames each:");
     println!("  empty frame (reference):   median {empty_median:8.1} µs   p99 {empty_p99:8.1} µs");
-    println!("  console, same state:       median {static_median:8.1} µs   p99 {static_p99:8.1} µs   ×{:.1} empty", static_median / empty_median);
-    println!("  console, a new log line:   median {stream_median:8.1} µs   p99 {stream_p99:8.1} µs   ×{:.1} empty", stream_median / empty_median);
+    println!(
+        "  console, same state:       median {static_median:8.1} µs   p99 {static_p99:8.1} µs   ×{:.1} empty",
+        static_median / empty_median
+    );
+    println!(
+        "  console, a new log line:   median {stream_median:8.1} µs   p99 {stream_p99:8.1} µs   ×{:.1} empty",
+        stream_median / empty_median
+    );
 }

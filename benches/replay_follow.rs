@@ -81,7 +81,8 @@ fn watcher_latency(dir: &Path, head: &str, crash: &str) -> Duration {
     let (tx, rx) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |_| {
         let _ = tx.send(Instant::now());
-    }).unwrap();
+    })
+    .unwrap();
     watcher.watch(dir, RecursiveMode::NonRecursive).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     while rx.try_recv().is_ok() {}

@@ -125,7 +125,10 @@ pub struct GenerationStats {
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Event {
     /// A launch (attempt 1) or relaunch (attempt > 1) begins with this spec.
-    Launch { attempt: u32, spec: LaunchSpec },
+    Launch {
+        attempt: u32,
+        spec: LaunchSpec,
+    },
     Phase {
         phase: PhaseId,
         state: PhaseState,
@@ -150,7 +153,10 @@ pub enum Event {
     },
     Finding(Finding),
     /// A remedy was applied to the launch spec.
-    RemedyApplied { id: String, changes: Vec<SpecChange> },
+    RemedyApplied {
+        id: String,
+        changes: Vec<SpecChange>,
+    },
     Telemetry {
         /// Empty when NVML or a GPU is absent.
         gpus: Vec<GpuSample>,
@@ -159,10 +165,17 @@ pub enum Event {
     },
     /// Tokens appended to the output. `drafted` marks tokens proposed by the drafter and
     /// accepted by the target, as opposed to tokens the target produced itself.
-    Token { ids: Vec<u32>, text: String, drafted: bool },
+    Token {
+        ids: Vec<u32>,
+        text: String,
+        drafted: bool,
+    },
     /// The console sent a prompt to the engine; the tokens that follow answer it. On the
     /// stream so that a replayed session shows the prompt as the live one did.
-    Prompt { text: String, max_new_tokens: usize },
+    Prompt {
+        text: String,
+        max_new_tokens: usize,
+    },
     Stats(GenerationStats),
     Ready {
         /// Seconds from the launch event to ready.
@@ -170,7 +183,10 @@ pub enum Event {
         /// True when a relaunch kept the target weights resident.
         reused_target: bool,
     },
-    Exit { code: i32, reason: String },
+    Exit {
+        code: i32,
+        reason: String,
+    },
 }
 
 /// An event with the time it happened, in seconds since the stream's epoch.
@@ -276,10 +292,7 @@ mod tests {
 
     #[test]
     fn timed_event_has_flat_json_form() {
-        let ev = TimedEvent {
-            t: 1.5,
-            event: Event::Phase { phase: PhaseId::TargetLoad, state: PhaseState::Started, detail: None },
-        };
+        let ev = TimedEvent { t: 1.5, event: Event::Phase { phase: PhaseId::TargetLoad, state: PhaseState::Started, detail: None } };
         let line = ev.to_json_line();
         assert_eq!(line, r#"{"t":1.5,"type":"phase","phase":"target-load","state":"started"}"#);
         assert_eq!(TimedEvent::from_json_line(&line).unwrap(), ev);

@@ -72,14 +72,27 @@ impl Evidence {
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum SpecChange {
     /// Set a launch flag, by its SGLang name (`--context-length`), to a value.
-    SetFlag { flag: String, value: String },
+    SetFlag {
+        flag: String,
+        value: String,
+    },
     /// Remove a launch flag.
-    UnsetFlag { flag: String },
-    SetEnv { name: String, value: String },
-    UnsetEnv { name: String },
+    UnsetFlag {
+        flag: String,
+    },
+    SetEnv {
+        name: String,
+        value: String,
+    },
+    UnsetEnv {
+        name: String,
+    },
     /// Override a key of the drafter's config in memory for this launch (the file on disk is
     /// never modified). `key` is a JSON pointer.
-    OverrideDraftConfig { key: String, value: Value },
+    OverrideDraftConfig {
+        key: String,
+        value: Value,
+    },
 }
 
 impl SpecChange {
@@ -125,14 +138,7 @@ pub struct Finding {
 
 impl Finding {
     pub fn new(id: &str, severity: Severity, phase: PhaseId, message: impl Into<String>) -> Self {
-        Finding {
-            id: id.to_string(),
-            severity,
-            phase,
-            message: message.into(),
-            evidence: Vec::new(),
-            remedies: Vec::new(),
-        }
+        Finding { id: id.to_string(), severity, phase, message: message.into(), evidence: Vec::new(), remedies: Vec::new() }
     }
 
     pub fn with_evidence(mut self, evidence: Evidence) -> Self {

@@ -167,9 +167,7 @@ impl LaunchSpec {
             "--context-length" => self.context_length = Some(parse_num(flag, value, "a positive integer")?),
             "--speculative-num-steps" => self.speculative_num_steps = Some(parse_num(flag, value, "an integer")?),
             "--speculative-eagle-topk" => self.speculative_eagle_topk = Some(parse_num(flag, value, "an integer")?),
-            "--speculative-num-draft-tokens" => {
-                self.speculative_num_draft_tokens = Some(parse_num(flag, value, "an integer")?)
-            }
+            "--speculative-num-draft-tokens" => self.speculative_num_draft_tokens = Some(parse_num(flag, value, "an integer")?),
             "--dtype" => self.dtype = Some(value.to_string()),
             "--mem-fraction-static" => self.mem_fraction_static = Some(parse_num(flag, value, "a fraction such as 0.85")?),
             "--cuda-graph-max-bs" => self.cuda_graph_max_bs = Some(parse_num(flag, value, "an integer")?),
@@ -324,9 +322,7 @@ impl LaunchSpec {
             match value {
                 Some(v) => spec.set_flag(flag, &v)?,
                 None if SWITCHES.contains(&canonical_flag(flag)) => spec.set_flag(flag, "")?,
-                None if KNOWN_FLAGS.contains(&canonical_flag(flag)) => {
-                    return Err(SpecError::MissingValue { flag: flag.to_string() })
-                }
+                None if KNOWN_FLAGS.contains(&canonical_flag(flag)) => return Err(SpecError::MissingValue { flag: flag.to_string() }),
                 None => spec.extra_flags.push((flag.to_string(), None)),
             }
         }
@@ -364,17 +360,16 @@ mod tests {
         assert_eq!(spec.speculative_num_steps, Some(3));
         assert!(spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV));
         assert_eq!(spec.env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some("0,1"));
-        assert_eq!(
-            spec.extra_flags,
-            vec![("--trust-remote-code".to_string(), None), ("--host".to_string(), Some("0.0.0.0".to_string()))]
-        );
+        assert_eq!(spec.extra_flags, vec![("--trust-remote-code".to_string(), None), ("--host".to_string(), Some("0.0.0.0".to_string()))]);
     }
 
     /// SGLang's deterministic switch takes no value on a command line, round-trips through
     /// the displayed line, and can be unset.
     #[test]
     fn the_deterministic_switch_is_a_flag_without_a_value() {
-        let mut spec = LaunchSpec::from_command_line("python3 -m sglang.launch_server --model-path /m --enable-deterministic-inference --tp 2").unwrap();
+        let mut spec =
+            LaunchSpec::from_command_line("python3 -m sglang.launch_server --model-path /m --enable-deterministic-inference --tp 2")
+                .unwrap();
         assert!(spec.deterministic);
         assert_eq!((spec.tp_size, spec.extra_flags.len()), (Some(2), 0));
         assert_eq!(spec.to_string(), "--model-path /m --tp-size 2 --enable-deterministic-inference");
@@ -414,8 +409,7 @@ mod tests {
             ],
         )
         .unwrap();
-        spec.apply_remedy("clamp", &[SpecChange::SetFlag { flag: "--context-length".into(), value: "131072".into() }])
-            .unwrap();
+        spec.apply_remedy("clamp", &[SpecChange::SetFlag { flag: "--context-length".into(), value: "131072".into() }]).unwrap();
         assert!(spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV));
         assert_eq!(spec.draft_overrides["/max_position_embeddings"], 262144);
         assert_eq!(spec.context_length, Some(131072));

@@ -103,10 +103,7 @@ pub fn write_tokenizer(dir: &Path, vocab: usize) -> io::Result<()> {
     write_json(&dir.join("tokenizer.json"), &tokenizer)?;
     let template = "{% for m in messages %}<s> {{ m['role'] }} {{ m['content'].strip() }} </s> {% endfor %}\
                     {% if add_generation_prompt %}<s> assistant {% endif %}";
-    write_json(
-        &dir.join("tokenizer_config.json"),
-        &json!({"bos_token": "<s>", "eos_token": "</s>", "chat_template": template}),
-    )
+    write_json(&dir.join("tokenizer_config.json"), &json!({"bos_token": "<s>", "eos_token": "</s>", "chat_template": template}))
 }
 
 struct Init(ChaCha8Rng);

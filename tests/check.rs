@@ -108,9 +108,7 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
         (
             "llama3.3-70b-instruct__eagle3",
             1,
-            vec![
-                ("context-length-exceeds-draft", "error", "draft", "/max_position_embeddings", json!(4096)),
-            ],
+            vec![("context-length-exceeds-draft", "error", "draft", "/max_position_embeddings", json!(4096))],
         ),
         ("qwen3-8b__eagle3", 0, vec![]),
         (
@@ -133,9 +131,7 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
         (
             "qwen3-235b-a22b__eagle3",
             0,
-            vec![
-                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("Qwen3MoeForCausalLM")),
-            ],
+            vec![("target-no-capture-support", "warning", "target", "/architectures/0", json!("Qwen3MoeForCausalLM"))],
         ),
         (
             "deepseek-v3__eagle3",
@@ -166,13 +162,7 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             "kimi-k2.5__aq-medai-eagle3",
             0,
             vec![
-                (
-                    "target-no-capture-support",
-                    "warning",
-                    "target",
-                    "/architectures/0",
-                    json!("KimiK25ForConditionalGeneration"),
-                ),
+                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
                 ("rope-mismatch", "warning", "target", "/text_config/rope_theta", json!(50000.0)),
             ],
         ),
@@ -181,13 +171,7 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             1,
             vec![
                 ("draft-architecture", "error", "draft", "/architectures/0", json!("Eagle3DeepseekV2ForCausalLM")),
-                (
-                    "target-no-capture-support",
-                    "warning",
-                    "target",
-                    "/architectures/0",
-                    json!("KimiK25ForConditionalGeneration"),
-                ),
+                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
             ],
         ),
         (
@@ -195,13 +179,7 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             1,
             vec![
                 ("context-length-exceeds-draft", "error", "draft", "/max_position_embeddings", json!(131072)),
-                (
-                    "target-no-capture-support",
-                    "warning",
-                    "target",
-                    "/architectures/0",
-                    json!("KimiK25ForConditionalGeneration"),
-                ),
+                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
                 ("rope-mismatch", "warning", "draft", "/rope_theta", json!(1000000.0)),
             ],
         ),
@@ -402,13 +380,9 @@ fn folder(config: Option<&str>, tensors: &[(&str, Dtype, Vec<usize>)]) -> tempfi
 }
 
 fn write_safetensors(path: &Path, tensors: &[(&str, Dtype, Vec<usize>)]) {
-    let data: Vec<Vec<u8>> =
-        tensors.iter().map(|(_, d, s)| vec![0u8; s.iter().product::<usize>() * d.bitsize() / 8]).collect();
-    let views: Vec<(String, TensorView)> = tensors
-        .iter()
-        .zip(&data)
-        .map(|((n, d, s), bytes)| (n.to_string(), TensorView::new(*d, s.clone(), bytes).unwrap()))
-        .collect();
+    let data: Vec<Vec<u8>> = tensors.iter().map(|(_, d, s)| vec![0u8; s.iter().product::<usize>() * d.bitsize() / 8]).collect();
+    let views: Vec<(String, TensorView)> =
+        tensors.iter().zip(&data).map(|((n, d, s), bytes)| (n.to_string(), TensorView::new(*d, s.clone(), bytes).unwrap())).collect();
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
@@ -788,10 +762,10 @@ fn standalone_drafts_get_vocab_and_tokenizer_checks_but_not_eagle3_rules() {
     p.spec.speculative_algorithm = Some(Algorithm::Eagle3);
     let f = p.check();
     assert_eq!(f[0].id, "algorithm-mismatch");
-    assert_eq!(f[0].remedies[0].changes[0], specdeck::finding::SpecChange::SetFlag {
-        flag: "--speculative-algorithm".into(),
-        value: "STANDALONE".into()
-    });
+    assert_eq!(
+        f[0].remedies[0].changes[0],
+        specdeck::finding::SpecChange::SetFlag { flag: "--speculative-algorithm".into(), value: "STANDALONE".into() }
+    );
 }
 
 #[test]
@@ -806,7 +780,12 @@ fn special_tokens_from_tokenizer_files() {
     let keys: Vec<(&str, &Value)> = f[0].evidence.iter().map(|e| (e.key.as_str(), &e.value)).collect();
     assert_eq!(
         keys,
-        [("/eos_token", &json!("</s>")), ("/eos_token", &json!("<|im_end|>")), ("/eos_token_id", &json!([2, 3])), ("/eos_token_id", &json!([2]))]
+        [
+            ("/eos_token", &json!("</s>")),
+            ("/eos_token", &json!("<|im_end|>")),
+            ("/eos_token_id", &json!([2, 3])),
+            ("/eos_token_id", &json!([2]))
+        ]
     );
 }
 
@@ -899,7 +878,10 @@ fn memory_budget_shows_the_numbers_and_offers_both_fixes() {
     let f = check_with_gpus(&spec, &gpus);
     assert_eq!(ids(&f), [("memory-budget", Severity::Error)]);
     let m = &f[0].message;
-    assert!(m.starts_with("The launch needs about 22.4 GiB per GPU, more than --mem-fraction-static 0.85 (assumed) × 24.0 GiB = 20.4 GiB"), "{m}");
+    assert!(
+        m.starts_with("The launch needs about 22.4 GiB per GPU, more than --mem-fraction-static 0.85 (assumed) × 24.0 GiB = 20.4 GiB"),
+        "{m}"
+    );
     assert!(m.contains("target weights 15.3 GiB ÷ 1 = 15.3 GiB (config estimate: 8.19 B params × 2 bytes)"), "{m}");
     assert!(m.contains("KV cache 40960 tokens × 1 request(s) × 148.0 KiB/token (K and V per layer) = 5.8 GiB"), "{m}");
     let remedies: Vec<(&str, &specdeck::finding::SpecChange)> = f[0].remedies.iter().map(|r| (r.id.as_str(), &r.changes[0])).collect();
@@ -914,10 +896,7 @@ fn memory_budget_shows_the_numbers_and_offers_both_fixes() {
 
 #[test]
 fn mla_targets_count_the_latent_kv() {
-    let spec = LaunchSpec {
-        model_path: Some(format!("{}/{STORY}/target", env!("CARGO_MANIFEST_DIR"))),
-        ..LaunchSpec::default()
-    };
+    let spec = LaunchSpec { model_path: Some(format!("{}/{STORY}/target", env!("CARGO_MANIFEST_DIR"))), ..LaunchSpec::default() };
     // With no GPU memory known there is no budget, so no finding; on one 80 GiB GPU the
     // whole model cannot fit, and the message shows the breakdown.
     assert_eq!(ids(&check_with_gpus(&spec, &GpuInventory::unknown("no GPU"))), []);
@@ -959,19 +938,38 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(2, 8, 4, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-            prop::collection::btree_map("[a-z_]{1,6}", inner, 0..3)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::btree_map("[a-z_]{1,6}", inner, 0..3).prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }
 
 /// The keys the rules read, where a fuzzed value lands.
 const KEYS: &[&str] = &[
-    "/hidden_size", "/num_hidden_layers", "/num_attention_heads", "/num_key_value_heads", "/head_dim",
-    "/intermediate_size", "/vocab_size", "/draft_vocab_size", "/target_hidden_size", "/max_position_embeddings",
-    "/rope_theta", "/rope_scaling", "/architectures", "/eagle_config", "/eagle_config/eagle_aux_hidden_state_layer_ids",
-    "/torch_dtype", "/dtype", "/tie_word_embeddings", "/text_config", "/text_config/num_hidden_layers",
-    "/text_config/kv_lora_rank", "/n_routed_experts", "/quantization_config", "/fc_norm", "/eos_token_id",
+    "/hidden_size",
+    "/num_hidden_layers",
+    "/num_attention_heads",
+    "/num_key_value_heads",
+    "/head_dim",
+    "/intermediate_size",
+    "/vocab_size",
+    "/draft_vocab_size",
+    "/target_hidden_size",
+    "/max_position_embeddings",
+    "/rope_theta",
+    "/rope_scaling",
+    "/architectures",
+    "/eagle_config",
+    "/eagle_config/eagle_aux_hidden_state_layer_ids",
+    "/torch_dtype",
+    "/dtype",
+    "/tie_word_embeddings",
+    "/text_config",
+    "/text_config/num_hidden_layers",
+    "/text_config/kv_lora_rank",
+    "/n_routed_experts",
+    "/quantization_config",
+    "/fc_norm",
+    "/eos_token_id",
 ];
 
 fn run_on(target: &[u8], draft: &[u8], st: Option<&[u8]>, spec_edit: impl Fn(&mut LaunchSpec)) -> (Vec<Finding>, PathBuf) {

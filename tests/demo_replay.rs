@@ -8,13 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use specdeck::console::app::{Options, State};
 use specdeck::console::keymap::Keymap;
 use specdeck::console::layout::Layout;
 use specdeck::console::panes;
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use specdeck::console::run::{run, Frontend, Outcome, Session, UserInput};
 use specdeck::console::theme::Theme;
 use specdeck::demo::{DemoPair, DEFAULT_PROMPT};
@@ -92,9 +92,8 @@ async fn replayed(log: &Path) -> State {
     let (sink, events) = EventSink::channel();
     let producer_sink = sink.clone();
     let source = Source::Path(log.to_path_buf());
-    let producer = std::thread::spawn(move || {
-        produce(&source, &ReplayOptions { follow: false, speed: 0.0, logs: true }, &producer_sink).map(|_| ())
-    });
+    let producer =
+        std::thread::spawn(move || produce(&source, &ReplayOptions { follow: false, speed: 0.0, logs: true }, &producer_sink).map(|_| ()));
     let session = Session { state: new_state(LaunchSpec::default(), false), engine: None, sink, recorder: None };
     let (keys, inputs) = unbounded_channel();
     let outcome = run(session, events, inputs, &mut QuitAtExit(keys)).await;

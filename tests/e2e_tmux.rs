@@ -28,7 +28,8 @@ impl Tmux {
         let dir = tempfile::tempdir().unwrap();
         let socket = format!("specdeck-e2e-{}-{}", std::process::id(), dir.path().file_name().unwrap().to_string_lossy());
         let tmux = Tmux { socket, dir };
-        let shell = format!("env -i PATH=/usr/bin:/bin HOME={} TERM=screen-256color PS1='{PROMPT}' bash --norc --noprofile", tmux.home().display());
+        let shell =
+            format!("env -i PATH=/usr/bin:/bin HOME={} TERM=screen-256color PS1='{PROMPT}' bash --norc --noprofile", tmux.home().display());
         tmux.run(&["new-session", "-d", "-s", "e2e", "-x", &width.to_string(), "-y", &height.to_string(), &shell]);
         tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| s.contains(PROMPT.trim_end()));
         tmux

@@ -351,10 +351,7 @@ fn bad_checkpoints_are_findings_that_name_file_and_tensor() {
         .unwrap();
     let (f, _) = launch_failure(&spec(&shaped, None));
     let file = shaped.join("model.safetensors").display().to_string();
-    assert_eq!(
-        f.message,
-        format!("{file}: tensor model.layers.1.self_attn.k_proj.weight has shape [8, 32], expected [16, 32]")
-    );
+    assert_eq!(f.message, format!("{file}: tensor model.layers.1.self_attn.k_proj.weight has shape [8, 32], expected [16, 32]"));
     assert_eq!((f.evidence[0].side, f.evidence[0].file.as_str()), (Side::Target, file.as_str()));
 
     let truncated = dir.path().join("truncated");
@@ -386,7 +383,11 @@ fn bad_checkpoints_are_findings_that_name_file_and_tensor() {
         })
         .unwrap();
     let (f, _) = launch_failure(&spec(&good, Some((&bad_map, Algorithm::Eagle3, CHAIN))));
-    assert!(f.message.ends_with("d2t: entry 39: 39 + 100 = 139 is not a target id above the previous one (38) and below 64"), "{}", f.message);
+    assert!(
+        f.message.ends_with("d2t: entry 39: 39 + 100 = 139 is not a target id above the previous one (38) and below 64"),
+        "{}",
+        f.message
+    );
 }
 
 // ---- hidden-state capture ----------------------------------------------------------------
@@ -463,10 +464,22 @@ fn launch_runs_the_phases_in_order_and_a_relaunch_keeps_the_target() {
     assert_eq!(
         states(&first),
         [
-            "preflight:started", "preflight:done", "kernel-compile:skipped", "target-load:started", "target-load:done",
-            "kv-alloc:started", "kv-alloc:done", "target-graph-capture:skipped", "drafter-load:started",
-            "drafter-load:done", "drafter-init:started", "drafter-init:done", "draft-graph-capture:skipped",
-            "warmup:started", "warmup:done", "ready:done"
+            "preflight:started",
+            "preflight:done",
+            "kernel-compile:skipped",
+            "target-load:started",
+            "target-load:done",
+            "kv-alloc:started",
+            "kv-alloc:done",
+            "target-graph-capture:skipped",
+            "drafter-load:started",
+            "drafter-load:done",
+            "drafter-init:started",
+            "drafter-init:done",
+            "draft-graph-capture:skipped",
+            "warmup:started",
+            "warmup:done",
+            "ready:done"
         ]
     );
     // Byte progress per file ends at the file's size.

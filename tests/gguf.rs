@@ -136,13 +136,11 @@ fn tiny_llama_converts_to_the_expected_hf_folder() {
     let tok = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
     let ids = |text: &str| tok.encode(text, false).unwrap().get_ids().to_vec();
     assert_ne!(ids("cafe\u{301}"), ids("caf\u{e9}"));
-    let tc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("tokenizer_config.json")).unwrap()).unwrap();
+    let tc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("tokenizer_config.json")).unwrap()).unwrap();
     assert_eq!(tc["bos_token"], "<|im_start|>");
     assert_eq!(tc["eos_token"], "<|im_end|>");
     assert!(tc["chat_template"].as_str().unwrap().starts_with("{% for m in messages %}<|im_start|>"));
-    let gc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("generation_config.json")).unwrap()).unwrap();
+    let gc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("generation_config.json")).unwrap()).unwrap();
     assert_eq!(gc, serde_json::json!({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}));
 }
 
@@ -156,8 +154,7 @@ fn tempdir_with(file: &Path) -> PathBuf {
 /// tokenizer.json encodes the fixture strings to the ids gguf-py + Appendix B produced.
 fn assert_token_ids(folder: &Path, pre: &str) {
     let tok = tokenizers::Tokenizer::from_file(folder.join("tokenizer.json")).unwrap();
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("tiny-llama.expected.json")).unwrap()).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("tiny-llama.expected.json")).unwrap()).unwrap();
     let cases = expected["encodings"][pre].as_array().unwrap();
     assert_eq!(cases.len(), 4);
     for case in cases {
@@ -289,11 +286,12 @@ fn qwen2_keeps_row_order_and_writes_biases_and_lm_head() {
 // ---- bad input: clear errors naming the file and the key or tensor, never a panic ----
 
 fn small_valid() -> Writer {
-    Writer::default()
-        .kv("general.architecture", s("llama"))
-        .kv("general.name", s("x"))
-        .f32_tensor("a", &[2, 4], &[1.0; 8])
-        .tensor("blk.0.attn_q.weight", &[1, 32], GgmlType::Q8_0, q8_0(&[0.5; 32], 0.5))
+    Writer::default().kv("general.architecture", s("llama")).kv("general.name", s("x")).f32_tensor("a", &[2, 4], &[1.0; 8]).tensor(
+        "blk.0.attn_q.weight",
+        &[1, 32],
+        GgmlType::Q8_0,
+        q8_0(&[0.5; 32], 0.5),
+    )
 }
 
 fn parse(bytes: &[u8]) -> Result<specdeck::model::gguf::Header, GgufError> {
@@ -304,16 +302,10 @@ fn parse(bytes: &[u8]) -> Result<specdeck::model::gguf::Header, GgufError> {
 fn bad_magic_and_versions_are_named() {
     let mut bytes = small_valid().to_bytes();
     bytes[..4].copy_from_slice(b"GGML");
-    assert_eq!(
-        parse(&bytes).unwrap_err().to_string(),
-        "/m/bad.gguf: not a GGUF file (starts with \"GGML\", expected \"GGUF\")"
-    );
+    assert_eq!(parse(&bytes).unwrap_err().to_string(), "/m/bad.gguf: not a GGUF file (starts with \"GGML\", expected \"GGUF\")");
     let mut v1 = small_valid();
     v1.version = 1;
-    assert_eq!(
-        parse(&v1.to_bytes()).unwrap_err().to_string(),
-        "/m/bad.gguf: GGUF version 1 is not supported (2 and 3 are)"
-    );
+    assert_eq!(parse(&v1.to_bytes()).unwrap_err().to_string(), "/m/bad.gguf: GGUF version 1 is not supported (2 and 3 are)");
     let mut be = small_valid().to_bytes();
     be[4..8].copy_from_slice(&3u32.to_be_bytes());
     assert!(parse(&be).unwrap_err().to_string().ends_with("(2 and 3 are; this looks like a big-endian file)"));
@@ -331,10 +323,7 @@ fn every_truncation_is_an_error_naming_what_was_cut() {
     }
     // Cut inside the last tensor's data: the tensor is named.
     let e = parse(&bytes[..bytes.len() - 3]).unwrap_err().to_string();
-    assert!(
-        e.contains("truncated: tensor \"blk.0.attn_q.weight\" data (Q8_0 34 bytes) needs 34 bytes at offset"),
-        "{e}"
-    );
+    assert!(e.contains("truncated: tensor \"blk.0.attn_q.weight\" data (Q8_0 34 bytes) needs 34 bytes at offset"), "{e}");
     // Cut inside a metadata string: the key is named.
     let cut = 24 + 8 + "general.architecture".len() + 4 + 8 + 2;
     let e = parse(&bytes[..cut]).unwrap_err().to_string();
@@ -378,15 +367,9 @@ fn structural_errors_name_the_tensor_or_key() {
     let e = parse(&w.to_bytes()).unwrap_err().to_string();
     assert!(e.contains("tensor \"blk.0.attn_q.weight\": row length 31 is not a multiple of Q8_0's block of 32"), "{e}");
     let dup = small_valid().kv("general.name", s("again"));
-    assert!(parse(&dup.to_bytes())
-        .unwrap_err()
-        .to_string()
-        .contains("metadata key \"general.name\": the key appears twice"));
+    assert!(parse(&dup.to_bytes()).unwrap_err().to_string().contains("metadata key \"general.name\": the key appears twice"));
     let bad_align = small_valid().kv("general.alignment", Value::U32(24));
-    assert!(parse(&bad_align.to_bytes())
-        .unwrap_err()
-        .to_string()
-        .contains("\"general.alignment\": 24 is not a power-of-two u32"));
+    assert!(parse(&bad_align.to_bytes()).unwrap_err().to_string().contains("\"general.alignment\": 24 is not a power-of-two u32"));
     let mut bad_bool = small_valid().kv("flag", Value::Bool(true)).to_bytes();
     let at = bad_bool.windows(4).position(|w| w == b"flag").unwrap() + 4 + 4;
     bad_bool[at] = 7;
@@ -440,10 +423,7 @@ fn conversion_errors_name_the_tensor_or_key() {
 
     let mut gemma = base();
     gemma.kv[0].1 = s("gemma3");
-    assert_eq!(
-        convert_err(&gemma),
-        "m.gguf: general.architecture = gemma3: only llama and qwen2 models can be converted"
-    );
+    assert_eq!(convert_err(&gemma), "m.gguf: general.architecture = gemma3: only llama and qwen2 models can be converted");
 
     let stray = base().f32_tensor("rope_freqs.weight", &[8], &[1.0; 8]);
     assert_eq!(convert_err(&stray), "m.gguf: tensor \"rope_freqs.weight\" has no HF equivalent for this converter");
@@ -456,18 +436,12 @@ fn conversion_errors_name_the_tensor_or_key() {
     assert_eq!(convert_err(&no_eps), "m.gguf: metadata key \"llama.attention.layer_norm_rms_epsilon\" is missing");
 
     let odd_heads = base().kv("llama.attention.key_length", Value::U32(15));
-    assert_eq!(
-        convert_err(&odd_heads),
-        "m.gguf: llama.embedding_length = 32 over 2 heads (head_dim 15): a llama head_dim must be even"
-    );
+    assert_eq!(convert_err(&odd_heads), "m.gguf: llama.embedding_length = 32 over 2 heads (head_dim 15): a llama head_dim must be even");
 
     let mut spm = base();
     let model = spm.kv.iter_mut().find(|(k, _)| k == "tokenizer.ggml.model").unwrap();
     model.1 = s("llama");
-    assert_eq!(
-        convert_err(&spm),
-        "m.gguf: tokenizer.ggml.model = llama: only byte-level BPE (gpt2) vocabularies are converted"
-    );
+    assert_eq!(convert_err(&spm), "m.gguf: tokenizer.ggml.model = llama: only byte-level BPE (gpt2) vocabularies are converted");
 }
 
 #[test]
@@ -485,13 +459,9 @@ fn convert_never_writes_into_an_existing_folder_and_never_touches_the_input() {
     // An empty folder is fine, and is replaced by the finished one.
     std::fs::remove_file(out.join("keep.txt")).unwrap();
     convert(&gguf, &out, OutDtype::Bf16).unwrap();
-    let mut names: Vec<_> =
-        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(
-        names,
-        ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
-    );
+    assert_eq!(names, ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]);
     assert_eq!(std::fs::read(&gguf).unwrap(), before);
 }
 
@@ -521,10 +491,7 @@ fn the_cli_converts_with_progress_and_fails_with_the_file_named() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!("specdeck: {}: truncated: the tensor count needs 8 bytes at offset 8", bad.display())),
-        "{stderr}"
-    );
+    assert!(stderr.contains(&format!("specdeck: {}: truncated: the tensor count needs 8 bytes at offset 8", bad.display())), "{stderr}");
     assert!(!dir.path().join("never").exists());
 }
 

@@ -28,7 +28,17 @@ fn summarize_py_reads_real_run_outputs() {
 
 #[test]
 fn gpu_shell_scripts_parse() {
-    for script in ["scripts/gpu/run.sh", "scripts/gpu/stage.sh", "scripts/gpu/diag.sh", "scripts/gpu/profile.sh", "scripts/gpu/ablate.sh", "scripts/gpu/random_model.sh", "scripts/gpu/ab.sh", "scripts/gpu/qwen_ab.sh", "scripts/gpu/qwen_join.sh"] {
+    for script in [
+        "scripts/gpu/run.sh",
+        "scripts/gpu/stage.sh",
+        "scripts/gpu/diag.sh",
+        "scripts/gpu/profile.sh",
+        "scripts/gpu/ablate.sh",
+        "scripts/gpu/random_model.sh",
+        "scripts/gpu/ab.sh",
+        "scripts/gpu/qwen_ab.sh",
+        "scripts/gpu/qwen_join.sh",
+    ] {
         let out = Command::new("bash").args(["-n", script]).current_dir(repo()).output().unwrap();
         assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
     }

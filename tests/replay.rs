@@ -58,18 +58,15 @@ fn ktransformers_2007_fails_in_target_graph_capture_unresolved() {
     assert_eq!(r.engine_version_guess.as_deref(), Some("sglang 0.5.9 wording"));
     assert_eq!(
         phases(&r),
-        [
-            (PhaseId::TargetLoad, PhaseState::Done),
-            (PhaseId::KvAlloc, PhaseState::Done),
-            (PhaseId::TargetGraphCapture, PhaseState::Failed)
-        ]
+        [(PhaseId::TargetLoad, PhaseState::Done), (PhaseId::KvAlloc, PhaseState::Done), (PhaseId::TargetGraphCapture, PhaseState::Failed)]
     );
     // MANIFEST: root cause unresolved, and the excerpt stops inside the traceback.
     let f = only_finding(&r);
     assert_eq!((f.id.as_str(), f.phase), (UNRECOGNIZED, PhaseId::TargetGraphCapture));
     assert!(f.message.contains("cut short"), "{}", f.message);
     assert!(f.remedies.is_empty());
-    let frame = "  File \"/home/kt-test/.venv/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py\", line 521, in init_tp_model_worker";
+    let frame =
+        "  File \"/home/kt-test/.venv/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py\", line 521, in init_tp_model_worker";
     assert_eq!(
         f.evidence,
         [
@@ -204,9 +201,8 @@ fn cases() -> Vec<Case> {
 /// Variants of a log as shippers deliver it. Each keeps line numbers.
 fn variants(text: &str, format: &str) -> Vec<(&'static str, String)> {
     let lines: Vec<&str> = text.lines().collect();
-    let prefixed = |prefix: &dyn Fn(usize) -> String| {
-        lines.iter().enumerate().map(|(i, l)| format!("{}{l}\n", prefix(i))).collect::<String>()
-    };
+    let prefixed =
+        |prefix: &dyn Fn(usize) -> String| lines.iter().enumerate().map(|(i, l)| format!("{}{l}\n", prefix(i))).collect::<String>();
     let mut out = vec![
         ("plain", text.to_string()),
         ("docker compose", prefixed(&|_| "llm0-1  | ".to_string())),
@@ -249,8 +245,7 @@ fn check_case(case: &Case, variant: &str, text: &str) -> Vec<String> {
     }
     let got: Vec<(String, String, String)> =
         r.findings.iter().map(|f| (f.id.clone(), f.severity.name().to_string(), f.phase.name().to_string())).collect();
-    let want: Vec<(String, String, String)> =
-        case.findings.iter().map(|f| (f.id.clone(), f.severity.clone(), f.phase.clone())).collect();
+    let want: Vec<(String, String, String)> = case.findings.iter().map(|f| (f.id.clone(), f.severity.clone(), f.phase.clone())).collect();
     if got != want {
         fail(format!("findings {got:?}, want {want:?}"));
         return errors;
@@ -608,7 +603,8 @@ fn json_output_and_exit_codes() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!((v["final"].as_str(), v["accept_len"].as_f64()), (Some("ready"), Some(2.77)));
 
-    let (code, _, _) = specdeck(&["replay", "--json", "testdata/real-logs/sglang_10088_target_and_draft_graph_capture_end_success.log"], None);
+    let (code, _, _) =
+        specdeck(&["replay", "--json", "testdata/real-logs/sglang_10088_target_and_draft_graph_capture_end_success.log"], None);
     assert_eq!(code, 3);
 }
 
@@ -696,8 +692,7 @@ impl Follower {
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let opts = ReplayOptions { follow: true, ..Default::default() };
-            run(&source, &opts, &mut |_, e| tx.send((Instant::now(), e)).unwrap(), &mut |_| flag.load(Ordering::SeqCst))
-                .unwrap()
+            run(&source, &opts, &mut |_, e| tx.send((Instant::now(), e)).unwrap(), &mut |_| flag.load(Ordering::SeqCst)).unwrap()
         });
         Follower { events, stop, thread: Some(thread) }
     }

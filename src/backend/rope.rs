@@ -10,12 +10,25 @@ use super::{Backend, BackendError, RopeStyle, RopeTable};
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor` (all frequencies divided by it).
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
     /// Llama 3.1: low frequencies divided by `factor`, high ones kept, a smooth band between.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_positions: f64 },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_positions: f64,
+    },
     /// YaRN, as SGLang's `YaRNScalingRotaryEmbedding`: a ramp between extrapolated and
     /// interpolated frequencies, and cos/sin scaled by `mscale`.
-    Yarn { factor: f64, original_max_positions: f64, beta_fast: f64, beta_slow: f64, mscale: f64 },
+    Yarn {
+        factor: f64,
+        original_max_positions: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        mscale: f64,
+    },
 }
 
 /// YaRN's magnitude correction `0.1 · m · ln(s) + 1` (1 for `s ≤ 1`).
@@ -54,16 +67,14 @@ impl RopeParams {
                         } else if wavelen > low_wavelen {
                             f / factor
                         } else {
-                            let smooth = (original_max_positions / wavelen - low_freq_factor)
-                                / (high_freq_factor - low_freq_factor);
+                            let smooth = (original_max_positions / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                             (1.0 - smooth) * f / factor + smooth * f
                         }
                     })
                     .collect()
             }
             RopeScaling::Yarn { factor, original_max_positions, beta_fast, beta_slow, .. } => {
-                let correction_dim =
-                    |rotations: f64| d * (original_max_positions / (rotations * 2.0 * PI)).ln() / (2.0 * self.theta.ln());
+                let correction_dim = |rotations: f64| d * (original_max_positions / (rotations * 2.0 * PI)).ln() / (2.0 * self.theta.ln());
                 let low = correction_dim(beta_fast).floor().max(0.0);
                 let mut high = correction_dim(beta_slow).ceil().min(d - 1.0);
                 if high == low {

@@ -30,7 +30,10 @@ pub enum Input {
     /// The clock, in seconds on the event stream's epoch.
     Tick(f64),
     /// A file a finding cites, read by the loop (or why it could not be).
-    FileLoaded { path: String, text: Result<String, String> },
+    FileLoaded {
+        path: String,
+        text: Result<String, String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -377,17 +380,7 @@ impl State {
                         c.total = total;
                         c.last_t = t;
                     }
-                    None => self.counters.push(Counter {
-                        phase,
-                        unit,
-                        gpu,
-                        label,
-                        done,
-                        total,
-                        first_t: t,
-                        first_done: done,
-                        last_t: t,
-                    }),
+                    None => self.counters.push(Counter { phase, unit, gpu, label, done, total, first_t: t, first_done: done, last_t: t }),
                 }
                 Vec::new()
             }
@@ -465,8 +458,8 @@ impl State {
         self.log.push(t, level, "finding", format!("{} ({}): {}", finding.id, finding.phase, finding.message));
         let mut effects = Vec::new();
         for ev in &finding.evidence {
-            let quotable = matches!(ev.side, Side::Target | Side::Draft | Side::Log)
-                && (ev.key.starts_with('/') || ev.key.starts_with("line "));
+            let quotable =
+                matches!(ev.side, Side::Target | Side::Draft | Side::Log) && (ev.key.starts_with('/') || ev.key.starts_with("line "));
             if quotable && !self.files.contains_key(&ev.file) {
                 self.files.insert(ev.file.clone(), SourceFile::Loading);
                 effects.push(Effect::ReadFile(ev.file.clone()));
@@ -484,8 +477,7 @@ impl State {
 
     /// Work out the lines of every evidence key cited in `path`, once it is loaded.
     fn mark_evidence(&mut self, path: &str) {
-        let keys: Vec<String> =
-            self.findings.iter().flat_map(|f| &f.evidence).filter(|e| e.file == path).map(|e| e.key.clone()).collect();
+        let keys: Vec<String> = self.findings.iter().flat_map(|f| &f.evidence).filter(|e| e.file == path).map(|e| e.key.clone()).collect();
         if let Some(SourceFile::Loaded { lines, marks }) = self.files.get_mut(path) {
             let missing: Vec<String> = keys.into_iter().filter(|k| !marks.contains_key(k)).collect();
             if missing.is_empty() {
@@ -694,10 +686,7 @@ impl State {
         }
         self.spec = spec;
         self.notice = Some(format!("applied {id}; relaunching…"));
-        vec![
-            Effect::Emit(Event::RemedyApplied { id: id.to_string(), changes: changes.to_vec() }),
-            Effect::Launch(self.spec.clone()),
-        ]
+        vec![Effect::Emit(Event::RemedyApplied { id: id.to_string(), changes: changes.to_vec() }), Effect::Launch(self.spec.clone())]
     }
 
     fn send_prompt(&mut self) -> Vec<Effect> {
@@ -877,15 +866,13 @@ mod tests {
 
     #[test]
     fn headless_apply_fixes_then_generates_then_exits() {
-        let mut s = state(Options {
-            exit_when_done: true,
-            apply: vec!["clamp-context-length".into()],
-            prompt: Some("Once upon".into()),
-            ..live()
-        });
+        let mut s =
+            state(Options { exit_when_done: true, apply: vec!["clamp-context-length".into()], prompt: Some("Once upon".into()), ..live() });
         let effects = failed_launch(&mut s);
-        assert!(matches!(&effects[..], [Effect::Emit(Event::Log { line, .. }), Effect::Emit(Event::RemedyApplied { .. }), Effect::Launch(spec)]
-            if line == "applying clamp-context-length (--apply)" && spec.context_length == Some(131072)));
+        assert!(
+            matches!(&effects[..], [Effect::Emit(Event::Log { line, .. }), Effect::Emit(Event::RemedyApplied { .. }), Effect::Launch(spec)]
+            if line == "applying clamp-context-length (--apply)" && spec.context_length == Some(131072))
+        );
         assert_eq!(s.notice.as_deref(), Some("applied clamp-context-length; relaunching…"));
         s.apply(ev(1.0, Event::Launch { attempt: 2, spec: s.spec.clone() }));
         let effects = s.apply(ev(2.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
@@ -1005,14 +992,19 @@ mod tests {
     #[test]
     fn progress_counters_accumulate_per_gpu_and_label() {
         let mut s = state(live());
-        let progress = |t, gpu, done| ev(t, Event::Progress {
-            phase: PhaseId::TargetLoad,
-            unit: ProgressUnit::Bytes,
-            gpu: Some(gpu),
-            label: "model.safetensors".into(),
-            done,
-            total: 100,
-        });
+        let progress = |t, gpu, done| {
+            ev(
+                t,
+                Event::Progress {
+                    phase: PhaseId::TargetLoad,
+                    unit: ProgressUnit::Bytes,
+                    gpu: Some(gpu),
+                    label: "model.safetensors".into(),
+                    done,
+                    total: 100,
+                },
+            )
+        };
         s.apply(progress(1.0, 0, 10));
         s.apply(progress(1.0, 1, 20));
         s.apply(progress(2.0, 0, 60));

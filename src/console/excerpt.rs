@@ -55,10 +55,7 @@ pub fn window(total: usize, marked: &[usize], height: usize) -> Vec<Option<usize
         return (1..=total.min(height)).map(Some).collect();
     }
     let rows_for = |radius: usize| -> Vec<Option<usize>> {
-        let mut lines: Vec<usize> = marked
-            .iter()
-            .flat_map(|&m| m.saturating_sub(radius).max(1)..=(m + radius).min(total))
-            .collect();
+        let mut lines: Vec<usize> = marked.iter().flat_map(|&m| m.saturating_sub(radius).max(1)..=(m + radius).min(total)).collect();
         lines.sort_unstable();
         lines.dedup();
         let mut rows = Vec::new();
@@ -122,10 +119,7 @@ mod tests {
     fn windows_keep_marked_lines_with_context() {
         assert_eq!(window(10, &[5], 3), vec![Some(4), Some(5), Some(6)]);
         assert_eq!(window(10, &[1], 3), vec![Some(1), Some(2), Some(3)]);
-        assert_eq!(
-            window(40, &[5, 30], 7),
-            vec![Some(4), Some(5), Some(6), None, Some(29), Some(30), Some(31)]
-        );
+        assert_eq!(window(40, &[5, 30], 7), vec![Some(4), Some(5), Some(6), None, Some(29), Some(30), Some(31)]);
         assert_eq!(window(40, &[5, 6], 4), vec![Some(4), Some(5), Some(6), Some(7)]);
         assert_eq!(window(3, &[], 10), vec![Some(1), Some(2), Some(3)]);
         assert_eq!(window(40, &[5, 30], 2), vec![Some(5)]);

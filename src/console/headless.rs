@@ -129,12 +129,8 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
         if code == 0 {
             return self.out.flush();
         }
-        let ids: Vec<&str> = state
-            .findings
-            .iter()
-            .filter(|f| f.is_error())
-            .flat_map(|f| f.remedies.iter().map(|r| r.id.as_str()))
-            .collect();
+        let ids: Vec<&str> =
+            state.findings.iter().filter(|f| f.is_error()).flat_map(|f| f.remedies.iter().map(|r| r.id.as_str())).collect();
         match ids.first() {
             Some(first) => {
                 writeln!(self.err, "specdeck: the launch failed; to apply a remedy and continue, pass --apply {first}")?;

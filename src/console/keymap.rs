@@ -73,9 +73,7 @@ impl KeyChord {
         let mut chars = rest.chars();
         let code = match (chars.next(), chars.next()) {
             (Some(c), None) if modifiers.contains(KeyModifiers::SHIFT) => KeyCode::Char(c.to_ascii_uppercase()),
-            (Some(c), None) if modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) => {
-                KeyCode::Char(c.to_ascii_lowercase())
-            }
+            (Some(c), None) if modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) => KeyCode::Char(c.to_ascii_lowercase()),
             (Some(c), None) => KeyCode::Char(c),
             _ => named_key(&rest.to_ascii_lowercase()).ok_or_else(|| format!("unknown key {text:?}"))?,
         };
@@ -240,8 +238,11 @@ impl Keymap {
             },
         };
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| KeymapError { file: file.clone(), line: 0, message: format!("cannot read: {e}") })?;
+        let text = std::fs::read_to_string(&path).map_err(|e| KeymapError {
+            file: file.clone(),
+            line: 0,
+            message: format!("cannot read: {e}"),
+        })?;
         Keymap::default().patched(&file, &text)
     }
 
@@ -309,7 +310,9 @@ impl Keymap {
         let mut rows = Vec::new();
         for (action, keys) in &self.bindings {
             match action {
-                Action::ApplyRemedy(1) if digits => rows.push(("1-9".to_string(), "apply that remedy of the diagnosis and relaunch".to_string())),
+                Action::ApplyRemedy(1) if digits => {
+                    rows.push(("1-9".to_string(), "apply that remedy of the diagnosis and relaunch".to_string()))
+                }
                 Action::ApplyRemedy(_) if digits => {}
                 _ => {
                     let keys = if keys.is_empty() { "(unbound)".to_string() } else { join_keys(keys) };

@@ -146,9 +146,7 @@ impl Parser<'_> {
             (None, None) => Size::Ratio(1),
         };
         let node = match (&d.pane, &d.child) {
-            (Some(p), Some(_)) => {
-                return Err(self.error(p.span().start, "a node has either `pane` or children, not both"))
-            }
+            (Some(p), Some(_)) => return Err(self.error(p.span().start, "a node has either `pane` or children, not both")),
             (None, None) => return Err(self.error(at, "a node needs `pane = \"…\"` or children")),
             (None, Some(children)) if children.is_empty() => return Err(self.error(at, "a node has no children")),
             (None, Some(children)) => Node::Split(self.nodes(children)?),
@@ -187,9 +185,8 @@ impl Layout {
     /// Parse a layout file's text; `file` names it in errors.
     pub fn parse(name: &str, file: &str, text: &str) -> Result<Layout, LayoutError> {
         let mut parser = Parser { file, text, seen: Vec::new() };
-        let parsed: LayoutFile = toml::from_str(text).map_err(|e| {
-            parser.error(e.span().map(|s| s.start).unwrap_or(0), e.message().trim_end().to_string())
-        })?;
+        let parsed: LayoutFile =
+            toml::from_str(text).map_err(|e| parser.error(e.span().map(|s| s.start).unwrap_or(0), e.message().trim_end().to_string()))?;
         let rows = match parsed.row {
             Some(rows) if !rows.is_empty() => parser.nodes(&rows)?,
             _ => return Err(parser.error(0, "the layout has no [[row]]")),
@@ -309,10 +306,7 @@ mod tests {
             error("[[row]]\n[[row.child]]\npane = \"log\"\n[[row]]\n[[row.child]]\npane = \"log\"\n"),
             "layouts/bad.toml:6: pane \"log\" appears twice (first on line 3)"
         );
-        assert_eq!(
-            error("[[row]]\nratio = 0\n[[row.child]]\npane = \"log\"\n"),
-            "layouts/bad.toml:2: `ratio` must be at least 1"
-        );
+        assert_eq!(error("[[row]]\nratio = 0\n[[row.child]]\npane = \"log\"\n"), "layouts/bad.toml:2: `ratio` must be at least 1");
         assert_eq!(
             error("[[row]]\nratio = 2\nlength = 3\n[[row.child]]\npane = \"log\"\n"),
             "layouts/bad.toml:3: give either `ratio` or `length`, not both"

@@ -35,15 +35,7 @@ pub struct LogView {
 
 impl Default for LogView {
     fn default() -> LogView {
-        LogView {
-            entries: Vec::new(),
-            visible: Vec::new(),
-            min_level: None,
-            back: 0,
-            follow: true,
-            search: None,
-            search_input: None,
-        }
+        LogView { entries: Vec::new(), visible: Vec::new(), min_level: None, back: 0, follow: true, search: None, search_input: None }
     }
 }
 
@@ -160,11 +152,8 @@ impl LogView {
     fn jump_from(&mut self, from: usize, forward: bool) -> bool {
         let Some(query) = self.search.as_deref().map(str::to_lowercase) else { return false };
         let is_match = |&pos: &usize| self.entries[self.visible[pos]].line.to_lowercase().contains(&query);
-        let found = if forward {
-            (from..self.visible.len()).find(is_match)
-        } else {
-            (0..from.min(self.visible.len())).rev().find(is_match)
-        };
+        let found =
+            if forward { (from..self.visible.len()).find(is_match) } else { (0..from.min(self.visible.len())).rev().find(is_match) };
         match found {
             Some(pos) => {
                 self.follow = false;

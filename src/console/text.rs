@@ -81,14 +81,7 @@ mod tests {
     #[test]
     fn runs_wrap_at_width_and_keep_tags() {
         let rows = wrap_runs([("abc", 1u8), ("de\nf", 2u8)], 4);
-        assert_eq!(
-            rows,
-            vec![
-                vec![("abc".to_string(), 1), ("d".to_string(), 2)],
-                vec![("e".to_string(), 2)],
-                vec![("f".to_string(), 2)],
-            ]
-        );
+        assert_eq!(rows, vec![vec![("abc".to_string(), 1), ("d".to_string(), 2)], vec![("e".to_string(), 2)], vec![("f".to_string(), 2)],]);
     }
 
     #[test]

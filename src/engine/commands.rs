@@ -131,12 +131,7 @@ pub fn generate(args: &GenerateArgs) -> anyhow::Result<i32> {
         println!("{out}");
     } else {
         println!("{text}");
-        eprintln!(
-            "{} tokens, {:.2} tokens/s, mean accept length {:.2}",
-            g.tokens.len(),
-            g.tokens_per_s(),
-            g.mean_accept_length()
-        );
+        eprintln!("{} tokens, {:.2} tokens/s, mean accept length {:.2}", g.tokens.len(), g.tokens_per_s(), g.mean_accept_length());
     }
     Ok(0)
 }
@@ -194,7 +189,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Greedy generations of every prompt; with `compare`, each prompt also target-only (the
 /// drafter stays loaded), the two modes alternating first and second from prompt to prompt so
 /// that both see the same machine load.
-fn run_all(engine: &mut dyn Serve, prompts: &[String], args: &BenchArgs, compare: bool) -> anyhow::Result<(Vec<Generation>, Vec<Generation>)> {
+fn run_all(
+    engine: &mut dyn Serve,
+    prompts: &[String],
+    args: &BenchArgs,
+    compare: bool,
+) -> anyhow::Result<(Vec<Generation>, Vec<Generation>)> {
     let (mut main, mut base) = (Vec::new(), Vec::new());
     for (i, p) in prompts.iter().enumerate() {
         let req = GenerateRequest { prompt: p.clone(), max_new_tokens: args.max_new_tokens, chat: args.chat, temperature: 0.0, seed: 0 };
@@ -205,7 +205,11 @@ fn run_all(engine: &mut dyn Serve, prompts: &[String], args: &BenchArgs, compare
         };
         for &speculative in order {
             let g = engine.generate_with(&req, speculative)?;
-            if speculative { main.push(g) } else { base.push(g) }
+            if speculative {
+                main.push(g)
+            } else {
+                base.push(g)
+            }
         }
     }
     Ok((main, base))

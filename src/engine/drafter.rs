@@ -45,7 +45,14 @@ pub trait Drafter<B: Backend>: Send {
     /// One draft-tree level: `tokens` sit at `position`; each continues the hidden state of row
     /// `parents[i]` of the previous forward. The tree so far fills `region` scratch slots, these
     /// tokens being the last ones; `mask` is `[tokens, region]`. Returns top-k per token.
-    fn step(&mut self, tokens: &[u32], parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError>;
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        parents: &[usize],
+        position: usize,
+        region: usize,
+        mask: &[i32],
+    ) -> Result<Vec<Vec<Candidate>>, EngineError>;
 }
 
 /// Softmax + top-k over logit rows, read back as candidates.
@@ -189,7 +196,14 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
         Ok(head.into_iter().next())
     }
 
-    fn step(&mut self, tokens: &[u32], _parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError> {
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        _parents: &[usize],
+        position: usize,
+        region: usize,
+        mask: &[i32],
+    ) -> Result<Vec<Vec<Candidate>>, EngineError> {
         let b = self.model.backend().clone();
         let n = tokens.len();
         let positions = vec![position; n];

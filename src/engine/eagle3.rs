@@ -12,7 +12,9 @@ use serde_json::Value;
 use crate::backend::{AttnGeometry, AttnWindow, Backend, Mask, RopeTable, Shard};
 use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, Drafter, TopK};
 use crate::engine::kv::KvCache;
-use crate::engine::llama::{layer_bytes, rope_from_config, AttnInput, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs};
+use crate::engine::llama::{
+    layer_bytes, rope_from_config, AttnInput, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs,
+};
 use crate::engine::weights::Loader;
 use crate::engine::EngineError;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -94,10 +96,7 @@ impl Eagle3Config {
             return Err(EngineError::Invalid {
                 file: self.file.clone(),
                 key: AUX_IDS_POINTER.into(),
-                message: format!(
-                    "capture layers {capture:?} ({source}) must be 3 distinct inputs of target layers 1..={}",
-                    l - 1
-                ),
+                message: format!("capture layers {capture:?} ({source}) must be 3 distinct inputs of target layers 1..={}", l - 1),
             });
         }
         Ok(capture.into_iter().map(|c| c as usize).collect())
@@ -261,7 +260,12 @@ impl<B: Backend> Eagle3Drafter<B> {
             inputs: StepInputs::new(b, rows)?,
             scratch: LayerScratch::new(b, rows, &shape)?,
             kv: KvCache::new(b, 1, kv_slots, shape.kv_heads * c.head_dim)?,
-            geometry: AttnGeometry { heads: shape.heads, kv_heads: shape.kv_heads, head_dim: c.head_dim, scale: 1.0 / (c.head_dim as f32).sqrt() },
+            geometry: AttnGeometry {
+                heads: shape.heads,
+                kv_heads: shape.kv_heads,
+                head_dim: c.head_dim,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            },
             embed,
             lm_head,
             fc,
@@ -309,14 +313,7 @@ impl<B: Backend> Eagle3Drafter<B> {
         b.rms_norm(&buf.x, &self.hidden_norm, c.eps, n, &mut buf.xn);
         b.copy_cols(&buf.en, n, &mut buf.u, 0);
         b.copy_cols(&buf.xn, n, &mut buf.u, c.hidden);
-        let step = LayerStep {
-            geometry: self.geometry,
-            eps: c.eps,
-            rope: &self.rope,
-            positions: &self.inputs.positions,
-            window,
-            mask,
-        };
+        let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, window, mask };
         // The layer's attention reads `u` and its residual is `x` (the fc output).
         self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), AttnInput::Rows(&buf.u), &mut buf.x, &mut self.scratch);
         // `prev` keeps the final hiddens that the next draft level continues from.
@@ -380,7 +377,14 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         Ok(head.into_iter().next())
     }
 
-    fn step(&mut self, tokens: &[u32], parents: &[usize], position: usize, region: usize, mask: &[i32]) -> Result<Vec<Vec<Candidate>>, EngineError> {
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        parents: &[usize],
+        position: usize,
+        region: usize,
+        mask: &[i32],
+    ) -> Result<Vec<Vec<Candidate>>, EngineError> {
         let n = tokens.len();
         let positions = vec![position; n];
         let window = AttnWindow { prefix: self.len, region, queries: n };

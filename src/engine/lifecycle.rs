@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
+use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
 use crate::backend::{Backend, BackendError};
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
-use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
-use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
 use crate::engine::ranks::RankVote;
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
@@ -299,13 +299,18 @@ impl<B: Backend> Engine<B> {
                 phase(&events, PhaseId::DrafterLoad, PhaseState::Skipped, Some("no drafter (--speculative-algorithm NONE)".into()));
                 phase(&events, PhaseId::DrafterInit, PhaseState::Skipped, None);
                 let t = self.target.as_mut().expect("target loaded above");
-                t.target.as_mut().expect("kv allocated above").model.set_capture(None).map_err(|e| {
-                    error_finding(Side::Target, PhaseId::DrafterInit, &e.into())
-                })?;
+                t.target
+                    .as_mut()
+                    .expect("kv allocated above")
+                    .model
+                    .set_capture(None)
+                    .map_err(|e| error_finding(Side::Target, PhaseId::DrafterInit, &e.into()))?;
             }
             Some(dir) => {
                 let (drafter, draft_cfg) = match self.keep_drafter(kept_drafter, dir, spec, algorithm, tokens) {
-                    Some(kept) => kept.map_err(|e| fail(&events, PhaseId::DrafterLoad, error_finding(Side::Draft, PhaseId::DrafterLoad, &e)))?,
+                    Some(kept) => {
+                        kept.map_err(|e| fail(&events, PhaseId::DrafterLoad, error_finding(Side::Draft, PhaseId::DrafterLoad, &e)))?
+                    }
                     None => run_phase(&events, PhaseId::DrafterLoad, Side::Draft, || self.load_drafter(dir, spec, algorithm, tokens))?,
                 };
                 self.drafter = Some(drafter);

@@ -73,9 +73,7 @@ pub fn rope_from_config(cfg: &ModelConfig, head_dim: usize) -> Result<RopeParams
                     let attn_factor = num("attn_factor", Some(1.0))?;
                     // DeepSeek-style configs give both mscales; SGLang divides one by the other.
                     let mscale = match (s.raw.get("mscale"), s.raw.get("mscale_all_dim")) {
-                        (Some(_), Some(_)) => {
-                            yarn_mscale(factor, num("mscale", None)?) / yarn_mscale(factor, num("mscale_all_dim", None)?)
-                        }
+                        (Some(_), Some(_)) => yarn_mscale(factor, num("mscale", None)?) / yarn_mscale(factor, num("mscale_all_dim", None)?),
                         _ => yarn_mscale(factor, 1.0),
                     };
                     RopeScaling::Yarn {
@@ -106,9 +104,7 @@ impl LlamaConfig {
             "llama" | "mistral" => Family::Llama,
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
-            other => {
-                return Err(cfg.wrong_type(&model_type.pointer, &Value::from(other), "llama, mistral, qwen2 or qwen3"))
-            }
+            other => return Err(cfg.wrong_type(&model_type.pointer, &Value::from(other), "llama, mistral, qwen2 or qwen3")),
         };
         if let Some(act) = cfg.str("hidden_act") {
             if act.value != "silu" {
@@ -142,12 +138,7 @@ impl LlamaConfig {
     }
 
     pub fn geometry(&self) -> AttnGeometry {
-        AttnGeometry {
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            scale: 1.0 / (self.head_dim as f32).sqrt(),
-        }
+        AttnGeometry { heads: self.heads, kv_heads: self.kv_heads, head_dim: self.head_dim, scale: 1.0 / (self.head_dim as f32).sqrt() }
     }
 
     /// SGLang's default EAGLE-3 capture layers `[2, L/2, L-3]` (inputs of those layers).
@@ -481,14 +472,7 @@ impl<B: Backend> LlamaModel<B> {
         let b = &*self.backend;
         let c = &self.config;
         b.embed(&self.embed, &self.inputs.ids, n, &mut self.h);
-        let step = LayerStep {
-            geometry: self.geometry,
-            eps: c.eps,
-            rope: &self.rope,
-            positions: &self.inputs.positions,
-            window,
-            mask,
-        };
+        let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, window, mask };
         for (i, layer) in self.layers.iter().enumerate() {
             if let Some(cap) = &mut self.capture {
                 if let Some(slot) = cap.layers.iter().position(|&l| l == i) {

@@ -10,8 +10,8 @@ pub mod eagle3;
 pub mod handle;
 pub mod kv;
 pub mod lifecycle;
-pub mod ranks;
 pub mod llama;
+pub mod ranks;
 pub mod spec_decode;
 pub mod tp;
 #[cfg(test)]
@@ -58,9 +58,7 @@ impl EngineError {
             }
             EngineError::Backend(e) => weights::error_location(e),
             EngineError::Tokenizer(
-                TokenizerError::Load { file, .. }
-                | TokenizerError::Json { file, .. }
-                | TokenizerError::NoTemplate { file },
+                TokenizerError::Load { file, .. } | TokenizerError::Json { file, .. } | TokenizerError::NoTemplate { file },
             ) => Some((path(file), String::new())),
             EngineError::Tokenizer(TokenizerError::Template { file, .. }) => Some((path(file), "/chat_template".into())),
             EngineError::Invalid { file, key, .. } => Some((file.clone(), key.clone())),

@@ -244,9 +244,9 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::backend::cuda::modelcheck::spec_for;
     use crate::backend::Shard;
     use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
-    use crate::backend::cuda::modelcheck::spec_for;
     use crate::engine::tp_emulation::{group, RankCpu};
     use crate::engine::weights::Loader;
     use crate::model::checkpoint::Checkpoint;

@@ -43,14 +43,7 @@ impl<B: Backend> Target<B> {
     pub fn new(model: LlamaModel<B>, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
         let b = model.backend().clone();
         let rows = model.capacity.logit_rows;
-        Ok(Target {
-            kv: model.new_kv(kv_slots)?,
-            mask: b.ids(rows * rows)?,
-            argmax: b.ids(rows)?,
-            tree_slots,
-            graph_rows: 0,
-            model,
-        })
+        Ok(Target { kv: model.new_kv(kv_slots)?, mask: b.ids(rows * rows)?, argmax: b.ids(rows)?, tree_slots, graph_rows: 0, model })
     }
 
     /// Give the KV cache back and keep the model (a relaunch sizes a new cache).
@@ -347,7 +340,8 @@ mod tests {
         let mut ld = Loader::new(&*b, &ck, &mut progress);
         let model = LlamaModel::load(b.clone(), config, &mut ld, Capacity { rows: 16, logit_rows: 8, positions: 128 }).unwrap();
         ld.finish();
-        let decoding = Decoding { shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 }, sampling: None, max_new_tokens: 20, stop: Vec::new() };
+        let decoding =
+            Decoding { shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 }, sampling: None, max_new_tokens: 20, stop: Vec::new() };
         let prompt = [5, 9, 17, 33];
         let mut fresh = Target::new(model, 64, 8).unwrap();
         let want = generate(&mut fresh, None, &prompt, &decoding, &mut |_, _| {}).unwrap().tokens;

@@ -91,7 +91,8 @@ mod tests {
 
     #[test]
     fn a_layer_shape_keeps_its_widths_and_divides_its_counts() {
-        let full = LayerShape { hidden: 64, attn_in: 128, heads: 8, kv_heads: 4, head_dim: 16, intermediate: 96, qkv_bias: true, qk_norm: false };
+        let full =
+            LayerShape { hidden: 64, attn_in: 128, heads: 8, kv_heads: 4, head_dim: 16, intermediate: 96, qkv_bias: true, qk_norm: false };
         let r = full.for_rank(4).unwrap();
         assert_eq!((r.hidden, r.attn_in, r.head_dim, r.qkv_bias), (64, 128, 16, true));
         assert_eq!((r.heads, r.kv_heads, r.intermediate), (2, 1, 24));

@@ -114,7 +114,16 @@ impl Backend for RankCpu {
         };
         CpuBackend.rope(x, &t, positions, n)
     }
-    fn attention(&self, q: &CpuTensor, k: &CpuTensor, v: &CpuTensor, g: &AttnGeometry, w: AttnWindow, m: Mask<'_, Self>, out: &mut CpuTensor) {
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        g: &AttnGeometry,
+        w: AttnWindow,
+        m: Mask<'_, Self>,
+        out: &mut CpuTensor,
+    ) {
         CpuBackend.attention(q, k, v, g, w, mask(m), out)
     }
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, n: usize, out: &mut CpuTensor) {

@@ -80,11 +80,7 @@ mod tests {
 
     fn tree() -> Tree {
         // root(7) → 10, 11; 10 → 12; 11 → 14.
-        Tree {
-            tokens: vec![7, 10, 11, 12, 14],
-            parent: vec![None, Some(0), Some(0), Some(1), Some(2)],
-            depth: vec![0, 1, 1, 2, 2],
-        }
+        Tree { tokens: vec![7, 10, 11, 12, 14], parent: vec![None, Some(0), Some(0), Some(1), Some(2)], depth: vec![0, 1, 1, 2, 2] }
     }
 
     #[test]

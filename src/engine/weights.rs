@@ -86,9 +86,7 @@ pub fn error_location(e: &BackendError) -> Option<(String, String)> {
     match e {
         BackendError::Load(CheckpointError::MissingTensor { dir, name }) => Some((dir.display().to_string(), name.clone())),
         BackendError::Load(CheckpointError::WrongShape { file, name, .. })
-        | BackendError::Load(CheckpointError::WrongDtype { file, name, .. }) => {
-            Some((file.display().to_string(), name.clone()))
-        }
+        | BackendError::Load(CheckpointError::WrongDtype { file, name, .. }) => Some((file.display().to_string(), name.clone())),
         _ => None,
     }
 }

@@ -176,10 +176,8 @@ impl Checkpoint {
     }
 
     pub fn view<'a>(&'a self, name: &'a str) -> Result<TensorView<'a>, CheckpointError> {
-        let meta = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| CheckpointError::MissingTensor { dir: self.dir.clone(), name: name.to_string() })?;
+        let meta =
+            self.tensors.get(name).ok_or_else(|| CheckpointError::MissingTensor { dir: self.dir.clone(), name: name.to_string() })?;
         let file = &self.files[meta.file_index];
         Ok(TensorView { name, file: &file.path, dtype: meta.dtype, shape: &meta.shape, data: file.bytes(meta.start, meta.end) })
     }
@@ -269,8 +267,7 @@ fn safetensors_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// Parse `model.safetensors.index.json`: the shard files (sorted, unique) and the name map.
 fn read_index(dir: &Path, index_path: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), CheckpointError> {
     let bad = |reason: String| CheckpointError::BadIndex { file: index_path.to_path_buf(), reason };
-    let text = std::fs::read_to_string(index_path)
-        .map_err(|source| CheckpointError::Io { file: index_path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(index_path).map_err(|source| CheckpointError::Io { file: index_path.to_path_buf(), source })?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| bad("no \"weight_map\" object".into()))?;
     let mut names = BTreeMap::new();
@@ -293,10 +290,8 @@ mod tests {
     use safetensors::tensor::TensorView as StView;
 
     fn write_st(path: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
-        let views: Vec<(String, StView)> = tensors
-            .iter()
-            .map(|(n, d, s, b)| (n.to_string(), StView::new(*d, s.clone(), b).unwrap()))
-            .collect();
+        let views: Vec<(String, StView)> =
+            tensors.iter().map(|(n, d, s, b)| (n.to_string(), StView::new(*d, s.clone(), b).unwrap())).collect();
         safetensors::serialize_to_file(views, None, path).unwrap();
     }
 
@@ -310,11 +305,7 @@ mod tests {
         write_st(&dir.path().join("a.safetensors"), &[("w", Dtype::BF16, vec![2, 2], bf16_bytes(&[1.0, -2.0, 0.5, 3.0]))]);
         let d2t: Vec<u8> = [0i64, 5, 7].iter().flat_map(|x| x.to_le_bytes()).collect();
         write_st(&dir.path().join("b.safetensors"), &[("d2t", Dtype::I64, vec![3], d2t)]);
-        std::fs::write(
-            dir.path().join(INDEX_FILE),
-            r#"{"weight_map": {"w": "a.safetensors", "d2t": "b.safetensors"}}"#,
-        )
-        .unwrap();
+        std::fs::write(dir.path().join(INDEX_FILE), r#"{"weight_map": {"w": "a.safetensors", "d2t": "b.safetensors"}}"#).unwrap();
         let ck = Checkpoint::open(dir.path()).unwrap();
         assert_eq!(ck.files.len(), 2);
         assert_eq!(ck.f32("w", Some(&[2, 2])).unwrap(), vec![1.0, -2.0, 0.5, 3.0]);
@@ -344,8 +335,7 @@ mod tests {
     fn index_pointing_at_a_missing_tensor_is_named() {
         let dir = tempfile::tempdir().unwrap();
         write_st(&dir.path().join("a.safetensors"), &[("w", Dtype::F32, vec![1], vec![0u8; 4])]);
-        std::fs::write(dir.path().join(INDEX_FILE), r#"{"weight_map": {"w": "a.safetensors", "v": "a.safetensors"}}"#)
-            .unwrap();
+        std::fs::write(dir.path().join(INDEX_FILE), r#"{"weight_map": {"w": "a.safetensors", "v": "a.safetensors"}}"#).unwrap();
         let e = Checkpoint::open(dir.path()).err().unwrap().to_string();
         assert!(e.contains("v is mapped to a.safetensors but that file has no such tensor"), "{e}");
     }

@@ -250,12 +250,7 @@ impl ModelConfig {
         let pointer = self.locate("rope_scaling").or_else(|| self.locate("rope_parameters"))?;
         let raw = self.at(&pointer)?.clone();
         let obj = raw.as_object()?;
-        let kind = obj
-            .get("rope_type")
-            .or_else(|| obj.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_string();
+        let kind = obj.get("rope_type").or_else(|| obj.get("type")).and_then(Value::as_str).unwrap_or("default").to_string();
         if pointer.ends_with("rope_parameters") && kind == "default" {
             return None;
         }
@@ -325,8 +320,7 @@ fn as_u64(v: &Value) -> Option<u64> {
 /// Set the value at a JSON pointer, creating objects along the way.
 fn set_pointer(root: &mut Value, pointer: &str, value: Value) {
     let mut cur = root;
-    let tokens: Vec<String> =
-        pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+    let tokens: Vec<String> = pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
     for (i, tok) in tokens.iter().enumerate() {
         if !cur.is_object() {
             *cur = Value::Object(Default::default());

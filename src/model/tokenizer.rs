@@ -59,8 +59,8 @@ fn ids_of(v: Option<&Value>) -> Vec<u32> {
 impl TextTokenizer {
     pub fn load_dir(dir: &Path) -> Result<TextTokenizer, TokenizerError> {
         let file = dir.join("tokenizer.json");
-        let inner = tokenizers::Tokenizer::from_file(&file)
-            .map_err(|e| TokenizerError::Load { file: file.clone(), reason: e.to_string() })?;
+        let inner =
+            tokenizers::Tokenizer::from_file(&file).map_err(|e| TokenizerError::Load { file: file.clone(), reason: e.to_string() })?;
         let config_file = dir.join("tokenizer_config.json");
         let tk_cfg = read_json(&config_file)?.unwrap_or(Value::Null);
         let chat_template = match tk_cfg.get("chat_template") {

@@ -28,11 +28,7 @@ pub enum ApplyError {
 }
 
 /// Apply `ids` in order, re-checking with `check` before each.
-pub fn apply_all(
-    spec: &mut LaunchSpec,
-    ids: &[String],
-    check: impl Fn(&LaunchSpec) -> Vec<Finding>,
-) -> Result<Vec<Applied>, ApplyError> {
+pub fn apply_all(spec: &mut LaunchSpec, ids: &[String], check: impl Fn(&LaunchSpec) -> Vec<Finding>) -> Result<Vec<Applied>, ApplyError> {
     let mut applied = Vec::new();
     for id in ids {
         let findings = check(spec);

@@ -160,8 +160,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
         Some((_, Some(DrafterClass { problem: None, .. }))) => {}
         Some((c, Some(known))) => {
             let problem = known.problem.unwrap_or_default();
-            let mut f = finding(format!("The drafter's class {} is {problem}.", c.value))
-                .with_evidence(ctx.field_evidence(Side::Draft, c));
+            let mut f = finding(format!("The drafter's class {} is {problem}.", c.value)).with_evidence(ctx.field_evidence(Side::Draft, c));
             if let Some(runnable) = known.same_layout_as {
                 f = f.with_remedy(rename_remedy(runnable, None));
             }

@@ -37,10 +37,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     }
     let (source, draft_ev) = match &ids {
         Some(f) => (format!("{} = {:?} (+1, SGLang's convention)", f.pointer, f.value), ctx.field_evidence(Side::Draft, f)),
-        None => (
-            format!("SGLang's default [2, L/2, L-3] for L = {}", layers.value),
-            ctx.draft_evidence(IDS_POINTER, Value::Null),
-        ),
+        None => (format!("SGLang's default [2, L/2, L-3] for L = {}", layers.value), ctx.draft_evidence(IDS_POINTER, Value::Null)),
     };
     Ok(vec![Finding::new(
         ID,

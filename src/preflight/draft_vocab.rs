@@ -6,8 +6,8 @@
 //! index errors during draft graph capture (AngelSlim#16). Without `d2t`, draft ids are used
 //! as target ids. (eagle3_spec §1.2–1.3, failure_catalogue §1.4-G.)
 
-use serde_json::json;
 use safetensors::Dtype;
+use serde_json::json;
 
 use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
@@ -62,7 +62,10 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     }
     let lm_head = draft.files.tensor("lm_head.weight");
     if let Some(t) = lm_head.as_ref().filter(|t| t.shape.first().map(|r| *r as u64) != Some(vd.value)) {
-        push(format!("lm_head.weight has shape {:?}; its rows must be draft_vocab_size = {}.", t.shape, vd.value), vec![tensor_ev(t, "lm_head.weight")]);
+        push(
+            format!("lm_head.weight has shape {:?}; its rows must be draft_vocab_size = {}.", t.shape, vd.value),
+            vec![tensor_ev(t, "lm_head.weight")],
+        );
     }
     let tied = cfg.bool("tie_word_embeddings").filter(|t| t.value);
     if let Some(tied) = tied.filter(|_| vd.value < full.value) {

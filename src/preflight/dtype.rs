@@ -74,8 +74,10 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
                 "The drafter is stored in {draft_dtype} and the launch runs {run_dtype} (one --dtype for target and \
                  drafter): its weights are cast at load. {}",
                 match (draft_dtype, run_dtype) {
-                    ("bfloat16", "float16") => "bf16-trained weights in fp16 can overflow: NaNs or low acceptance have been reported (SpecForge#231).",
-                    ("float32", _) | ("float8_e4m3fn", _) | (_, "float8_e4m3fn") => "This is an unusual dtype for a drafter: check the export.",
+                    ("bfloat16", "float16") =>
+                        "bf16-trained weights in fp16 can overflow: NaNs or low acceptance have been reported (SpecForge#231).",
+                    ("float32", _) | ("float8_e4m3fn", _) | (_, "float8_e4m3fn") =>
+                        "This is an unusual dtype for a drafter: check the export.",
                     _ => "That is normally harmless (EAGLE casts the drafter to the target dtype); compare acceptance if it is low.",
                 }
             ),
@@ -87,7 +89,8 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
                 f = f.with_evidence(ev.clone());
             }
         }
-        if run_dtype == "float16" && flag.is_some() && (draft_dtype == "bfloat16" || target.as_ref().is_some_and(|(t, _)| *t == "bfloat16")) {
+        if run_dtype == "float16" && flag.is_some() && (draft_dtype == "bfloat16" || target.as_ref().is_some_and(|(t, _)| *t == "bfloat16"))
+        {
             f = f.with_remedy(Remedy::new(
                 USE_BF16,
                 FLAG,

@@ -67,10 +67,7 @@ pub fn check(spec: &LaunchSpec) -> Vec<Finding> {
                 FIX,
                 known,
                 format!("Set {known}={value} and remove {name}."),
-                vec![
-                    SpecChange::SetEnv { name: known.to_string(), value: value.clone() },
-                    SpecChange::UnsetEnv { name: name.clone() },
-                ],
+                vec![SpecChange::SetEnv { name: known.to_string(), value: value.clone() }, SpecChange::UnsetEnv { name: name.clone() }],
             )),
         );
     }

@@ -155,11 +155,7 @@ impl ModelFiles {
     pub fn tensor(&self, name: &str) -> Option<TensorInfo> {
         let ck = self.checkpoint.as_ref()?;
         let meta = ck.meta(name)?;
-        Some(TensorInfo {
-            shape: meta.shape.clone(),
-            dtype: meta.dtype,
-            file: ck.files[meta.file_index].path.display().to_string(),
-        })
+        Some(TensorInfo { shape: meta.shape.clone(), dtype: meta.dtype, file: ck.files[meta.file_index].path.display().to_string() })
     }
 
     /// Bytes of tensor data, summed from the headers.

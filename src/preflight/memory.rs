@@ -183,9 +183,10 @@ fn weight_bytes_per_param(cfg: &ModelConfig, flag: Option<&str>) -> f64 {
     if q.get("quant_method").and_then(Value::as_str) == Some("fp8") {
         return 1.0;
     }
-    let bits = q.get("bits").and_then(Value::as_f64).or_else(|| {
-        q.get("config_groups")?.as_object()?.values().find_map(|g| g.pointer("/weights/num_bits")?.as_f64())
-    });
+    let bits = q
+        .get("bits")
+        .and_then(Value::as_f64)
+        .or_else(|| q.get("config_groups")?.as_object()?.values().find_map(|g| g.pointer("/weights/num_bits")?.as_f64()));
     bits.map(|b| b / 8.0).unwrap_or_else(|| dtype_bytes(cfg, flag))
 }
 

@@ -148,11 +148,7 @@ impl<'a> RuleContext<'a> {
     /// Evidence from the drafter's config; an in-memory override says so in `file`.
     pub fn draft_evidence(&self, pointer: &str, value: impl Into<Value>) -> Evidence {
         let file = self.draft.map(|d| d.files.config.file_name()).unwrap_or_default();
-        let file = if self.spec.draft_overrides.contains_key(pointer) {
-            format!("{file} (overridden in memory)")
-        } else {
-            file
-        };
+        let file = if self.spec.draft_overrides.contains_key(pointer) { format!("{file} (overridden in memory)") } else { file };
         Evidence::new(Side::Draft, file, pointer, value)
     }
 

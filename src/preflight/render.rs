@@ -110,19 +110,12 @@ fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
     let right = column("draft", &draft, paint);
     let left_width = left.iter().map(|c| c.width).max().unwrap_or(0);
     let right_width = right.iter().map(|c| c.width).max().unwrap_or(0);
-    let side_by_side =
-        !target.is_empty() && !draft.is_empty() && 4 + left_width + GAP.chars().count() + right_width <= WIDTH;
+    let side_by_side = !target.is_empty() && !draft.is_empty() && 4 + left_width + GAP.chars().count() + right_width <= WIDTH;
     if side_by_side {
         for i in 0..left.len().max(right.len()) {
             let (l, r) = (left.get(i), right.get(i));
             let pad = left_width - l.map_or(0, |c| c.width);
-            let _ = writeln!(
-                out,
-                "    {}{}{GAP}{}",
-                l.map_or("", |c| c.text.as_str()),
-                " ".repeat(pad),
-                r.map_or("", |c| c.text.as_str())
-            );
+            let _ = writeln!(out, "    {}{}{GAP}{}", l.map_or("", |c| c.text.as_str()), " ".repeat(pad), r.map_or("", |c| c.text.as_str()));
         }
     } else {
         // Stacked: the file legend above already labels each side.

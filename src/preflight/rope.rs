@@ -26,7 +26,11 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
         return Ok(Vec::new());
     }
     let shown = |theta: f64, explicit: bool| {
-        if explicit { format!("{theta}") } else { format!("{theta} (absent: the default)") }
+        if explicit {
+            format!("{theta}")
+        } else {
+            format!("{theta} (absent: the default)")
+        }
     };
     let evidence = |side: Side, field: &Option<crate::model::config::Field<f64>>| match field {
         Some(f) => ctx.field_evidence(side, f),

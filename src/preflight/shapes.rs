@@ -21,12 +21,9 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     let target_hidden = ctx.target.config.require_u64("hidden_size")?;
     let target_ev = ctx.field_evidence(Side::Target, &target_hidden);
     let Some(draft_hidden) = cfg.hidden_size()? else {
-        return Ok(vec![finding(
-            PhaseId::DrafterLoad,
-            "The drafter's config.json has no hidden_size.".into(),
-        )
-        .with_evidence(ctx.draft_evidence("/hidden_size", serde_json::Value::Null))
-        .with_evidence(target_ev)]);
+        return Ok(vec![finding(PhaseId::DrafterLoad, "The drafter's config.json has no hidden_size.".into())
+            .with_evidence(ctx.draft_evidence("/hidden_size", serde_json::Value::Null))
+            .with_evidence(target_ev)]);
     };
     let consumed = cfg.target_hidden_size()?.unwrap_or_else(|| draft_hidden.clone());
     let ht = target_hidden.value;

@@ -59,8 +59,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     if s == Some(0) || k == Some(0) || n.is_some_and(|n| n < 2) {
         findings.push(finding(
             Severity::Error,
-            "Steps and top-k must be at least 1, and draft tokens at least 2 (the root plus one drafted token)."
-                .into(),
+            "Steps and top-k must be at least 1, and draft tokens at least 2 (the root plus one drafted token).".into(),
             all_ev(),
             defaults,
         ));

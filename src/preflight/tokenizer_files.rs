@@ -129,8 +129,7 @@ mod tests {
         )
         .unwrap();
         let reordered = dir.path().join("reordered.json");
-        std::fs::write(&reordered, r#"{"model":{"vocab":{"c\"":2,"b":1,"a":0}},"added_tokens":[{"id":3,"content":"<s>"}]}"#)
-            .unwrap();
+        std::fs::write(&reordered, r#"{"model":{"vocab":{"c\"":2,"b":1,"a":0}},"added_tokens":[{"id":3,"content":"<s>"}]}"#).unwrap();
         let unigram = dir.path().join("uni.json");
         std::fs::write(&unigram, r#"{"added_tokens":[{"id":3,"content":"<s>"}],"model":{"vocab":[["a",-1.0],["b",-2.5],["c\"",0]]}}"#)
             .unwrap();

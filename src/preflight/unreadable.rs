@@ -17,15 +17,19 @@ pub fn finding(side: Side, error: &InputError) -> Finding {
         (true, _) => PhaseId::TargetLoad,
         (false, _) => PhaseId::Preflight,
     };
-    Finding::new(ID, Severity::Error, phase, error.to_string())
-        .with_evidence(Evidence::new(side, error.subject(), error.key(), error.value()))
+    Finding::new(ID, Severity::Error, phase, error.to_string()).with_evidence(Evidence::new(
+        side,
+        error.subject(),
+        error.key(),
+        error.value(),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
     use crate::model::checkpoint::CheckpointError;
+    use serde_json::Value;
     use std::path::PathBuf;
 
     #[test]

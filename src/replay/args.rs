@@ -46,9 +46,7 @@ static VLLM_SPEC_FIELDS: &[(&str, &str)] = &[
 
 fn pairs() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(r#"'?(\w+)'?\s*[=:]\s*('[^']*'|"[^"]*"|[^,(){}\s]+)"#).expect("the field pattern compiles")
-    })
+    RE.get_or_init(|| Regex::new(r#"'?(\w+)'?\s*[=:]\s*('[^']*'|"[^"]*"|[^,(){}\s]+)"#).expect("the field pattern compiles"))
 }
 
 fn apply(spec: &mut LaunchSpec, text: &str, fields: &[(&str, &str)]) {

@@ -89,13 +89,8 @@ pub struct VersionVotes {
     pub stated: Option<String>,
 }
 
-const WORDINGS: [(Dialects, &str); 5] = [
-    (C, "sglang 0.4.10–0.5.2"),
-    (M, "sglang 0.5.9"),
-    (N, "sglang 0.5.23"),
-    (V010, "vllm 0.10"),
-    (V033, "vllm 0.33"),
-];
+const WORDINGS: [(Dialects, &str); 5] =
+    [(C, "sglang 0.4.10–0.5.2"), (M, "sglang 0.5.9"), (N, "sglang 0.5.23"), (V010, "vllm 0.10"), (V033, "vllm 0.33")];
 
 impl VersionVotes {
     pub fn add(&mut self, dialects: Dialects) {
@@ -129,10 +124,8 @@ impl VersionVotes {
         let names: Vec<&str> = WORDINGS.iter().filter(|(bit, _)| best & bit != 0).map(|(_, n)| *n).collect();
         let (first, rest) = names.split_first()?;
         let engine = first.split(' ').next().unwrap_or("");
-        let versions: Vec<&str> = std::iter::once(*first)
-            .chain(rest.iter().copied())
-            .map(|n| n.trim_start_matches(engine).trim())
-            .collect();
+        let versions: Vec<&str> =
+            std::iter::once(*first).chain(rest.iter().copied()).map(|n| n.trim_start_matches(engine).trim()).collect();
         Some(format!("{engine} {} wording", versions.join(" or ")))
     }
 }

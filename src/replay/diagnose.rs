@@ -183,10 +183,7 @@ pub fn unrecognized(file: &str, phase: PhaseId, tb: Option<&Traceback>, crash: O
         None => match tb {
             Some(t) => {
                 evidence.push(log_evidence(file, t.last.0, &t.last.1));
-                format!(
-                    "The server failed in {phase}; the traceback is cut short before its error line (last line: {}).",
-                    t.last.1.trim()
-                )
+                format!("The server failed in {phase}; the traceback is cut short before its error line (last line: {}).", t.last.1.trim())
             }
             None => String::new(),
         },
@@ -217,10 +214,7 @@ pub fn unrecognized(file: &str, phase: PhaseId, tb: Option<&Traceback>, crash: O
 
 /// `…/site-packages/sglang/srt/speculative/eagle_worker.py` → `sglang/srt/speculative/eagle_worker.py`.
 fn short_path(path: &str) -> &str {
-    ["/sglang/", "/vllm/"]
-        .iter()
-        .find_map(|root| path.rfind(root).map(|i| &path[i + 1..]))
-        .unwrap_or(path)
+    ["/sglang/", "/vllm/"].iter().find_map(|root| path.rfind(root).map(|i| &path[i + 1..])).unwrap_or(path)
 }
 
 /// Captures of `pattern` on `text` (for re-reading a line a rule matched earlier).

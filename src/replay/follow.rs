@@ -72,9 +72,7 @@ pub(super) fn follow(path: &Path, replayer: &mut Replayer, d: &mut Delivery, sto
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    watcher
-        .watch(folder, RecursiveMode::NonRecursive)
-        .with_context(|| format!("{}: cannot watch the folder", folder.display()))?;
+    watcher.watch(folder, RecursiveMode::NonRecursive).with_context(|| format!("{}: cannot watch the folder", folder.display()))?;
 
     let mut tailed = Tailed::open(path);
     if tailed.is_none() && !path.exists() {

@@ -181,8 +181,7 @@ mod tests {
     #[test]
     fn splits_across_chunks_and_keeps_the_unterminated_tail() {
         let got = split_all(&[b"ab", b"c\nde\n\nf", b"g"]);
-        let want: Vec<(u64, Vec<u8>)> =
-            vec![(1, b"abc".to_vec()), (2, b"de".to_vec()), (3, vec![]), (4, b"fg".to_vec())];
+        let want: Vec<(u64, Vec<u8>)> = vec![(1, b"abc".to_vec()), (2, b"de".to_vec()), (3, vec![]), (4, b"fg".to_vec())];
         assert_eq!(got, want);
     }
 
@@ -203,10 +202,7 @@ mod tests {
         for_each_segment(raw, &mut |s| segs.push(s.to_string()));
         assert_eq!(
             segs,
-            [
-                "Capturing batches (bs=4 avail_mem=23.09 GB):   0%|  | 0/2",
-                "Capturing batches (bs=2 avail_mem=23.01 GB):  50%|#  | 1/2"
-            ]
+            ["Capturing batches (bs=4 avail_mem=23.09 GB):   0%|  | 0/2", "Capturing batches (bs=2 avail_mem=23.01 GB):  50%|#  | 1/2"]
         );
         let mut segs = Vec::new();
         for_each_segment(b"bad \xff\xfe utf8", &mut |s| segs.push(s.to_string()));

@@ -52,7 +52,9 @@ const CHUNK: usize = 256 * 1024;
 enum Kind {
     /// No non-blank line yet.
     Undecided,
-    Jsonl { last_t: f64 },
+    Jsonl {
+        last_t: f64,
+    },
     Text(Box<TextReplayer>),
 }
 
@@ -82,11 +84,8 @@ impl Replayer {
             if text.trim().is_empty() {
                 return;
             }
-            *kind = if jsonl::is_event_line(&text) {
-                Kind::Jsonl { last_t: 0.0 }
-            } else {
-                Kind::Text(Box::new(TextReplayer::new(file, logs)))
-            };
+            *kind =
+                if jsonl::is_event_line(&text) { Kind::Jsonl { last_t: 0.0 } } else { Kind::Text(Box::new(TextReplayer::new(file, logs))) };
         }
         match kind {
             Kind::Jsonl { last_t } => {

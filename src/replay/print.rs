@@ -65,14 +65,7 @@ pub fn render_summary(r: &ReplayReport) -> String {
                 Some(end) => format!("{}–{end}", p.start_line),
                 None => format!("{}–", p.start_line),
             };
-            let _ = writeln!(
-                s,
-                "  {:<22}{:<16}{:<22}{}",
-                p.phase.name(),
-                lines,
-                time_span(p.start_time, p.end_time),
-                state_name(p.state)
-            );
+            let _ = writeln!(s, "  {:<22}{:<16}{:<22}{}", p.phase.name(), lines, time_span(p.start_time, p.end_time), state_name(p.state));
         }
     }
     let ids: Vec<String> = r.findings.iter().map(|f| format!("{} ({})", f.id, f.severity.name())).collect();

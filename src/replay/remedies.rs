@@ -145,7 +145,12 @@ pub fn graph_memory(ctx: &Ctx) -> Vec<Remedy> {
         _ => 16,
     };
     vec![
-        set_flag("lower-mem-fraction-static", "--mem-fraction-static", fraction(lower), "Leave more memory outside the static pool for graphs"),
+        set_flag(
+            "lower-mem-fraction-static",
+            "--mem-fraction-static",
+            fraction(lower),
+            "Leave more memory outside the static pool for graphs",
+        ),
         set_flag("lower-cuda-graph-max-bs", bs_flag, bs, "Capture fewer batch sizes (draft graphs grow with batch × topk × steps)"),
     ]
 }
@@ -245,7 +250,12 @@ pub fn draft_fc_bias(_: &Ctx) -> Vec<Remedy> {
 }
 
 pub fn algorithm_eagle3(_: &Ctx) -> Vec<Remedy> {
-    vec![set_flag("algorithm-eagle3", "--speculative-algorithm", "EAGLE3", "Serve the EAGLE-3 draft as EAGLE-3 (vLLM: \"method\": \"eagle3\")")]
+    vec![set_flag(
+        "algorithm-eagle3",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "Serve the EAGLE-3 draft as EAGLE-3 (vLLM: \"method\": \"eagle3\")",
+    )]
 }
 
 pub fn algorithm_eagle(_: &Ctx) -> Vec<Remedy> {
@@ -275,11 +285,8 @@ pub fn tp_one(ctx: &Ctx) -> Vec<Remedy> {
 }
 
 pub fn memory_balance_check_off(ctx: &Ctx) -> Vec<Remedy> {
-    let (name, value) = if new_sglang(ctx) {
-        ("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", "0")
-    } else {
-        ("SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK", "1")
-    };
+    let (name, value) =
+        if new_sglang(ctx) { ("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", "0") } else { ("SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK", "1") };
     one(
         "skip-memory-balance-check",
         name,
@@ -318,10 +325,7 @@ mod tests {
         assert_eq!(r[0].id, CLAMP);
         assert_eq!(r[0].changes, vec![set("--context-length", "131072")]);
         assert_eq!(r[1].id, ALLOW);
-        assert_eq!(
-            r[1].changes,
-            vec![env(ALLOW_LONGER_CONTEXT_ENV, "1"), draft_config("/max_position_embeddings", json!(262144))]
-        );
+        assert_eq!(r[1].changes, vec![env(ALLOW_LONGER_CONTEXT_ENV, "1"), draft_config("/max_position_embeddings", json!(262144))]);
     }
 
     #[test]

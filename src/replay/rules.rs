@@ -164,10 +164,7 @@ impl RuleSet {
     }
 
     fn build(rules: Vec<&'static Rule>) -> RuleSet {
-        let regexes = rules
-            .iter()
-            .map(|r| Regex::new(r.pattern).unwrap_or_else(|e| panic!("rule {:?}: {e}", r.pattern)))
-            .collect();
+        let regexes = rules.iter().map(|r| Regex::new(r.pattern).unwrap_or_else(|e| panic!("rule {:?}: {e}", r.pattern))).collect();
         let mut anchors: Vec<&'static str> = Vec::new();
         let mut by_anchor: Vec<Vec<usize>> = Vec::new();
         for (i, r) in rules.iter().enumerate() {
@@ -209,11 +206,13 @@ impl RuleSet {
             candidates.sort_unstable();
             candidates.dedup();
         }
-        candidates.into_iter().find(|&i| {
-            let rule = self.rules[i];
-            accept(rule) && (rule.pattern.is_empty() || self.regexes[i].is_match(message))
-        })
-        .map(matched)
+        candidates
+            .into_iter()
+            .find(|&i| {
+                let rule = self.rules[i];
+                accept(rule) && (rule.pattern.is_empty() || self.regexes[i].is_match(message))
+            })
+            .map(matched)
     }
 }
 

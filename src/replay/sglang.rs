@@ -24,13 +24,7 @@ pub fn header(line: &str) -> Option<Header<'_>> {
     let close = n + body[n..].find(']')?;
     let tags = body[n..close].trim();
     let message = body[close + 1..].strip_prefix(' ').unwrap_or(&body[close + 1..]);
-    Some(Header {
-        engine: Some(S),
-        time: Some((ClockSource::Engine, raw)),
-        rank: (!tags.is_empty()).then_some(tags),
-        level: None,
-        message,
-    })
+    Some(Header { engine: Some(S), time: Some((ClockSource::Engine, raw)), rank: (!tags.is_empty()).then_some(tags), level: None, message })
 }
 
 static CTX_DRAFT_ERROR: Failure = failure(
@@ -216,13 +210,8 @@ static FLEX_ATTENTION: Failure = failure(
     "Speculative decoding does not run on the Flex Attention backend; pick another --attention-backend.",
     fix::none,
 );
-static CHUNK_PAGE: Failure = failure(
-    "speculative-args",
-    Error,
-    Some(Preflight),
-    "--chunked-prefill-size must be a multiple of --page-size.",
-    fix::none,
-);
+static CHUNK_PAGE: Failure =
+    failure("speculative-args", Error, Some(Preflight), "--chunked-prefill-size must be a multiple of --page-size.", fix::none);
 static MIXED_CHUNK: Failure = failure(
     "speculative-args",
     Error,
@@ -260,27 +249,11 @@ static DRAFT_BACKEND_MLA: Failure = failure(
      MLA target, where Blackwell GPUs pick trtllm_mla).",
     fix::draft_backend_mha,
 );
-static TP_DIVISIBLE: Failure = failure(
-    "tp-divisibility",
-    Error,
-    None,
-    "$n does not split evenly over $tp tensor-parallel ranks.",
-    fix::tp_divisor,
-);
-static TP_CONSTRAINT: Failure = failure(
-    "tp-divisibility",
-    Error,
-    Some(Preflight),
-    "--tp-size must be divisible by $what.",
-    fix::none,
-);
-static TP_EP: Failure = failure(
-    "tp-divisibility",
-    Error,
-    Some(Preflight),
-    "--tp-size $tp does not divide by the expert-parallel size $ep.",
-    fix::none,
-);
+static TP_DIVISIBLE: Failure =
+    failure("tp-divisibility", Error, None, "$n does not split evenly over $tp tensor-parallel ranks.", fix::tp_divisor);
+static TP_CONSTRAINT: Failure = failure("tp-divisibility", Error, Some(Preflight), "--tp-size must be divisible by $what.", fix::none);
+static TP_EP: Failure =
+    failure("tp-divisibility", Error, Some(Preflight), "--tp-size $tp does not divide by the expert-parallel size $ep.", fix::none);
 static TP_MOE: Failure = failure(
     "tp-divisibility",
     Error,
@@ -349,13 +322,8 @@ static FP16_FORCED: Failure = failure(
     "The GPU is below sm80, so SGLang runs target and draft in float16; a bf16-trained draft may lose acceptance.",
     fix::none,
 );
-static GPU_TOO_OLD: Failure = failure(
-    "gpu-unsupported",
-    Error,
-    Some(TargetLoad),
-    "SGLang needs compute capability sm75 or newer.",
-    fix::none,
-);
+static GPU_TOO_OLD: Failure =
+    failure("gpu-unsupported", Error, Some(TargetLoad), "SGLang needs compute capability sm75 or newer.", fix::none);
 static NAN_LOGITS: Failure = failure(
     "nan-logits",
     Error,

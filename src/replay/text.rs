@@ -219,9 +219,7 @@ impl TextReplayer {
         let kind = classify(header.message);
         let key = header.rank;
         let tbs = &self.run.tracebacks;
-        let continues = |t: &Traceback, needed: Continuation| {
-            t.continuation == Continuation::Unknown || t.continuation == needed
-        };
+        let continues = |t: &Traceback, needed: Continuation| t.continuation == Continuation::Unknown || t.continuation == needed;
         let target = if !headed {
             tbs.iter().rposition(|t| continues(t, Continuation::Bare))
         } else if !matches!(kind, TbLine::Other) {
@@ -248,8 +246,7 @@ impl TextReplayer {
             None => {
                 if headed {
                     let ended = |t: &Traceback| {
-                        t.continuation == Continuation::Bare
-                            || (t.key.as_deref() == key && t.continuation != Continuation::Bare)
+                        t.continuation == Continuation::Bare || (t.key.as_deref() == key && t.continuation != Continuation::Bare)
                     };
                     self.end_tracebacks(ended, out);
                 }
@@ -367,12 +364,9 @@ impl TextReplayer {
                 }
             }
             Action::DeviceFault => self.device_fault(caps, text, tb, out),
-            Action::CaptureBatchList
-            | Action::Phase(..)
-            | Action::Mark
-            | Action::Traffic
-            | Action::DecodeStats
-            | Action::ServerReady => self.act_plain(action, header.message, out),
+            Action::CaptureBatchList | Action::Phase(..) | Action::Mark | Action::Traffic | Action::DecodeStats | Action::ServerReady => {
+                self.act_plain(action, header.message, out)
+            }
         }
     }
 
@@ -465,8 +459,7 @@ impl TextReplayer {
     fn decode_stats(&mut self, message: &str, out: &mut Out) {
         // SGLang's `Decode batch.` line, then vLLM's metrics lines.
         static LABELS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
-            ["gen throughput (token/s): ", "Avg generation throughput: ", "accept len: ", "Mean acceptance length: "]
-                .map(Finder::new)
+            ["gen throughput (token/s): ", "Avg generation throughput: ", "accept len: ", "Mean acceptance length: "].map(Finder::new)
         });
         let [sglang_tps, vllm_tps, sglang_accept, vllm_accept] = &*LABELS;
         let stats = &mut self.run.stats;
@@ -566,8 +559,7 @@ impl TextReplayer {
             let set = RuleSet::get();
             match diagnose::recapture(set, message, sglang::CONTEXT_DRAFT_ID) {
                 Some(warning_caps) => {
-                    let evidence =
-                        vec![log_evidence(&self.file, out.line, text), log_evidence(&self.file, *line, warning)];
+                    let evidence = vec![log_evidence(&self.file, out.line, text), log_evidence(&self.file, *line, warning)];
                     diagnose::from_failure(&diagnose::CONTEXT_FAULT, &self.ctx(&warning_caps, phase), evidence)
                 }
                 None => diagnose::unexplained_device_fault(&self.file, phase, out.line, text),

@@ -20,7 +20,10 @@ const MAX_FRAMES: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TbLine<'a> {
     Start,
-    Frame { path: &'a str, func: &'a str },
+    Frame {
+        path: &'a str,
+        func: &'a str,
+    },
     /// Source text under a frame (`    scheduler = Scheduler(`) or a caret line.
     Code,
     /// `During handling of the above exception, …` / `The above exception was the direct …`.
@@ -49,9 +52,7 @@ pub fn classify(message: &str) -> TbLine<'_> {
         }
         return TbLine::Code;
     }
-    if message.starts_with("During handling of the above exception")
-        || message.starts_with("The above exception was the direct cause")
-    {
+    if message.starts_with("During handling of the above exception") || message.starts_with("The above exception was the direct cause") {
         return TbLine::Chain;
     }
     if is_exception_line(message) {
@@ -67,10 +68,7 @@ fn is_exception_line(message: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
         && name.as_bytes()[0].is_ascii_alphabetic();
     let type_name = name.rsplit('.').next().unwrap_or(name);
-    valid
-        && (["Error", "Exception", "Exit", "Interrupt", "Iteration", "Fault", "Failure"]
-            .iter()
-            .any(|suffix| type_name.ends_with(suffix)))
+    valid && (["Error", "Exception", "Exit", "Interrupt", "Iteration", "Fault", "Failure"].iter().any(|suffix| type_name.ends_with(suffix)))
 }
 
 #[derive(Clone, Debug)]
@@ -164,9 +162,10 @@ impl Traceback {
     /// The phase of the deepest frame the tables map; `ready` resolves runtime frames.
     pub fn phase(&self, tables: &[&[(&str, &str, FramePhase)]], ready: bool) -> Option<PhaseId> {
         let mapped = self.frames.iter().rev().find_map(|f| {
-            tables.iter().flat_map(|t| t.iter()).find_map(|&(path, func, phase)| {
-                (f.path.contains(path) && (func.is_empty() || f.func == func)).then_some(phase)
-            })
+            tables
+                .iter()
+                .flat_map(|t| t.iter())
+                .find_map(|&(path, func, phase)| (f.path.contains(path) && (func.is_empty() || f.func == func)).then_some(phase))
         })?;
         let draft = self.has_draft_frame();
         Some(match mapped {

@@ -162,13 +162,8 @@ static DRAFT_INHERITED_QUANT: Failure = failure(
      wrong names (vLLM PR #25883). Upgrade vLLM, or set speculative_config \"quantization\".",
     fix::none,
 );
-static HEADS_TP: Failure = failure(
-    "tp-divisibility",
-    Error,
-    Some(Preflight),
-    "$n attention heads do not split over --tensor-parallel-size $tp.",
-    fix::tp_divisor,
-);
+static HEADS_TP: Failure =
+    failure("tp-divisibility", Error, Some(Preflight), "$n attention heads do not split over --tensor-parallel-size $tp.", fix::tp_divisor);
 static EAGLE1_BIAS: Failure = failure(
     "draft-architecture",
     Error,
@@ -327,8 +322,7 @@ mod tests {
 
     #[test]
     fn header_reads_level_time_and_message() {
-        let h = header("INFO 09-18 12:03:11 [default_loader.py:268] Loading weights took 0.42 seconds", Some("EngineCore_DP0"))
-            .unwrap();
+        let h = header("INFO 09-18 12:03:11 [default_loader.py:268] Loading weights took 0.42 seconds", Some("EngineCore_DP0")).unwrap();
         assert_eq!(h.level, Some(LogLevel::Info));
         assert_eq!(h.rank, Some("EngineCore_DP0"));
         assert_eq!(h.message, "Loading weights took 0.42 seconds");

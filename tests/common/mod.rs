@@ -219,14 +219,17 @@ pub fn sharded_capture_story() -> Story {
             0..=2 => 1,
             _ => 0,
         };
-        s.at(0.3, Event::Progress {
-            phase: PhaseId::TargetGraphCapture,
-            unit: ProgressUnit::BatchSize,
-            gpu: None,
-            label: bs.to_string(),
-            done,
-            total: 1,
-        });
+        s.at(
+            0.3,
+            Event::Progress {
+                phase: PhaseId::TargetGraphCapture,
+                unit: ProgressUnit::BatchSize,
+                gpu: None,
+                label: bs.to_string(),
+                done,
+                total: 1,
+            },
+        );
     }
     s
 }

@@ -33,15 +33,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `out[q][h]` = softmax over visible slots of `scale · q·k` applied to `v`.
-pub fn attention(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &AttnGeometry,
-    w: AttnWindow,
-    mask: RegionMask<'_>,
-    out: &mut [f32],
-) {
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], g: &AttnGeometry, w: AttnWindow, mask: RegionMask<'_>, out: &mut [f32]) {
     let hd = g.head_dim;
     let group = g.heads / g.kv_heads;
     let q_width = g.heads * hd;

@@ -8,15 +8,20 @@
 use half::bf16;
 
 use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, MAX_CHUNKS, ROW_GROUP};
-use super::compile::{compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR};
-use super::sources::{ATTENTION_KERNELS, SOURCES};
+use super::compile::{
+    compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR,
+};
 use super::gemm::{Input, Matmuls, RopeStore, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
+use super::sources::{ATTENTION_KERNELS, SOURCES};
 use super::tp::NcclComm;
-use crate::backend::{residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX};
+use crate::backend::{
+    residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard,
+    STEP_QUERIES_MAX,
+};
 use crate::event::{Event, EventSink, PhaseId, PhaseState};
 use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
@@ -117,7 +122,21 @@ impl CudaBackend {
         let chunk_stats = gpu.alloc::<f32>(ROW_GROUP * MAX_CHUNKS * 2, "per-chunk softmax stats")?;
         let graphs = Graphs::new(&gpu)?;
         let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
-        let b = CudaBackend { gpu, matmuls: Matmuls::new(), rank, nccl, peer: Err("one GPU".into()), graphs, bad_id, list, picked, chunk_values, chunk_ids, chunk_stats, fused_residual };
+        let b = CudaBackend {
+            gpu,
+            matmuls: Matmuls::new(),
+            rank,
+            nccl,
+            peer: Err("one GPU".into()),
+            graphs,
+            bad_id,
+            list,
+            picked,
+            chunk_values,
+            chunk_ids,
+            chunk_stats,
+            fused_residual,
+        };
         b.reset_bad_id();
         Ok(b)
     }
@@ -177,8 +196,14 @@ impl CudaBackend {
         let (pass1_name, merge_name) =
             if probabilities { ("softmax_topk_chunks_f32", "softmax_topk_merge_f32") } else { ("topk_chunks_f32", "topk_merge_f32") };
         for (start, rows) in row_groups(n) {
-            let mut pass1 =
-                [Arg::Ptr(x.row_ptr(start)), Arg::I32(x.cols as i32), Arg::I32(k as i32), Arg::Ptr(cand_v), Arg::Ptr(cand_i), Arg::Ptr(stats)];
+            let mut pass1 = [
+                Arg::Ptr(x.row_ptr(start)),
+                Arg::I32(x.cols as i32),
+                Arg::I32(k as i32),
+                Arg::Ptr(cand_v),
+                Arg::Ptr(cand_i),
+                Arg::Ptr(stats),
+            ];
             let used = if probabilities { pass1.len() } else { pass1.len() - 1 };
             self.kernel(pass1_name, (chunks as u32, rows as u32), CHUNK_THREADS, 0, &mut pass1[..used], None);
             // The softmax merge takes the stats between the candidates and the outputs.
@@ -390,7 +415,12 @@ impl Backend for CudaBackend {
                 self.gpu.bind();
                 // SAFETY: both ranges hold src.len() ints (the arena slot was sized for them).
                 let r = unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(dst.buf.ptr(), staged, std::mem::size_of_val(src), self.gpu.stream.cu_stream())
+                    cudarc::driver::result::memcpy_dtod_async(
+                        dst.buf.ptr(),
+                        staged,
+                        std::mem::size_of_val(src),
+                        self.gpu.stream.cu_stream(),
+                    )
                 };
                 if let Err(e) = r {
                     self.gpu.record(|| format!("staged id copy: {e}"));
@@ -543,11 +573,15 @@ impl Backend for CudaBackend {
             return self.rope_store_kv(q.out, k.out, v.out, table, store.positions, n, store.cache, store.slot);
         };
         let (k_cache, v_cache) = (store.cache.0.buf.ptr(), store.cache.1.buf.ptr());
-        assert!(store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out, "qkv_rope_store_kv: cache widths differ from k and v");
-        let ptrs: Vec<Arg> = [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].w, segs[2].w, table.cos.buf.ptr(), store.positions.buf.ptr(), k_cache, v_cache]
-            .into_iter()
-            .map(Arg::Ptr)
-            .collect();
+        assert!(
+            store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out,
+            "qkv_rope_store_kv: cache widths differ from k and v"
+        );
+        let ptrs: Vec<Arg> =
+            [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].w, segs[2].w, table.cos.buf.ptr(), store.positions.buf.ptr(), k_cache, v_cache]
+                .into_iter()
+                .map(Arg::Ptr)
+                .collect();
         // The slot moves from step to step: a graph reads it from the arena.
         let slot = store.slot as i32;
         let (eager, slot_dev) = match self.graphs.gate(signature("qkv_rope_store_kv", (n as u32, 1), 0, &ptrs, &[]), &[slot]) {
@@ -600,7 +634,16 @@ impl Backend for CudaBackend {
         self.kernel("rope_f32", (n as u32, (x.cols / hd) as u32), block, 0, &mut args, None);
     }
 
-    fn attention(&self, q: &CudaTensor, k: &CudaTensor, v: &CudaTensor, g: &AttnGeometry, window: AttnWindow, mask: Mask<'_, Self>, out: &mut CudaTensor) {
+    fn attention(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        g: &AttnGeometry,
+        window: AttnWindow,
+        mask: Mask<'_, Self>,
+        out: &mut CudaTensor,
+    ) {
         if window.queries == 0 {
             return;
         }
@@ -689,7 +732,14 @@ impl Backend for CudaBackend {
         let list = to_usize_ids(rows);
         let mut args = [Arg::Ptr(src.buf.ptr()), Arg::Ptr(dst.buf.ptr()), Arg::I32(src.cols as i32), NULL];
         let block = row_block(src.cols * 8);
-        self.kernel("gather_rows_f32", (rows.len() as u32, 1), block, 0, &mut args, Some(Dynamic { values: &list, value_args: &[], ptr_arg: 3 }));
+        self.kernel(
+            "gather_rows_f32",
+            (rows.len() as u32, 1),
+            block,
+            0,
+            &mut args,
+            Some(Dynamic { values: &list, value_args: &[], ptr_arg: 3 }),
+        );
     }
 
     fn move_rows(&self, t: &mut CudaTensor, src_rows: &[usize], dst_start: usize) {

@@ -162,11 +162,7 @@ pub fn first_error(log: &str) -> Option<(String, u32, String)> {
 
 /// Compile one source with NVRTC (no cache).
 pub fn compile_one(source: &KernelSource, target: &CompileTarget) -> Result<String, CompileError> {
-    let opts = cudarc::nvrtc::CompileOptions {
-        name: Some(source.file.to_string()),
-        options: target.options(),
-        ..Default::default()
-    };
+    let opts = cudarc::nvrtc::CompileOptions { name: Some(source.file.to_string()), options: target.options(), ..Default::default() };
     match cudarc::nvrtc::compile_ptx_with_opts(source.program_text(), opts) {
         Ok(ptx) => Ok(ptx.to_src()),
         Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. }) => {
@@ -341,10 +337,7 @@ mod tests {
     fn nvrtc_log_errors_name_file_and_line() {
         let log = "kernels/common.cuh(3): warning #177-D: variable \"x\" was declared but never referenced\n\
                    kernels/rope.cu(17): error: identifier \"half2x\" is undefined\n\n1 error detected in the compilation of \"kernels/rope.cu\".\n";
-        assert_eq!(
-            first_error(log),
-            Some(("kernels/rope.cu".to_string(), 17, "identifier \"half2x\" is undefined".to_string()))
-        );
+        assert_eq!(first_error(log), Some(("kernels/rope.cu".to_string(), 17, "identifier \"half2x\" is undefined".to_string())));
         assert_eq!(first_error("all good\n"), None);
         let e = CompileError::Source {
             file: "kernels/rope.cu".into(),

@@ -182,7 +182,12 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
 }
 
 /// RoPE tables of `max_pos` positions for head_dim `hd` on both backends.
-fn rope_tables<R: Backend, T: Backend>(p: &Pair<'_, R, T>, hd: usize, max_pos: usize, style: RopeStyle) -> Result<(RopeTable<R>, RopeTable<T>), BackendError> {
+fn rope_tables<R: Backend, T: Backend>(
+    p: &Pair<'_, R, T>,
+    hd: usize,
+    max_pos: usize,
+    style: RopeStyle,
+) -> Result<(RopeTable<R>, RopeTable<T>), BackendError> {
     let cos: Vec<f32> = (0..max_pos * hd / 2).map(|i| ((i % 97) as f32 * 0.37).cos()).collect();
     let sin: Vec<f32> = (0..max_pos * hd / 2).map(|i| ((i % 97) as f32 * 0.37).sin()).collect();
     Ok((
@@ -210,7 +215,11 @@ fn attention_inputs<B: Backend>(
     let (mut kc, mut vc) = (b.tensor_from(cols[1], cache)?, b.tensor_from(cols[2], cache)?);
     let slot = 30;
     let [(wq, bq), (wk, bk), (wv, bv)] = weights;
-    let mut qkv = [Projection { w: wq, bias: bq, out: &mut q }, Projection { w: wk, bias: bk, out: &mut k }, Projection { w: wv, bias: bv, out: &mut v }];
+    let mut qkv = [
+        Projection { w: wq, bias: bq, out: &mut q },
+        Projection { w: wk, bias: bk, out: &mut k },
+        Projection { w: wv, bias: bv, out: &mut v },
+    ];
     if fused {
         b.qkv_rope_store_kv(x, rows, &mut qkv, KvStore { table, positions, cache: (&mut kc, &mut vc), slot });
     } else {

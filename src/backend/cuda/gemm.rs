@@ -182,7 +182,12 @@ impl RopeStore {
 pub enum GemvJob<'a> {
     Segments(&'a [Segment]),
     /// `act = silu(x·gateᵀ) * (x·upᵀ)`, all three `[rows, n_out]`.
-    GateUp { gate: u64, up: u64, act: u64, n_out: usize },
+    GateUp {
+        gate: u64,
+        up: u64,
+        act: u64,
+        n_out: usize,
+    },
     /// q, k and v (their `out` unused for k and v): q rotated into its `out`, k rotated and
     /// v into the cache rows that `rope` names.
     QkvRope(&'a [Segment; 3], RopeStore),
@@ -382,7 +387,9 @@ impl Matmuls {
                 None => gpu.record(|| format!("skinny matmul: {} rows of K = {} are outside its range", input.rows, input.k_in)),
             },
             (MatmulPath::Cublas, GemvJob::Segments(segs)) => self.cublas(gpu, input, segs),
-            (MatmulPath::Cublas, GemvJob::GateUp { .. } | GemvJob::QkvRope(..)) => gpu.record(|| "cuBLAS has no fused gate-up or rope path".into()),
+            (MatmulPath::Cublas, GemvJob::GateUp { .. } | GemvJob::QkvRope(..)) => {
+                gpu.record(|| "cuBLAS has no fused gate-up or rope path".into())
+            }
         }
     }
 
@@ -391,12 +398,7 @@ impl Matmuls {
     /// timed now, else the first candidate.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
         let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
-        let key = ShapeKey {
-            family: job.family(),
-            rows: input.rows,
-            n_total: job.n_total(),
-            k_in: input.k_in,
-        };
+        let key = ShapeKey { family: job.family(), rows: input.rows, n_total: job.n_total(), k_in: input.k_in };
         if let Some(c) = self.pinned.or_else(|| locked(&self.chosen).get(&key).copied()) {
             return c;
         }
@@ -427,8 +429,13 @@ impl Matmuls {
     /// (recorded for the next sync).
     fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, cut: Slicing, job: GemvJob<'_>) -> bool {
         const HEAD: usize = 5;
-        let head: [Arg; HEAD] =
-            [Arg::Ptr(input.x), Arg::I32(input.rows as i32), Arg::I32(input.k_in as i32), Arg::I32(cut.cols as i32), Arg::I32(cut.slices as i32)];
+        let head: [Arg; HEAD] = [
+            Arg::Ptr(input.x),
+            Arg::I32(input.rows as i32),
+            Arg::I32(input.k_in as i32),
+            Arg::I32(cut.cols as i32),
+            Arg::I32(cut.slices as i32),
+        ];
         let grid = (job.blocks(config) as u32, 1);
         // One warp per slice, each taking several when there are more slices than warps.
         let threads = 32 * cut.slices.min(GEMV_MAX_WARPS) as u32;
@@ -576,7 +583,8 @@ mod tests {
         assert_eq!(Matmuls::rope_cut(decode, &segs, 128), Some(Slicing { cols: 256, slices: 16 }));
         assert!(Matmuls::rope_cut(decode, &segs, 72).is_none());
         assert!(Matmuls::rope_cut(Input { rows: 9, ..decode }, &segs, 128).is_none());
-        let rope = RopeStore { cos: 0, sin: 0, positions: 0, head_dim: 128, interleaved: false, k_cache: 0, v_cache: 0, slot: 0, slot_dev: 0 };
+        let rope =
+            RopeStore { cos: 0, sin: 0, positions: 0, head_dim: 128, interleaved: false, k_cache: 0, v_cache: 0, slot: 0, slot_dev: 0 };
         assert_eq!(GemvJob::QkvRope(&segs, rope).blocks(&GEMV_CONFIGS[0]), 256 + 64 + 64);
         assert_eq!(GemvJob::QkvRope(&segs, rope).family(), Family::Rope);
     }
@@ -589,7 +597,8 @@ mod tests {
         let in_file: Vec<(usize, usize)> = re.captures_iter(text).map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap())).collect();
         let in_table: Vec<(usize, usize)> = GEMV_CONFIGS.iter().map(|c| (c.tiles, c.steps)).collect();
         assert_eq!(in_file, in_table);
-        let limits = |name: &str| regex::Regex::new(&format!(r"#define {name} (\d+)")).unwrap().captures(text).unwrap()[1].parse::<usize>().unwrap();
+        let limits =
+            |name: &str| regex::Regex::new(&format!(r"#define {name} (\d+)")).unwrap().captures(text).unwrap()[1].parse::<usize>().unwrap();
         assert_eq!(limits("GEMV_MAX_WARPS"), GEMV_MAX_WARPS);
         assert_eq!(limits("GEMV_MAX_SLICES"), GEMV_MAX_SLICES);
     }

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags};
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, ValidAsZeroBits};
 use cudarc::nvrtc::Ptx;
 
 use super::compile::CompiledModule;
@@ -144,9 +142,8 @@ impl Gpu {
         let workspace = alloc_in(&stream, &ledger, ordinal, CUBLAS_WORKSPACE_BYTES, "cuBLAS workspace")?;
         // SAFETY: the workspace outlives the handle (field order) and is used by this
         // handle's stream only.
-        let status = unsafe {
-            cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), workspace.ptr() as *mut _, CUBLAS_WORKSPACE_BYTES)
-        };
+        let status =
+            unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), workspace.ptr() as *mut _, CUBLAS_WORKSPACE_BYTES) };
         if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(BackendError::Device(format!("GPU {ordinal}: cublasSetWorkspace: {status:?}")));
         }
@@ -160,7 +157,8 @@ impl Gpu {
             sm_count,
             arch: format!("sm_{major}{minor}"),
             pdl: major >= 9 && std::env::var("SPECDECK_PDL").map_or(true, |v| v != "0"),
-            skipped: std::env::var("SPECDECK_SKIP_KERNELS").map_or(Vec::new(), |v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect()),
+            skipped: std::env::var("SPECDECK_SKIP_KERNELS")
+                .map_or(Vec::new(), |v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect()),
             error: Mutex::new(None),
             _blas_workspace: workspace,
         })
@@ -175,9 +173,10 @@ impl Gpu {
         let ordinal = self.ordinal;
         let mut kernels = HashMap::new();
         for m in modules {
-            let module = self.ctx.load_module(Ptx::from_src(m.ptx.clone())).map_err(|e| {
-                BackendError::Device(format!("GPU {ordinal}: loading {}: {e}", m.source.file))
-            })?;
+            let module = self
+                .ctx
+                .load_module(Ptx::from_src(m.ptx.clone()))
+                .map_err(|e| BackendError::Device(format!("GPU {ordinal}: loading {}: {e}", m.source.file)))?;
             for f in m.source.functions {
                 let func = module
                     .load_function(f)

@@ -166,7 +166,9 @@ impl Graphs {
             End::Nothing | End::Recorded => Ok(()),
             End::Captured { used } => {
                 let launched = match captured {
-                    Some(Ok(graph)) => graph.upload().map_err(|e| format!("upload: {e}")).and_then(|_| self.launch(gpu, &graph, used)).map(|_| graph),
+                    Some(Ok(graph)) => {
+                        graph.upload().map_err(|e| format!("upload: {e}")).and_then(|_| self.launch(gpu, &graph, used)).map(|_| graph)
+                    }
                     _ => Err("no graph after a capture".to_string()),
                 };
                 match launched {
@@ -232,20 +234,15 @@ impl Graphs {
 pub fn capture_finding(phase: PhaseId, bs: u32, max_bs: u32, err: &BackendError) -> Finding {
     let lower = bs.saturating_sub(1).max(1).min(max_bs.saturating_sub(1).max(1));
     let lower = capture_sizes(lower).last().copied().unwrap_or(1);
-    Finding::new(
-        "cuda-graph-capture-failed",
-        Severity::Error,
-        phase,
-        format!("CUDA graph capture failed at batch size {bs}: {err}"),
-    )
-    .with_evidence(Evidence::new(Side::Launch, "--cuda-graph-max-bs", "--cuda-graph-max-bs", max_bs))
-    .with_evidence(Evidence::new(Side::Launch, "graph capture", "batch size", bs))
-    .with_remedy(Remedy::new(
-        "reduce-cuda-graph-max-bs",
-        "--cuda-graph-max-bs",
-        format!("capture graphs up to batch size {lower} only"),
-        vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: lower.to_string() }],
-    ))
+    Finding::new("cuda-graph-capture-failed", Severity::Error, phase, format!("CUDA graph capture failed at batch size {bs}: {err}"))
+        .with_evidence(Evidence::new(Side::Launch, "--cuda-graph-max-bs", "--cuda-graph-max-bs", max_bs))
+        .with_evidence(Evidence::new(Side::Launch, "graph capture", "batch size", bs))
+        .with_remedy(Remedy::new(
+            "reduce-cuda-graph-max-bs",
+            "--cuda-graph-max-bs",
+            format!("capture graphs up to batch size {lower} only"),
+            vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: lower.to_string() }],
+        ))
 }
 
 /// A capture phase over the step sizes `sizes` (token rows; those above `max_bs`, the
@@ -270,7 +267,11 @@ pub fn capture_phase(
     events.phase(phase, PhaseState::Started);
     for (i, &bs) in sizes.iter().enumerate() {
         if let Err(e) = capture(bs) {
-            let f = match super::launch::memory_finding(&e, phase, &crate::spec::LaunchSpec { cuda_graph_max_bs: Some(max_bs), ..Default::default() }) {
+            let f = match super::launch::memory_finding(
+                &e,
+                phase,
+                &crate::spec::LaunchSpec { cuda_graph_max_bs: Some(max_bs), ..Default::default() },
+            ) {
                 Some(f) => f,
                 None => capture_finding(phase, bs, max_bs, &e),
             };
@@ -328,7 +329,11 @@ mod tests {
         let mut seen = Vec::new();
         let r = capture_phase(&sink, PhaseId::DraftGraphCapture, &capture_sizes(8), 8, Some(0), |bs| {
             seen.push(bs);
-            if bs == 4 { Err(BackendError::Device("boom".into())) } else { Ok(()) }
+            if bs == 4 {
+                Err(BackendError::Device("boom".into()))
+            } else {
+                Ok(())
+            }
         });
         assert_eq!(r.unwrap_err().remedies[0].changes[0], SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "2".into() });
         assert_eq!(seen, vec![1, 2, 4]);

@@ -37,9 +37,13 @@ pub enum End {
     Recorded,
     /// The capture repeated the recording: keep the graph, copy the first `used` staged
     /// values up and launch it.
-    Captured { used: usize },
+    Captured {
+        used: usize,
+    },
     /// Copy the first `used` staged values up and launch the graph.
-    Replay { used: usize },
+    Replay {
+        used: usize,
+    },
     /// The step is unusable; its recording is gone, so the key starts over.
     Failed(String),
 }
@@ -47,10 +51,24 @@ pub enum End {
 #[derive(Debug)]
 enum Mode {
     Eager,
-    Recording { key: String, sigs: Vec<u64>, used: usize },
-    Capturing { key: String, sigs: Vec<u64>, used: usize },
+    Recording {
+        key: String,
+        sigs: Vec<u64>,
+        used: usize,
+    },
+    Capturing {
+        key: String,
+        sigs: Vec<u64>,
+        used: usize,
+    },
     /// `expected`: the recording's signatures, shared so ops need no map lookup.
-    Replaying { key: String, expected: Arc<[u64]>, index: usize, used: usize, diverged: Option<usize> },
+    Replaying {
+        key: String,
+        expected: Arc<[u64]>,
+        index: usize,
+        used: usize,
+        diverged: Option<usize>,
+    },
 }
 
 #[derive(Debug)]

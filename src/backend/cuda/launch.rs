@@ -50,7 +50,11 @@ fn open_ranks(inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, 
 /// Which path the group's all-reduces take (`open_group` gives every rank the same).
 fn describe_links(ranks: &[CudaBackend]) -> String {
     match ranks[0].peer_status() {
-        Ok(()) => format!("all-reduce over {} GPUs: up to {} values through peer memory, larger through NCCL", ranks.len(), super::peer::MAX_VALUES),
+        Ok(()) => format!(
+            "all-reduce over {} GPUs: up to {} values through peer memory, larger through NCCL",
+            ranks.len(),
+            super::peer::MAX_VALUES
+        ),
         Err(why) => format!("all-reduce over {} GPUs through NCCL only: {why}", ranks.len()),
     }
 }
@@ -90,35 +94,32 @@ fn fit_gpus(visible: usize) -> Remedy {
 /// cache, fewer captured batch sizes for CUDA graphs.
 pub fn memory_finding(err: &BackendError, phase: PhaseId, spec: &LaunchSpec) -> Option<Finding> {
     let BackendError::OutOfMemory { bytes, what } = err else { return None };
-    let mut f = Finding::new(
-        MEMORY_BUDGET,
-        Severity::Error,
-        phase,
-        format!("out of GPU memory in {phase}: {bytes} more bytes needed for {what}"),
-    )
-    .with_evidence(Evidence::new(Side::Launch, "GPU memory", "requested bytes", *bytes))
-    .with_evidence(Evidence::new(Side::Launch, "GPU memory", "allocation", what.clone()));
+    let mut f =
+        Finding::new(MEMORY_BUDGET, Severity::Error, phase, format!("out of GPU memory in {phase}: {bytes} more bytes needed for {what}"))
+            .with_evidence(Evidence::new(Side::Launch, "GPU memory", "requested bytes", *bytes))
+            .with_evidence(Evidence::new(Side::Launch, "GPU memory", "allocation", what.clone()));
     let set = |flag: &str, value: String| vec![SpecChange::SetFlag { flag: flag.into(), value }];
     match phase {
         PhaseId::KvAlloc | PhaseId::DrafterInit => {
             if let Some(ctx) = spec.context_length {
                 let half = (ctx / 2).max(1);
-                f = f.with_evidence(Evidence::new(Side::Launch, "--context-length", "--context-length", ctx)).with_remedy(
-                    Remedy::new("reduce-context-length", "--context-length", format!("halve the context to {half}"), set("--context-length", half.to_string())),
-                );
+                f = f.with_evidence(Evidence::new(Side::Launch, "--context-length", "--context-length", ctx)).with_remedy(Remedy::new(
+                    "reduce-context-length",
+                    "--context-length",
+                    format!("halve the context to {half}"),
+                    set("--context-length", half.to_string()),
+                ));
             }
         }
         PhaseId::TargetGraphCapture | PhaseId::DraftGraphCapture => {
             let bs = spec.cuda_graph_max_bs.unwrap_or(super::graph::DEFAULT_MAX_BS);
             let lower = (bs / 2).max(1);
-            f = f.with_evidence(Evidence::new(Side::Launch, "--cuda-graph-max-bs", "--cuda-graph-max-bs", bs)).with_remedy(
-                Remedy::new(
-                    "reduce-cuda-graph-max-bs",
-                    "--cuda-graph-max-bs",
-                    format!("capture graphs up to batch size {lower} only"),
-                    set("--cuda-graph-max-bs", lower.to_string()),
-                ),
-            );
+            f = f.with_evidence(Evidence::new(Side::Launch, "--cuda-graph-max-bs", "--cuda-graph-max-bs", bs)).with_remedy(Remedy::new(
+                "reduce-cuda-graph-max-bs",
+                "--cuda-graph-max-bs",
+                format!("capture graphs up to batch size {lower} only"),
+                set("--cuda-graph-max-bs", lower.to_string()),
+            ));
         }
         _ => {
             let tp = spec.tp_size.unwrap_or(1);
@@ -138,7 +139,10 @@ mod tests {
     use super::*;
 
     fn oom() -> BackendError {
-        BackendError::OutOfMemory { bytes: 4 << 30, what: "KV cache on GPU 0 (1.00 GiB free of 139.80 GiB; 130.00 GiB held by specdeck)".into() }
+        BackendError::OutOfMemory {
+            bytes: 4 << 30,
+            what: "KV cache on GPU 0 (1.00 GiB free of 139.80 GiB; 130.00 GiB held by specdeck)".into(),
+        }
     }
 
     #[test]
@@ -171,8 +175,14 @@ mod tests {
         let f = check_rank_count(&inventory(2), 8).unwrap_err();
         assert_eq!(f.id, CUDA_START_FAILED);
         assert_eq!(f.message, "--tp-size 8 needs 8 GPUs; 2 visible");
-        assert_eq!(f.remedy("fit-visible-gpus").unwrap().changes, vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "2".into() }]);
-        assert_eq!(check_rank_count(&inventory(6), 8).unwrap_err().remedy("fit-visible-gpus").unwrap().changes[0], SpecChange::SetFlag { flag: "--tp-size".into(), value: "4".into() });
+        assert_eq!(
+            f.remedy("fit-visible-gpus").unwrap().changes,
+            vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "2".into() }]
+        );
+        assert_eq!(
+            check_rank_count(&inventory(6), 8).unwrap_err().remedy("fit-visible-gpus").unwrap().changes[0],
+            SpecChange::SetFlag { flag: "--tp-size".into(), value: "4".into() }
+        );
         assert_eq!(check_rank_count(&inventory(2), 0).unwrap_err().message, "--tp-size 0 needs 0 GPUs; 2 visible");
         for tp in [1, 2, 4, 8] {
             assert!(check_rank_count(&inventory(8), tp).is_ok());
@@ -187,7 +197,10 @@ mod tests {
     fn load_oom_doubles_tp_and_other_errors_are_not_memory_findings() {
         let spec = LaunchSpec { tp_size: Some(2), ..Default::default() };
         let f = memory_finding(&oom(), PhaseId::TargetLoad, &spec).unwrap();
-        assert_eq!(f.remedy("increase-tp-size").unwrap().changes, vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "4".into() }]);
+        assert_eq!(
+            f.remedy("increase-tp-size").unwrap().changes,
+            vec![SpecChange::SetFlag { flag: "--tp-size".into(), value: "4".into() }]
+        );
         assert!(memory_finding(&BackendError::Device("x".into()), PhaseId::TargetLoad, &spec).is_none());
     }
 }

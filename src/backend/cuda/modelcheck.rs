@@ -161,7 +161,11 @@ pub fn spec_equality<B: Backend>(backend: B, dir: &Path, n: usize) -> anyhow::Re
         let same = g.tokens == base.tokens;
         verdicts.push(Verdict {
             name: format!("greedy {name} == target-only ({n} tokens)"),
-            value: format!("{} ; mean accept {:.2}; target kept: {reused}", if same { "identical" } else { "DIFFERENT" }, g.mean_accept_length()),
+            value: format!(
+                "{} ; mean accept {:.2}; target kept: {reused}",
+                if same { "identical" } else { "DIFFERENT" },
+                g.mean_accept_length()
+            ),
             ok: Some(same),
         });
         runs.push(json!({ "case": name, "identical": same, "tokens": g.tokens, "mean_accept_length": g.mean_accept_length(), "reused_target": reused }));
@@ -188,7 +192,12 @@ fn phase_times(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
 
 /// Cold start, relaunch and engine decode on a large checkpoint. `compile_s` is the cold
 /// kernel-compile time measured before (part of a cold start).
-pub fn large_model_engine(modules: &[CompiledModule], dir: &Path, compile_s: f64, new_tokens: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
+pub fn large_model_engine(
+    modules: &[CompiledModule],
+    dir: &Path,
+    compile_s: f64,
+    new_tokens: usize,
+) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let backend = CudaBackend::open(0, modules, RankInfo::single(), None)?;
     let (sink, mut rx) = EventSink::channel();
     let mut engine = Engine::new(backend, sink);
@@ -219,7 +228,11 @@ pub fn large_model_engine(modules: &[CompiledModule], dir: &Path, compile_s: f64
             ok: None,
         },
         Verdict { name: "weight load rate (GB/s)".into(), value: format!("{:.2}", target_bytes as f64 / load_s.max(1e-9) / 1e9), ok: None },
-        Verdict { name: "relaunch / cold start (target kept)".into(), value: format!("{ratio:.3} (kept: {reused})"), ok: Some(reused && ratio <= 0.1) },
+        Verdict {
+            name: "relaunch / cold start (target kept)".into(),
+            value: format!("{ratio:.3} (kept: {reused})"),
+            ok: Some(reused && ratio <= 0.1),
+        },
         Verdict { name: "engine decode tokens/s (eager, batch 1)".into(), value: format!("{decode_tps:.1}"), ok: None },
     ];
     Ok((
@@ -238,27 +251,28 @@ pub fn large_model_steps(cuda: Arc<CudaBackend>, dir: &Path, floor_tps: f64, new
     let mut kv: KvCache<CudaBackend> = model.new_kv(1024)?;
     let prompt: Vec<u32> = (0..32).map(|i| 1000 + i * 37).collect();
     let mut argmax = b.ids(1)?;
-    let mut decode = |model: &mut LlamaModel<CudaBackend>, kv: &mut KvCache<CudaBackend>, graphs: bool| -> anyhow::Result<(Vec<u32>, f64)> {
-        let n = prompt.len();
-        model.inputs.set(b, &prompt, &(0..n).collect::<Vec<_>>());
-        model.forward(kv, AttnWindow { prefix: 0, region: n, queries: n }, Mask::Causal, Logits::Last);
-        b.argmax(&model.logits, 1, &mut argmax);
-        let mut tokens = vec![b.read_ids(&argmax, 1)?[0] as u32];
-        let t = Instant::now();
-        for i in 0..new_tokens {
-            if graphs {
-                b.graph_begin("decode/1")?;
-            }
-            model.inputs.set(b, &tokens[i..i + 1], &[n + i]);
-            model.forward(kv, AttnWindow { prefix: n + i, region: 1, queries: 1 }, Mask::Causal, Logits::Last);
+    let mut decode =
+        |model: &mut LlamaModel<CudaBackend>, kv: &mut KvCache<CudaBackend>, graphs: bool| -> anyhow::Result<(Vec<u32>, f64)> {
+            let n = prompt.len();
+            model.inputs.set(b, &prompt, &(0..n).collect::<Vec<_>>());
+            model.forward(kv, AttnWindow { prefix: 0, region: n, queries: n }, Mask::Causal, Logits::Last);
             b.argmax(&model.logits, 1, &mut argmax);
-            if graphs {
-                b.graph_end()?;
+            let mut tokens = vec![b.read_ids(&argmax, 1)?[0] as u32];
+            let t = Instant::now();
+            for i in 0..new_tokens {
+                if graphs {
+                    b.graph_begin("decode/1")?;
+                }
+                model.inputs.set(b, &tokens[i..i + 1], &[n + i]);
+                model.forward(kv, AttnWindow { prefix: n + i, region: 1, queries: 1 }, Mask::Causal, Logits::Last);
+                b.argmax(&model.logits, 1, &mut argmax);
+                if graphs {
+                    b.graph_end()?;
+                }
+                tokens.push(b.read_ids(&argmax, 1)?[0] as u32);
             }
-            tokens.push(b.read_ids(&argmax, 1)?[0] as u32);
-        }
-        Ok((tokens, new_tokens as f64 / t.elapsed().as_secs_f64()))
-    };
+            Ok((tokens, new_tokens as f64 / t.elapsed().as_secs_f64()))
+        };
     let (eager_tokens, eager_tps) = decode(&mut model, &mut kv, false)?;
     let graphed = decode(&mut model, &mut kv, true);
     b.graph_reset();
@@ -294,7 +308,11 @@ pub fn large_model_steps(cuda: Arc<CudaBackend>, dir: &Path, floor_tps: f64, new
     let best = match &graphed {
         Ok((graph_tokens, graph_tps)) => {
             let same = *graph_tokens == eager_tokens;
-            verdicts.push(Verdict { name: "decode tokens/s eager / CUDA graphs (batch 1)".into(), value: format!("{eager_tps:.1} / {graph_tps:.1}"), ok: None });
+            verdicts.push(Verdict {
+                name: "decode tokens/s eager / CUDA graphs (batch 1)".into(),
+                value: format!("{eager_tps:.1} / {graph_tps:.1}"),
+                ok: None,
+            });
             verdicts.push(Verdict { name: "graph decode tokens == eager tokens".into(), value: format!("{same}"), ok: Some(same) });
             value["graph_tokens_per_s"] = json!(graph_tps);
             value["graph_tokens"] = json!(graph_tokens);
@@ -346,7 +364,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_small_models(dir.path()).unwrap();
         let (logits, _) = logits_check(Arc::new(CpuBackend), &dir.path().join("target")).unwrap();
-        assert!(logits.iter().all(|v| v.ok == Some(true) && v.value == "0.00e0"), "{:?}", logits.iter().map(|v| &v.value).collect::<Vec<_>>());
+        assert!(
+            logits.iter().all(|v| v.ok == Some(true) && v.value == "0.00e0"),
+            "{:?}",
+            logits.iter().map(|v| &v.value).collect::<Vec<_>>()
+        );
         let (spec, value) = spec_equality(CpuBackend, dir.path(), 16).unwrap();
         for v in spec.iter().filter(|v| v.ok.is_some()) {
             assert_eq!(v.ok, Some(true), "{}: {}", v.name, v.value);

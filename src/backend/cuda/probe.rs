@@ -23,8 +23,7 @@ pub enum CudaLibrary {
 
 impl CudaLibrary {
     /// The libraries every CUDA launch needs (NCCL only for `--tp-size` > 1).
-    pub const REQUIRED: [CudaLibrary; 4] =
-        [CudaLibrary::Driver, CudaLibrary::Nvrtc, CudaLibrary::Cublas, CudaLibrary::CublasLt];
+    pub const REQUIRED: [CudaLibrary; 4] = [CudaLibrary::Driver, CudaLibrary::Nvrtc, CudaLibrary::Cublas, CudaLibrary::CublasLt];
 
     pub fn file_name(self) -> &'static str {
         match self {
@@ -126,10 +125,8 @@ fn query_driver() -> Result<Vec<GpuInfo>, ProbeError> {
             let dev = result::device::get(ordinal as i32).map_err(err)?;
             // SAFETY: `dev` is a valid device handle returned by the driver just above.
             unsafe {
-                let major = result::device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-                    .map_err(err)?;
-                let minor = result::device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-                    .map_err(err)?;
+                let major = result::device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(err)?;
+                let minor = result::device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(err)?;
                 let total = result::device::total_mem(dev).map_err(err)?;
                 let name = result::device::get_name(dev).map_err(err)?;
                 Ok(GpuInfo { ordinal, name, compute_capability: (major, minor), total_memory_bytes: total as u64 })
@@ -144,7 +141,9 @@ pub enum DeviceChoice {
     Cuda(CudaInventory),
     /// The CPU reference. `fallback` holds why CUDA was not used under `--device auto`, so
     /// the log and the GPU pane can say so.
-    Cpu { fallback: Option<String> },
+    Cpu {
+        fallback: Option<String>,
+    },
 }
 
 impl DeviceChoice {
@@ -206,12 +205,7 @@ mod tests {
     use super::*;
 
     fn h200() -> Vec<GpuInfo> {
-        vec![GpuInfo {
-            ordinal: 0,
-            name: "NVIDIA H200".into(),
-            compute_capability: (9, 0),
-            total_memory_bytes: 150_754_820_096,
-        }]
+        vec![GpuInfo { ordinal: 0, name: "NVIDIA H200".into(), compute_capability: (9, 0), total_memory_bytes: 150_754_820_096 }]
     }
 
     #[test]

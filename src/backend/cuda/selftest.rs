@@ -25,13 +25,13 @@ use super::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
 use super::gpu::{release_pool_memory, Gpu};
 use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
 use super::peer::MAX_VALUES;
-use super::tp::open_group;
-use super::tpcheck::{tp_check, tp_model_check};
 use super::probe::{probe, CudaInventory};
 use super::shard::RankInfo;
 use super::skinnycheck::skinny_bits;
 use super::sources::SOURCES;
 use super::step::{Dims, ToyStep};
+use super::tp::open_group;
+use super::tpcheck::{tp_check, tp_model_check};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, BackendError};
 use crate::event::EventSink;
@@ -227,7 +227,9 @@ const NVML_SLACK_BYTES: u64 = 64 << 20;
 /// Everything dropped: each GPU uses no more than it did with only its context alive
 /// (less is fine: the context itself may be gone).
 fn teardown_ok(after: &[u64], context_baseline: &[u64]) -> bool {
-    !after.is_empty() && after.len() == context_baseline.len() && after.iter().zip(context_baseline).all(|(a, c)| *a <= c + NVML_SLACK_BYTES)
+    !after.is_empty()
+        && after.len() == context_baseline.len()
+        && after.iter().zip(context_baseline).all(|(a, c)| *a <= c + NVML_SLACK_BYTES)
 }
 
 /// NVML used memory with a CUDA context open on GPUs `0 .. gpus` and nothing of ours
@@ -417,7 +419,9 @@ fn graphs(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let cpu = ToyStep::new(&CpuBackend, dims())?.decode(&CpuBackend, 7, steps, false)?;
     let agree = cpu.0.iter().zip(&tokens_eager).take_while(|(a, b)| a == b).count();
     r.row("toy greedy tokens agreeing with CPU", format!("{agree} of {}", steps + 1), None);
-    Ok(json!({ "tokens_eager": tokens_eager, "tokens_graph": tokens_graph, "tokens_cpu": cpu.0, "eager_ms": eager_ms, "graph_ms": graph_ms, "captured": captured }))
+    Ok(
+        json!({ "tokens_eager": tokens_eager, "tokens_graph": tokens_graph, "tokens_cpu": cpu.0, "eager_ms": eager_ms, "graph_ms": graph_ms, "captured": captured }),
+    )
 }
 
 /// Device-to-device copy bandwidth, counting bytes read plus bytes written (GB/s).
@@ -460,10 +464,22 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     let gpu = backend.gpu();
     let check = skinny_bits(backend)?;
     let same = |ok: bool| if ok { "identical" } else { "DIFFERENT" };
-    r.row("skinny matmul bits, rows 1-8 x configurations (plain, gate-up, rope)", same(check.rows_and_configs_equal), Some(check.rows_and_configs_equal));
+    r.row(
+        "skinny matmul bits, rows 1-8 x configurations (plain, gate-up, rope)",
+        same(check.rows_and_configs_equal),
+        Some(check.rows_and_configs_equal),
+    );
     r.row("skinny matmul bits, 2-way K split summed vs whole K", same(check.split_sum_equal), Some(check.split_sum_equal));
-    r.row("skinny matmul bits, adding into the output vs the product added on the host", same(check.accumulate_equal), Some(check.accumulate_equal));
-    r.row(format!("skinny matmul vs f64 reference, K {} (rel. error)", super::skinnycheck::K), format!("{:.2e}", check.rel_err), Some(check.rel_err < 1e-3));
+    r.row(
+        "skinny matmul bits, adding into the output vs the product added on the host",
+        same(check.accumulate_equal),
+        Some(check.accumulate_equal),
+    );
+    r.row(
+        format!("skinny matmul vs f64 reference, K {} (rel. error)", super::skinnycheck::K),
+        format!("{:.2e}", check.rel_err),
+        Some(check.rel_err < 1e-3),
+    );
     let mut out = vec![check.detail];
     for widths in &GEMM_MODELS {
         out.extend(gemm_shapes(r, backend, widths)?);
@@ -478,7 +494,8 @@ fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow
     let w = gpu.alloc::<half::bf16>(vocab * hidden, "gemm weights")?;
     let x = gpu.alloc::<f32>(8 * inter, "gemm input")?;
     let y = gpu.alloc::<f32>(8 * vocab, "gemm output")?;
-    let seg = |w_at: usize, y_at: usize, n_out: usize| Segment { w: w.ptr_at(w_at), bias: None, out: y.ptr_at(y_at), n_out, accumulate: false };
+    let seg =
+        |w_at: usize, y_at: usize, n_out: usize| Segment { w: w.ptr_at(w_at), bias: None, out: y.ptr_at(y_at), n_out, accumulate: false };
     let qkv = [seg(0, 0, hidden), seg(hidden * hidden, 8 * hidden, kv), seg((hidden + kv) * hidden, 8 * (hidden + kv), kv)];
     let o = [seg(0, 0, hidden)];
     let lm_head = [seg(0, 0, vocab)];
@@ -511,7 +528,11 @@ fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow
             let (best, best_ms) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned().expect("at least two paths");
             let gbps = (elems * 2) as f64 / (best_ms * 1e-3) / 1e9;
             let all = timed.iter().map(|(p, ms)| format!("{p} {:.1}", ms * 1e3)).collect::<Vec<_>>().join(", ");
-            r.row(format!("matmul {model} {name}, {rows} row(s): best us, weight GB/s"), format!("{best} {:.1} us, {gbps:.0} GB/s (picked {picked}; {all})", best_ms * 1e3), None);
+            r.row(
+                format!("matmul {model} {name}, {rows} row(s): best us, weight GB/s"),
+                format!("{best} {:.1} us, {gbps:.0} GB/s (picked {picked}; {all})", best_ms * 1e3),
+                None,
+            );
             out.push(json!({ "model": model, "rows": rows, "shape": name, "k": k_in, "weight_bytes": elems * 2, "us": timed.iter().map(|(p, ms)| json!({ p.as_str(): ms * 1e3 })).collect::<Vec<_>>(),
                              "best": best, "picked": picked, "weight_gb_per_s": gbps }));
         }

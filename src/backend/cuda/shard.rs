@@ -50,7 +50,12 @@ pub fn shard_weight(view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> Resu
 
 /// The part of `data` (all of `view`'s values, row-major, in any element type) that this
 /// rank keeps, and its shape.
-pub fn shard_values<T: Copy>(data: Vec<T>, view: &TensorView<'_>, shard: Shard, rank: RankInfo) -> Result<(Vec<T>, Vec<usize>), BackendError> {
+pub fn shard_values<T: Copy>(
+    data: Vec<T>,
+    view: &TensorView<'_>,
+    shard: Shard,
+    rank: RankInfo,
+) -> Result<(Vec<T>, Vec<usize>), BackendError> {
     let shape = view.shape.to_vec();
     if rank.world == 1 || shard == Shard::Replicated {
         return Ok((data, shape));
@@ -82,11 +87,9 @@ pub fn shard_values<T: Copy>(data: Vec<T>, view: &TensorView<'_>, shard: Shard, 
             let kept = data.chunks_exact(*cols).flat_map(|row| row[rank.rank * part..][..part].iter().copied()).collect();
             Ok((kept, vec![*rows, part]))
         }
-        (_, other) => Err(BackendError::Device(format!(
-            "{} in {}: cannot shard a tensor of shape {other:?}",
-            view.name,
-            view.file.display()
-        ))),
+        (_, other) => {
+            Err(BackendError::Device(format!("{} in {}: cannot shard a tensor of shape {other:?}", view.name, view.file.display())))
+        }
     }
 }
 
@@ -155,9 +158,6 @@ mod tests {
         let bytes = bf16_bytes(&[0.; 6]);
         let v = view(&[3, 2], &bytes);
         let err = shard_weight(&v, Shard::Column, RankInfo { rank: 0, world: 2 }).unwrap_err().to_string();
-        assert_eq!(
-            err,
-            "device error: model.layers.0.w in model.safetensors: 3 output rows do not split evenly over --tp-size 2"
-        );
+        assert_eq!(err, "device error: model.layers.0.w in model.safetensors: 3 output rows do not split evenly over --tp-size 2");
     }
 }

@@ -61,7 +61,8 @@ fn rope_launcher<'a>(
     let sin = gpu.alloc_from(&(0..positions * half).map(|i| angle(i).sin()).collect::<Vec<_>>(), "rope check sin")?;
     let pos = gpu.alloc_from(&(5..5 + GEMV_MAX_ROWS as i32).collect::<Vec<_>>(), "rope check positions")?;
     let q = gpu.alloc::<f32>(GEMV_MAX_ROWS * ROPE_WIDTH, "rope check q")?;
-    let caches = [gpu.alloc::<f32>(positions * ROPE_WIDTH, "rope check k cache")?, gpu.alloc::<f32>(positions * ROPE_WIDTH, "rope check v cache")?];
+    let caches =
+        [gpu.alloc::<f32>(positions * ROPE_WIDTH, "rope check k cache")?, gpu.alloc::<f32>(positions * ROPE_WIDTH, "rope check v cache")?];
     let slot = 3;
     Ok(move |config: &'static GemvConfig, rows: usize| -> anyhow::Result<Vec<f32>> {
         let seg = |i: usize, out: u64| Segment { w: w.ptr_at(i * ROPE_WIDTH * K), bias: None, out, n_out: ROPE_WIDTH, accumulate: false };
@@ -94,7 +95,13 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     let x_host: Vec<f32> = (0..GEMV_MAX_ROWS * K).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let (w, x) = (gpu.alloc_from(&w_host, "skinny check weights")?, gpu.alloc_from(&x_host, "skinny check input")?);
     let y = gpu.alloc::<f32>(GEMV_MAX_ROWS * N_OUT, "skinny check output")?;
-    let launch = |config: &'static GemvConfig, gate_up: bool, rows: usize, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in: usize, accumulate: bool| {
+    let launch = |config: &'static GemvConfig,
+                  gate_up: bool,
+                  rows: usize,
+                  x: &DeviceBuf<f32>,
+                  w: &DeviceBuf<bf16>,
+                  k_in: usize,
+                  accumulate: bool| {
         let input = Input { x: x.ptr(), rows, k_in, k_full: K };
         let n_out = if gate_up { N_OUT / 2 } else { N_OUT };
         let seg = [Segment { w: w.ptr(), bias: None, out: y.ptr(), n_out, accumulate }];
@@ -116,7 +123,10 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
         for rows in 1..=GEMV_MAX_ROWS {
             let got = bits(&rope(config, rows)?);
             // q, k and v each hold `rows` rows of ROPE_WIDTH; the reference's hold 8.
-            let differs = |part: usize| got[part * rows * ROPE_WIDTH..][..rows * ROPE_WIDTH] != rope_reference[part * GEMV_MAX_ROWS * ROPE_WIDTH..][..rows * ROPE_WIDTH];
+            let differs = |part: usize| {
+                got[part * rows * ROPE_WIDTH..][..rows * ROPE_WIDTH]
+                    != rope_reference[part * GEMV_MAX_ROWS * ROPE_WIDTH..][..rows * ROPE_WIDTH]
+            };
             if (0..3).any(differs) {
                 mismatches.push(format!("rope {} rows {rows}", config.plain));
             }

@@ -45,21 +45,20 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource { file: "kernels/attention.cu", text: include_str!("../../../kernels/attention.cu"), functions: &ATTENTION_KERNELS },
     kernel_source!(
         "elementwise.cu",
-        [
-            "silu_mul_f32",
-            "add_f32",
-            "add_bias_f32",
-            "f32_to_bf16",
-            "copy_rows_f32",
-            "copy_cols_f32",
-            "gather_rows_f32",
-            "move_rows_f32"
-        ]
+        ["silu_mul_f32", "add_f32", "add_bias_f32", "f32_to_bf16", "copy_rows_f32", "copy_cols_f32", "gather_rows_f32", "move_rows_f32"]
     ),
     kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
     kernel_source!(
         "sampling.cu",
-        ["topk_chunks_f32", "topk_merge_f32", "softmax_chunks_f32", "softmax_apply_f32", "softmax_topk_chunks_f32", "softmax_topk_merge_f32", "sample_probs_f32"]
+        [
+            "topk_chunks_f32",
+            "topk_merge_f32",
+            "softmax_chunks_f32",
+            "softmax_apply_f32",
+            "softmax_topk_chunks_f32",
+            "softmax_topk_merge_f32",
+            "sample_probs_f32"
+        ]
     ),
     // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them (a test checks).
     kernel_source!(
@@ -145,7 +144,11 @@ mod tests {
                 let body = &src.text[c.get(0).unwrap().end()..];
                 let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
                 let name = &c[1];
-                assert!(body.contains("pdl_enter()") || body.contains("pdl_wait()"), "{}: {name} never waits for the kernel before it", src.file);
+                assert!(
+                    body.contains("pdl_enter()") || body.contains("pdl_wait()"),
+                    "{}: {name} never waits for the kernel before it",
+                    src.file
+                );
             }
         }
         for callee in ["gemv_tile", "attend"] {

@@ -64,13 +64,8 @@ fn bf16_bytes(n: usize, seed: u64, scale: f32) -> Vec<u8> {
 /// A weight of deterministic pseudo-random bf16 values in `(-scale, scale)`.
 pub fn random_weight<B: Backend>(b: &B, shape: &[usize], seed: u64, scale: f32) -> Result<B::Weight, BackendError> {
     let bytes = bf16_bytes(shape.iter().product(), seed, scale);
-    let view = TensorView {
-        name: "toy",
-        file: std::path::Path::new("(generated)"),
-        dtype: safetensors::tensor::Dtype::BF16,
-        shape,
-        data: &bytes,
-    };
+    let view =
+        TensorView { name: "toy", file: std::path::Path::new("(generated)"), dtype: safetensors::tensor::Dtype::BF16, shape, data: &bytes };
     b.load_weight(&view, Shard::Replicated)
 }
 
@@ -81,7 +76,13 @@ impl<B: Backend> ToyStep<B> {
         let angle = |p: usize, j: usize| p as f64 / 10000f64.powf(2.0 * j as f64 / d.head_dim as f64);
         let cos: Vec<f32> = (0..d.slots * half).map(|i| angle(i / half, i % half).cos() as f32).collect();
         let sin: Vec<f32> = (0..d.slots * half).map(|i| angle(i / half, i % half).sin() as f32).collect();
-        let rope = RopeTable { cos: b.tensor_from(half, &cos)?, sin: b.tensor_from(half, &sin)?, head_dim: d.head_dim, style: RopeStyle::NeoX, max_positions: d.slots };
+        let rope = RopeTable {
+            cos: b.tensor_from(half, &cos)?,
+            sin: b.tensor_from(half, &sin)?,
+            head_dim: d.head_dim,
+            style: RopeStyle::NeoX,
+            max_positions: d.slots,
+        };
         Ok(ToyStep {
             table: random_weight(b, &[d.vocab, d.hidden], 1, 1.0)?,
             norm: random_weight(b, &[d.hidden], 2, 1.0)?,
@@ -115,7 +116,12 @@ impl<B: Backend> ToyStep<B> {
 
     /// Enqueue one decode step of `token` at position `pos` (greedy next token in `picked`).
     pub fn enqueue(&mut self, b: &B, token: u32, pos: usize) {
-        let g = AttnGeometry { heads: self.d.heads, kv_heads: self.d.kv_heads, head_dim: self.d.head_dim, scale: 1.0 / (self.d.head_dim as f32).sqrt() };
+        let g = AttnGeometry {
+            heads: self.d.heads,
+            kv_heads: self.d.kv_heads,
+            head_dim: self.d.head_dim,
+            scale: 1.0 / (self.d.head_dim as f32).sqrt(),
+        };
         b.write_ids(&mut self.ids, &[token as i32]);
         b.write_ids(&mut self.pos, &[pos as i32]);
         b.embed(&self.table, &self.ids, 1, &mut self.x);

@@ -84,7 +84,12 @@ fn run_reduce(b: &CudaBackend, k: &mut Block) {
 
 /// Run `step` on every rank of a group (one thread each); rank 0's output and the
 /// seconds per step.
-fn time_group(group: &[CudaBackend], weights: &[Vec<u8>; 3], x: &[f32], step: fn(&CudaBackend, &mut Block)) -> anyhow::Result<(Vec<f32>, f64)> {
+fn time_group(
+    group: &[CudaBackend],
+    weights: &[Vec<u8>; 3],
+    x: &[f32],
+    step: fn(&CudaBackend, &mut Block),
+) -> anyhow::Result<(Vec<f32>, f64)> {
     let world = group.len();
     let results: Vec<anyhow::Result<(Vec<f32>, f64)>> = std::thread::scope(|s| {
         let handles: Vec<_> = group
@@ -136,7 +141,11 @@ pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec
     let us = |s: f64| s * 1e6;
     let verdicts = vec![
         Verdict { name: format!("TP{world} MLP block == TP1 (rel. error)"), value: format!("{err:.2e}"), ok: Some(err < 1e-4) },
-        Verdict { name: format!("TP{world} MLP block, peer all-reduce == NCCL (bits)"), value: format!("{same_as_nccl}"), ok: Some(same_as_nccl) },
+        Verdict {
+            name: format!("TP{world} MLP block, peer all-reduce == NCCL (bits)"),
+            value: format!("{same_as_nccl}"),
+            ok: Some(same_as_nccl),
+        },
         Verdict {
             name: format!("TP{world} vs TP1 MLP block time (us)"),
             value: format!("{:.1} vs {:.1} = {speedup:.2}x (NCCL all-reduce: {:.1})", us(tn), us(t1), us(t_nccl)),
@@ -148,10 +157,13 @@ pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec
             ok: None,
         },
     ];
-    Ok((verdicts, json!({
+    Ok((
+        verdicts,
+        json!({
             "world": world, "rel_err": err, "tp1_us": us(t1), "tpn_us": us(tn), "tpn_nccl_us": us(t_nccl), "speedup": speedup,
             "peer_connected": connected, "peer_equals_nccl": same_as_nccl, "all_reduce_peer_us": us(reduce_peer), "all_reduce_nccl_us": us(reduce_nccl),
-        })))
+        }),
+    ))
 }
 
 /// The engine's model code over `world` GPUs against one GPU, on the small checkpoint
@@ -172,8 +184,16 @@ pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) ->
     let (pn, dn) = per_rank.swap_remove(0);
     let (ep, ed) = (rel_err(&pn, &p1), rel_err(&dn, &d1));
     let mut verdicts = vec![
-        Verdict { name: format!("TP{world} logits vs TP1, prefill of 12 / decode (rel. error)"), value: format!("{ep:.2e} / {ed:.2e}"), ok: Some(ep < 1e-2 && ed < 1e-2) },
-        Verdict { name: format!("TP{world} logits bit-identical on every rank"), value: format!("{same_on_ranks}"), ok: Some(same_on_ranks) },
+        Verdict {
+            name: format!("TP{world} logits vs TP1, prefill of 12 / decode (rel. error)"),
+            value: format!("{ep:.2e} / {ed:.2e}"),
+            ok: Some(ep < 1e-2 && ed < 1e-2),
+        },
+        Verdict {
+            name: format!("TP{world} logits bit-identical on every rank"),
+            value: format!("{same_on_ranks}"),
+            ok: Some(same_on_ranks),
+        },
     ];
     let cases: [(&str, Option<Draft<'_>>); 3] = [
         ("target-only", None),
@@ -189,7 +209,11 @@ pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) ->
         let a = greedy_text(&mut *tp1, &spec)?;
         let b = greedy_text(&mut *tpn, &spec)?;
         let same = a == b;
-        verdicts.push(Verdict { name: format!("TP{world} greedy == TP1, {name} (48 tokens)"), value: if same { "identical".into() } else { "DIFFERENT".into() }, ok: Some(same) });
+        verdicts.push(Verdict {
+            name: format!("TP{world} greedy == TP1, {name} (48 tokens)"),
+            value: if same { "identical".into() } else { "DIFFERENT".into() },
+            ok: Some(same),
+        });
         runs.push(json!({ "case": name, "tp1": a, "tpn": b, "identical": same }));
     }
     Ok((verdicts, json!({ "world": world, "prefill_rel_err": ep, "decode_rel_err": ed, "ranks_identical": same_on_ranks, "runs": runs })))
@@ -209,6 +233,7 @@ fn greedy_text(engine: &mut dyn Serve, spec: &LaunchSpec) -> anyhow::Result<Vec<
     if let LaunchOutcome::Failed(f) = engine.launch(spec, &preflight) {
         anyhow::bail!("launch failed: [{}] {}", f.id, f.message);
     }
-    let req = GenerateRequest { prompt: "w5 w9 w17 w33 w4 w250 w1000 w7".into(), max_new_tokens: 48, chat: false, temperature: 0.0, seed: 0 };
+    let req =
+        GenerateRequest { prompt: "w5 w9 w17 w33 w4 w250 w1000 w7".into(), max_new_tokens: 48, chat: false, temperature: 0.0, seed: 0 };
     Ok(engine.generate_with(&req, true)?.tokens)
 }

@@ -205,11 +205,7 @@ fn quoted_files(s: &State, f: &Finding) -> Vec<(Side, String)> {
 /// `…/target/config.json`: the last two components, which tell the files apart.
 fn short_path(path: &str, width: usize) -> String {
     let parts: Vec<&str> = path.rsplit('/').take(2).collect();
-    let short = if parts.len() == 2 && path.matches('/').count() > 1 {
-        format!("…/{}/{}", parts[1], parts[0])
-    } else {
-        path.to_string()
-    };
+    let short = if parts.len() == 2 && path.matches('/').count() > 1 { format!("…/{}/{}", parts[1], parts[0]) } else { path.to_string() };
     truncate(&short, width)
 }
 
@@ -220,8 +216,7 @@ fn column_rows(s: &State, f: &Finding, file: &str, height: usize) -> Vec<Option<
         Some(SourceFile::Failed(e)) => return vec![Some((String::new(), format!("cannot read: {e}"), false))],
         _ => return vec![Some((String::new(), "reading…".to_string(), false))],
     };
-    let marked: Vec<usize> =
-        f.evidence.iter().filter(|e| e.file == file).filter_map(|e| marks.get(&e.key).copied().flatten()).collect();
+    let marked: Vec<usize> = f.evidence.iter().filter(|e| e.file == file).filter_map(|e| marks.get(&e.key).copied().flatten()).collect();
     let rows = window(lines.len(), &marked, height);
     let indent = rows
         .iter()

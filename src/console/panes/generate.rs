@@ -23,13 +23,9 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let inner = pane.frame(title, buf);
     let hist = s.generation.accept_histogram();
     let hist_rows = hist.iter().skip(1).count().min((inner.height as usize).saturating_sub(4) / 2);
-    let [prompt_area, output_area, stats_area, hist_area] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Fill(1),
-        Constraint::Length(1),
-        Constraint::Length(hist_rows as u16),
-    ])
-    .areas(inner);
+    let [prompt_area, output_area, stats_area, hist_area] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1), Constraint::Length(1), Constraint::Length(hist_rows as u16)])
+            .areas(inner);
     draw_prompt(pane, prompt_area, buf);
     let width = output_area.width as usize;
     let runs = s.generation.pieces.iter().map(|(text, drafted)| (text.as_str(), *drafted));
@@ -41,9 +37,7 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
         .map(|row| {
             Line::from(
                 row.iter()
-                    .map(|(t, drafted)| {
-                        Span::styled(t.clone(), if *drafted { theme.drafted_token() } else { theme.target_token() })
-                    })
+                    .map(|(t, drafted)| Span::styled(t.clone(), if *drafted { theme.drafted_token() } else { theme.target_token() }))
                     .collect::<Vec<_>>(),
             )
         })

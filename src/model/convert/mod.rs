@@ -47,12 +47,7 @@ pub struct Converted {
 }
 
 /// Convert `input` into a new folder `out_dir`, reporting each written tensor.
-pub fn convert_gguf(
-    input: &Path,
-    out_dir: &Path,
-    dtype: OutDtype,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<Converted, ConvertError> {
+pub fn convert_gguf(input: &Path, out_dir: &Path, dtype: OutDtype, progress: &mut dyn FnMut(&Progress)) -> Result<Converted, ConvertError> {
     check_output_free(out_dir)?;
     let g = GgufFile::open(input)?;
     let hp = Hparams::read(&g)?;
@@ -65,10 +60,9 @@ pub fn convert_gguf(
     write_json(&dir.join("generation_config.json"), &hp.generation_config_json())?;
     write_json(&dir.join("tokenizer_config.json"), &tokenizer::tokenizer_config_json(&g, &tok, hp.context)?)?;
     let tokenizer_path = dir.join("tokenizer.json");
-    tok.tokenizer.save(&tokenizer_path, false).map_err(|e| ConvertError::Output {
-        path: tokenizer_path.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    tok.tokenizer
+        .save(&tokenizer_path, false)
+        .map_err(|e| ConvertError::Output { path: tokenizer_path.clone(), source: std::io::Error::other(e.to_string()) })?;
     let safetensors_bytes = tensors::write_safetensors(&g, &planned, dtype, &dir.join("model.safetensors"), progress)?;
     staging.commit(out_dir)?;
     Ok(Converted { out_dir: out_dir.to_path_buf(), hparams: hp, tensors: planned.len(), safetensors_bytes })
@@ -157,8 +151,7 @@ impl Staging {
     /// Move the finished folder into place (replacing an empty OUT_DIR).
     fn commit(mut self, out_dir: &Path) -> Result<(), ConvertError> {
         check_output_free(out_dir)?;
-        std::fs::rename(&self.path, out_dir)
-            .map_err(|source| ConvertError::Output { path: out_dir.to_path_buf(), source })?;
+        std::fs::rename(&self.path, out_dir).map_err(|source| ConvertError::Output { path: out_dir.to_path_buf(), source })?;
         self.committed = true;
         Ok(())
     }

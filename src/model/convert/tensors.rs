@@ -59,13 +59,7 @@ struct LayerTensor {
     needed: Needed,
 }
 
-const fn lt(
-    gguf: &'static str,
-    hf: &'static str,
-    dims: &'static [Dim],
-    permuted: Permuted,
-    needed: Needed,
-) -> LayerTensor {
+const fn lt(gguf: &'static str, hf: &'static str, dims: &'static [Dim], permuted: Permuted, needed: Needed) -> LayerTensor {
     LayerTensor { gguf, hf, dims, permuted, needed }
 }
 
@@ -130,8 +124,8 @@ pub fn plan<'a>(g: &'a GgufFile, hp: &Hparams) -> Result<Vec<Planned<'a>>, Conve
             "output.weight" => ("lm_head.weight".to_string(), vec![hp.vocab, hp.hidden], None),
             "output_norm.weight" => ("model.norm.weight".to_string(), vec![hp.hidden], None),
             name => {
-                let (layer, suffix) = split_layer(name)
-                    .ok_or_else(|| tensor_err(name, "has no HF equivalent for this converter".into()))?;
+                let (layer, suffix) =
+                    split_layer(name).ok_or_else(|| tensor_err(name, "has no HF equivalent for this converter".into()))?;
                 if layer >= hp.n_layers {
                     return Err(tensor_err(name, format!("layer {layer} is past the block count {}", hp.n_layers)));
                 }
@@ -144,10 +138,7 @@ pub fn plan<'a>(g: &'a GgufFile, hp: &Hparams) -> Result<Vec<Planned<'a>>, Conve
             }
         };
         if t.shape() != shape {
-            return Err(tensor_err(
-                &t.name,
-                format!("has shape {:?}, but the metadata sizes give {shape:?} for {hf_name}", t.shape()),
-            ));
+            return Err(tensor_err(&t.name, format!("has shape {:?}, but the metadata sizes give {shape:?} for {hf_name}", t.shape())));
         }
         if !is_supported(t.ggml_type) {
             return Err(tensor_err(&t.name, format!("type {} cannot be dequantized", t.ggml_type)));
@@ -202,10 +193,7 @@ pub fn write_safetensors(
     let mut offset = 0usize;
     for p in planned {
         let len = p.source.n_elements as usize * dtype.size() as usize;
-        infos.push((
-            p.hf_name.clone(),
-            StInfo { dtype: st_dtype, shape: p.shape.clone(), data_offsets: (offset, offset + len) },
-        ));
+        infos.push((p.hf_name.clone(), StInfo { dtype: st_dtype, shape: p.shape.clone(), data_offsets: (offset, offset + len) }));
         offset += len;
     }
     let format = HashMap::from([("format".to_string(), "pt".to_string())]);
@@ -278,9 +266,8 @@ fn stream_values(
     let rows_per_chunk = (CHUNK_ELEMS / row_len).max(1);
     for chunk in data.chunks(rows_per_chunk * row_bytes) {
         buf.resize(chunk.len() / row_bytes * row_len, 0.0);
-        dequantize(t.ggml_type, chunk, buf).map_err(|source| {
-            ConvertError::Gguf(GgufError::Dequant { file: g.path.clone(), tensor: t.name.clone(), source })
-        })?;
+        dequantize(t.ggml_type, chunk, buf)
+            .map_err(|source| ConvertError::Gguf(GgufError::Dequant { file: g.path.clone(), tensor: t.name.clone(), source }))?;
         emit(buf)?;
     }
     Ok(())

@@ -24,10 +24,10 @@ const TOKEN_CONTROL: i64 = 3;
 const TOKEN_USER_DEFINED: i64 = 4;
 
 /// The Qwen2 split (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2`): single digits.
-const QWEN2_SPLIT: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// The Llama-3 split (`llama-bpe`): digits in runs of up to three.
-const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const LLAMA3_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The tokenizer with the strings `tokenizer_config.json` names.
 pub struct GgufTokenizer {
@@ -47,20 +47,12 @@ fn tokenizer_err(g: &GgufFile, reason: String) -> ConvertError {
 pub fn build(g: &GgufFile) -> Result<GgufTokenizer, ConvertError> {
     let model = g.require_str("tokenizer.ggml.model")?;
     if model != "gpt2" {
-        return Err(unsupported(
-            g,
-            "tokenizer.ggml.model",
-            model,
-            "only byte-level BPE (gpt2) vocabularies are converted",
-        ));
+        return Err(unsupported(g, "tokenizer.ggml.model", model, "only byte-level BPE (gpt2) vocabularies are converted"));
     }
     let tokens: Vec<String> = g.require_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     let types = g.i64_array("tokenizer.ggml.token_type")?.unwrap_or_else(|| vec![1; tokens.len()]);
     if types.len() != tokens.len() {
-        return Err(tokenizer_err(
-            g,
-            format!("tokenizer.ggml.token_type has {} entries for {} tokens", types.len(), tokens.len()),
-        ));
+        return Err(tokenizer_err(g, format!("tokenizer.ggml.token_type has {} entries for {} tokens", types.len(), tokens.len())));
     }
     let merges = g
         .require_str_array("tokenizer.ggml.merges")?
@@ -101,9 +93,8 @@ pub fn build(g: &GgufFile) -> Result<GgufTokenizer, ConvertError> {
     if add_bos {
         let bos_key = "tokenizer.ggml.bos_token_id";
         let bos = g.require_u64(bos_key)?;
-        let bos_text = tokens
-            .get(bos as usize)
-            .ok_or_else(|| tokenizer_err(g, format!("{bos_key} = {bos} is past the {} tokens", tokens.len())))?;
+        let bos_text =
+            tokens.get(bos as usize).ok_or_else(|| tokenizer_err(g, format!("{bos_key} = {bos} is past the {} tokens", tokens.len())))?;
         let template_err = |e: String| tokenizer_err(g, format!("bos template: {e}"));
         let template = TemplateProcessing::builder()
             .try_single(format!("{bos_text} $A"))
@@ -134,9 +125,7 @@ fn text_splitting(g: &GgufFile) -> Result<(Option<NormalizerWrapper>, PreTokeniz
         "qwen2" => (Some(NFC.into()), split_then_bytes(QWEN2_SPLIT)?),
         "llama-bpe" | "llama3" => (None, split_then_bytes(LLAMA3_SPLIT)?),
         // SmolLM: every digit on its own, then GPT-2's split.
-        "smollm" => {
-            (None, PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level(true)])))
-        }
+        "smollm" => (None, PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]))),
         "gpt-2" | "gpt2" | "default" => (None, byte_level(true)),
         other => return Err(unsupported(g, key, other, "this pre-tokenizer is not known to the converter")),
     })
@@ -155,10 +144,8 @@ pub fn tokenizer_config_json(g: &GgufFile, t: &GgufTokenizer, context: u64) -> R
         ("unk_token", "tokenizer.ggml.unknown_token_id"),
     ] {
         if let Some(id) = g.u64(key)? {
-            let text = t
-                .tokens
-                .get(id as usize)
-                .ok_or_else(|| tokenizer_err(g, format!("{key} = {id} is past the {} tokens", t.tokens.len())))?;
+            let text =
+                t.tokens.get(id as usize).ok_or_else(|| tokenizer_err(g, format!("{key} = {id} is past the {} tokens", t.tokens.len())))?;
             c.insert(name.into(), json!(text));
         }
     }

@@ -246,8 +246,7 @@ mod tests {
         }
         let block = [&h(0.5)[..], &h(0.25), &pack_k4_scales(sc, m), &qs].concat();
         let out = run(GgmlType::Q4K, &block);
-        let expect: Vec<f32> =
-            (0..256).map(|i| 0.5 * sc[i / 32] as f32 * q[i] as f32 - 0.25 * m[i / 32] as f32).collect();
+        let expect: Vec<f32> = (0..256).map(|i| 0.5 * sc[i / 32] as f32 * q[i] as f32 - 0.25 * m[i / 32] as f32).collect();
         assert_eq!(out, expect);
         // Element 160 is sub-block 5: scale 33, min 40, quant (160*7)%16 = 0.
         assert_eq!(out[160], -10.0);

@@ -102,12 +102,7 @@ impl GgufFile {
     }
 
     /// A typed optional key: absent is `Ok(None)`, present with the wrong type is an error.
-    fn typed<'a, T>(
-        &'a self,
-        key: &str,
-        expected: &'static str,
-        read: impl Fn(&'a Value) -> Option<T>,
-    ) -> Result<Option<T>, GgufError> {
+    fn typed<'a, T>(&'a self, key: &str, expected: &'static str, read: impl Fn(&'a Value) -> Option<T>) -> Result<Option<T>, GgufError> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => read(v).map(Some).ok_or_else(|| self.wrong(key, v, expected)),

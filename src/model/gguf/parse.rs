@@ -56,14 +56,13 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], GgufError> {
-        let end =
-            self.pos.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or_else(|| GgufError::Truncated {
-                file: self.file.to_path_buf(),
-                what: what.to_string(),
-                offset: self.pos as u64,
-                needed: n as u64,
-                len: self.bytes.len() as u64,
-            })?;
+        let end = self.pos.checked_add(n).filter(|&end| end <= self.bytes.len()).ok_or_else(|| GgufError::Truncated {
+            file: self.file.to_path_buf(),
+            what: what.to_string(),
+            offset: self.pos as u64,
+            needed: n as u64,
+            len: self.bytes.len() as u64,
+        })?;
         let out = &self.bytes[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -112,8 +111,7 @@ impl<'a> Cursor<'a> {
         let len = usize::try_from(self.u64(what)?).unwrap_or(usize::MAX);
         let at = self.pos;
         let raw = self.take(len, what)?;
-        String::from_utf8(raw.to_vec())
-            .map_err(|e| self.invalid(what, format!("string at offset {at} is not UTF-8 ({e})")))
+        String::from_utf8(raw.to_vec()).map_err(|e| self.invalid(what, format!("string at offset {at} is not UTF-8 ({e})")))
     }
 
     fn value(&mut self, ty: ValueType, what: &str, depth: usize) -> Result<Value, GgufError> {
@@ -188,11 +186,7 @@ pub fn parse_header(file: &Path, bytes: &[u8]) -> Result<Header, GgufError> {
     let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
         None => DEFAULT_ALIGNMENT,
         Some((_, Value::U32(a))) if a.is_power_of_two() => u64::from(*a),
-        Some((_, v)) => {
-            return Err(
-                c.invalid("metadata key \"general.alignment\"", format!("{} is not a power-of-two u32", v.summary()))
-            )
-        }
+        Some((_, v)) => return Err(c.invalid("metadata key \"general.alignment\"", format!("{} is not a power-of-two u32", v.summary()))),
     };
 
     let mut tensors = Vec::with_capacity(n_tensors);
@@ -211,9 +205,7 @@ pub fn parse_header(file: &Path, bytes: &[u8]) -> Result<Header, GgufError> {
     for t in &tensors {
         let what = format!("tensor {:?}", t.name);
         if t.offset % alignment != 0 {
-            return Err(
-                c.invalid(&what, format!("data offset {} is not a multiple of the alignment {alignment}", t.offset))
-            );
+            return Err(c.invalid(&what, format!("data offset {} is not a multiple of the alignment {alignment}", t.offset)));
         }
         let end = data_start.checked_add(t.offset).and_then(|s| s.checked_add(t.n_bytes));
         if end.is_none_or(|end| end > bytes.len() as u64) {
@@ -240,11 +232,8 @@ fn tensor_info(c: &mut Cursor, name: String, what: &str) -> Result<TensorInfo, G
     }
     let type_id = c.u32(what)?;
     let offset = c.u64(what)?;
-    let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownType {
-        file: c.file.to_path_buf(),
-        tensor: name.clone(),
-        type_id,
-    })?;
+    let ggml_type =
+        GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownType { file: c.file.to_path_buf(), tensor: name.clone(), type_id })?;
     // ggml caps a tensor's element count at i64::MAX.
     let n_elements = dims
         .iter()
@@ -252,10 +241,9 @@ fn tensor_info(c: &mut Cursor, name: String, what: &str) -> Result<TensorInfo, G
         .filter(|&n| n <= i64::MAX as u64)
         .ok_or_else(|| c.invalid(what, format!("dimensions {dims:?} overflow")))?;
     if dims[0] % ggml_type.block_elems() != 0 {
-        return Err(c.invalid(
-            what,
-            format!("row length {} is not a multiple of {}'s block of {}", dims[0], ggml_type, ggml_type.block_elems()),
-        ));
+        return Err(
+            c.invalid(what, format!("row length {} is not a multiple of {}'s block of {}", dims[0], ggml_type, ggml_type.block_elems()))
+        );
     }
     let n_bytes = (n_elements / ggml_type.block_elems())
         .checked_mul(ggml_type.block_bytes())

@@ -125,9 +125,6 @@ mod tests {
         for gap in [4, 5, 31, 32, 33, 36, 99] {
             assert_eq!(GgmlType::from_id(gap), None, "id {gap}");
         }
-        assert_eq!(
-            (GgmlType::Q6K.name(), GgmlType::Q6K.block_elems(), GgmlType::Q6K.block_bytes()),
-            ("Q6_K", 256, 210)
-        );
+        assert_eq!((GgmlType::Q6K.name(), GgmlType::Q6K.block_elems(), GgmlType::Q6K.block_bytes()), ("Q6_K", 256, 210));
     }
 }
