@@ -9,7 +9,8 @@
 use std::time::Instant;
 
 use specdeck::backend::cpu::CpuBackend;
-use specdeck::engine::lifecycle::{Engine, LaunchOutcome};
+use specdeck::engine::lifecycle::Engine;
+use specdeck::engine::request::LaunchOutcome;
 use specdeck::event::{Event, EventReceiver, EventSink, PhaseTimer};
 use specdeck::finding::Finding;
 use specdeck::preflight::context;

@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::event::PhaseId;
+use crate::phase::PhaseId;
+use crate::spec::SpecChange;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -64,47 +65,6 @@ pub struct Evidence {
 impl Evidence {
     pub fn new(side: Side, file: impl Into<String>, key: impl Into<String>, value: impl Into<Value>) -> Self {
         Evidence { side, file: file.into(), key: key.into(), value: value.into() }
-    }
-}
-
-/// One typed change to a `LaunchSpec`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case")]
-pub enum SpecChange {
-    /// Set a launch flag, by its SGLang name (`--context-length`), to a value.
-    SetFlag {
-        flag: String,
-        value: String,
-    },
-    /// Remove a launch flag.
-    UnsetFlag {
-        flag: String,
-    },
-    SetEnv {
-        name: String,
-        value: String,
-    },
-    UnsetEnv {
-        name: String,
-    },
-    /// Override a key of the drafter's config in memory for this launch (the file on disk is
-    /// never modified). `key` is a JSON pointer.
-    OverrideDraftConfig {
-        key: String,
-        value: Value,
-    },
-}
-
-impl SpecChange {
-    /// A one-line, shell-like rendering: `--context-length 131072`, `SGLANG_X=1`, ...
-    pub fn describe(&self) -> String {
-        match self {
-            SpecChange::SetFlag { flag, value } => format!("{flag} {value}"),
-            SpecChange::UnsetFlag { flag } => format!("remove {flag}"),
-            SpecChange::SetEnv { name, value } => format!("{name}={value}"),
-            SpecChange::UnsetEnv { name } => format!("unset {name}"),
-            SpecChange::OverrideDraftConfig { key, value } => format!("draft config {key} = {value} (in memory)"),
-        }
     }
 }
 

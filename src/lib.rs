@@ -10,6 +10,7 @@ pub mod engine;
 pub mod event;
 pub mod finding;
 pub mod model;
+pub mod phase;
 pub mod preflight;
 pub mod recorder;
 pub mod replay;

@@ -6,7 +6,8 @@ use specdeck::cli::{Cli, Command, ConvertCommand, LaunchArgs, ReplayArgs};
 use specdeck::console::session::{has_tty, run_session, SessionConfig};
 use specdeck::console::EngineControl;
 use specdeck::demo;
-use specdeck::engine::handle::{EngineHandle, PreflightFn};
+use specdeck::engine::handle::EngineHandle;
+use specdeck::engine::request::PreflightFn;
 use specdeck::event::EventSink;
 use specdeck::spec::LaunchSpec;
 

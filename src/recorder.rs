@@ -26,7 +26,8 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Event, PhaseId, PhaseState};
+    use crate::event::{Event, PhaseState};
+    use crate::phase::PhaseId;
 
     #[test]
     fn every_event_becomes_one_line_that_reads_back() {

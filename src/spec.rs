@@ -7,8 +7,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::finding::SpecChange;
-
 /// The env var SGLang reads to let the target context exceed the drafter's positions.
 pub const ALLOW_LONGER_CONTEXT_ENV: &str = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN";
 
@@ -79,6 +77,47 @@ pub enum SpecError {
     MissingValue { flag: String },
     #[error("the pasted command line has unbalanced quotes")]
     BadQuoting,
+}
+
+/// One typed change to a `LaunchSpec`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum SpecChange {
+    /// Set a launch flag, by its SGLang name (`--context-length`), to a value.
+    SetFlag {
+        flag: String,
+        value: String,
+    },
+    /// Remove a launch flag.
+    UnsetFlag {
+        flag: String,
+    },
+    SetEnv {
+        name: String,
+        value: String,
+    },
+    UnsetEnv {
+        name: String,
+    },
+    /// Override a key of the drafter's config in memory for this launch (the file on disk is
+    /// never modified). `key` is a JSON pointer.
+    OverrideDraftConfig {
+        key: String,
+        value: Value,
+    },
+}
+
+impl SpecChange {
+    /// A one-line, shell-like rendering: `--context-length 131072`, `SGLANG_X=1`, ...
+    pub fn describe(&self) -> String {
+        match self {
+            SpecChange::SetFlag { flag, value } => format!("{flag} {value}"),
+            SpecChange::UnsetFlag { flag } => format!("remove {flag}"),
+            SpecChange::SetEnv { name, value } => format!("{name}={value}"),
+            SpecChange::UnsetEnv { name } => format!("unset {name}"),
+            SpecChange::OverrideDraftConfig { key, value } => format!("draft config {key} = {value} (in memory)"),
+        }
+    }
 }
 
 /// Everything that decides a launch: the flags (SGLang names) and the environment.

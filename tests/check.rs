@@ -764,7 +764,7 @@ fn standalone_drafts_get_vocab_and_tokenizer_checks_but_not_eagle3_rules() {
     assert_eq!(f[0].id, "algorithm-mismatch");
     assert_eq!(
         f[0].remedies[0].changes[0],
-        specdeck::finding::SpecChange::SetFlag { flag: "--speculative-algorithm".into(), value: "STANDALONE".into() }
+        specdeck::spec::SpecChange::SetFlag { flag: "--speculative-algorithm".into(), value: "STANDALONE".into() }
     );
 }
 
@@ -854,7 +854,7 @@ fn tp_must_divide_heads_and_fit_the_gpus() {
     assert_eq!(ids(&f), [("tp-divisibility", Severity::Error); 3]);
     assert!(f[0].message.contains("num_attention_heads = 4 must divide by the TP size"), "{}", f[0].message);
     assert!(f[2].message.starts_with("--tp-size 8 needs 8 GPUs, but 2 are visible (NVML: 2 × H200 (141.0 GiB))"), "{}", f[2].message);
-    assert_eq!(f[2].remedies[0].changes[0], specdeck::finding::SpecChange::SetFlag { flag: "--tp-size".into(), value: "2".into() });
+    assert_eq!(f[2].remedies[0].changes[0], specdeck::spec::SpecChange::SetFlag { flag: "--tp-size".into(), value: "2".into() });
     apply(&mut p.spec, &f, "reduce-tp-size");
     assert_eq!(ids(&check_with_gpus(&p.spec, &two)), []);
     // No NVML: the count is unknown and said to be.
@@ -884,8 +884,8 @@ fn memory_budget_shows_the_numbers_and_offers_both_fixes() {
     );
     assert!(m.contains("target weights 15.3 GiB ÷ 1 = 15.3 GiB (config estimate: 8.19 B params × 2 bytes)"), "{m}");
     assert!(m.contains("KV cache 40960 tokens × 1 request(s) × 148.0 KiB/token (K and V per layer) = 5.8 GiB"), "{m}");
-    let remedies: Vec<(&str, &specdeck::finding::SpecChange)> = f[0].remedies.iter().map(|r| (r.id.as_str(), &r.changes[0])).collect();
-    let set = |flag: &str, v: &str| specdeck::finding::SpecChange::SetFlag { flag: flag.into(), value: v.into() };
+    let remedies: Vec<(&str, &specdeck::spec::SpecChange)> = f[0].remedies.iter().map(|r| (r.id.as_str(), &r.changes[0])).collect();
+    let set = |flag: &str, v: &str| specdeck::spec::SpecChange::SetFlag { flag: flag.into(), value: v.into() };
     assert_eq!(remedies, [("increase-tp-size", &set("--tp-size", "2")), ("reduce-context-length", &set("--context-length", "26624"))]);
     let mut wider = spec.clone();
     apply(&mut wider, &f, "increase-tp-size");

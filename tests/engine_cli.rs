@@ -6,9 +6,11 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use serde_json::Value;
-use specdeck::engine::handle::{EngineCommand, EngineHandle, GenerateRequest};
+use specdeck::engine::handle::{EngineCommand, EngineHandle};
 use specdeck::engine::llama::Family;
-use specdeck::event::{Event, EventSink, PhaseId, PhaseState};
+use specdeck::engine::request::GenerateRequest;
+use specdeck::event::{Event, EventSink, PhaseState};
+use specdeck::phase::PhaseId;
 use specdeck::spec::{Algorithm, LaunchSpec};
 use specdeck::testkit::{word, TinyEagle3, TinyLlama};
 

@@ -16,11 +16,12 @@ use proptest::prelude::*;
 use serde::Deserialize;
 use serde_json::Value;
 
-use specdeck::event::{Event, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit, TimedEvent};
-use specdeck::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use specdeck::event::{Event, GenerationStats, LogLevel, PhaseState, ProgressUnit, TimedEvent};
+use specdeck::finding::{Evidence, Finding, Remedy, Severity, Side};
+use specdeck::phase::PhaseId;
 use specdeck::replay::print::{render_event, render_summary};
 use specdeck::replay::{replay_bytes, run, Format, Outcome, ReplayOptions, ReplayReport, Source, UNRECOGNIZED};
-use specdeck::spec::LaunchSpec;
+use specdeck::spec::{LaunchSpec, SpecChange};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

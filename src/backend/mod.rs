@@ -46,9 +46,10 @@ pub mod cpu;
 pub mod cuda;
 pub mod rope;
 
-use crate::event::{Event, EventSink, PhaseId, PhaseState};
+use crate::event::{Event, EventSink, PhaseState};
 use crate::finding::Finding;
 use crate::model::checkpoint::{CheckpointError, TensorView};
+use crate::phase::PhaseId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -16,9 +16,10 @@ use super::excerpt;
 use super::keymap::{InputMode, Keymap};
 use super::layout::{Layout, PaneKind};
 use super::log::LogView;
-use crate::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseId, PhaseState, ProgressUnit, TimedEvent};
-use crate::finding::{exit_code, Finding, Severity, Side, SpecChange};
-use crate::spec::LaunchSpec;
+use crate::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseState, ProgressUnit, TimedEvent};
+use crate::finding::{exit_code, Finding, Severity, Side};
+use crate::phase::PhaseId;
+use crate::spec::{LaunchSpec, SpecChange};
 
 // Inputs are moved through the loop one at a time, never stored in bulk: boxing the large
 // event variant would only add an allocation per event.

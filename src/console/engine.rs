@@ -5,7 +5,7 @@ use crate::engine::handle::{EngineCommand, EngineHandle};
 use crate::spec::LaunchSpec;
 
 /// A generation request: the engine's own request type, so the two cannot drift.
-pub use crate::engine::handle::GenerateRequest as GenerateParams;
+pub use crate::engine::request::GenerateRequest as GenerateParams;
 
 impl GenerateParams {
     /// Greedy decoding of a plain prompt, as the demo and `launch --prompt` use.

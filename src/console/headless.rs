@@ -7,7 +7,8 @@ use super::app::State;
 use super::panes::fmt_secs;
 use super::run::Frontend;
 use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
-use crate::finding::{Finding, Severity, SpecChange};
+use crate::finding::{Finding, Severity};
+use crate::spec::SpecChange;
 
 pub struct Printer<W: Write, E: Write> {
     out: W,

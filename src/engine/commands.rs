@@ -10,13 +10,13 @@ use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use crate::cli::{BenchArgs, GenerateArgs, LaunchFlags};
-use crate::engine::handle::{GenerateRequest, PreflightFn};
-use crate::engine::lifecycle::LaunchOutcome;
 use crate::engine::ranks::{engine_for, Serve};
+use crate::engine::request::{GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::engine::spec_decode::Generation;
-use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseId, PhaseTimer};
+use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseTimer};
 use crate::finding::{exit_code, Finding};
 use crate::model::config::ModelConfig;
+use crate::phase::PhaseId;
 use crate::preflight::context;
 use crate::spec::{Algorithm, LaunchSpec};
 

@@ -3,27 +3,12 @@
 //! renders events.
 
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::engine::ranks::{engine_for, Serve};
+use crate::engine::request::{GenerateRequest, PreflightFn};
 use crate::event::{Event, EventSink, LogLevel, PhaseState};
-use crate::finding::Finding;
 use crate::spec::{Device, LaunchSpec};
-
-/// The preflight rule set the engine runs in its preflight phase (`preflight::check_spec`).
-pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenerateRequest {
-    pub prompt: String,
-    pub max_new_tokens: usize,
-    /// Apply the tokenizer's chat template to the prompt.
-    pub chat: bool,
-    /// 0 = greedy.
-    pub temperature: f32,
-    pub seed: u64,
-}
 
 // The shape is contract 1's; commands are few, so the spec's size does not matter.
 #[allow(clippy::large_enum_variant)]

@@ -16,19 +16,20 @@ use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
 use crate::backend::{Backend, BackendError};
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
-use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
-use crate::engine::ranks::RankVote;
+use crate::engine::rank_vote::RankVote;
+use crate::engine::request::{GenerateRequest, LaunchOutcome};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
 use crate::engine::weights::{FileProgress, Loader};
 use crate::engine::EngineError;
-use crate::event::{Event, EventSink, GenerationStats, LogLevel, PhaseId, PhaseState, ProgressUnit};
+use crate::event::{Event, EventSink, GenerationStats, LogLevel, PhaseState, ProgressUnit};
 use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
 use crate::model::tokenizer::{TextStream, TextTokenizer};
+use crate::phase::PhaseId;
 use crate::preflight::context;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
@@ -48,12 +49,6 @@ pub const OUT_OF_MEMORY: &str = "out-of-memory";
 pub const BACKEND_ERROR: &str = "backend-error";
 
 const SOURCE: &str = "engine";
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum LaunchOutcome {
-    Ready { elapsed_s: f64, reused_target: bool },
-    Failed(Finding),
-}
 
 /// What identifies a loaded target: a relaunch with the same key keeps the weights.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,7 +11,9 @@ pub mod handle;
 pub mod kv;
 pub mod lifecycle;
 pub mod llama;
+pub mod rank_vote;
 pub mod ranks;
+pub mod request;
 pub mod spec_decode;
 pub mod tp;
 #[cfg(test)]

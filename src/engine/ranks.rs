@@ -7,17 +7,19 @@
 //! engine thread drive one rank or N the same way.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
-use crate::engine::handle::{GenerateRequest, PreflightFn};
-use crate::engine::lifecycle::{Engine, LaunchOutcome, BACKEND_ERROR};
+use crate::engine::lifecycle::{Engine, BACKEND_ERROR};
+use crate::engine::rank_vote::RankVote;
+use crate::engine::request::{GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::engine::spec_decode::Generation;
 use crate::engine::EngineError;
-use crate::event::{Event, EventSink, LogLevel, PhaseId};
+use crate::event::{Event, EventSink, LogLevel};
 use crate::finding::{Finding, Severity};
+use crate::phase::PhaseId;
 use crate::spec::LaunchSpec;
 
 /// What the headless commands and the console's engine thread need from an engine.
@@ -53,47 +55,6 @@ impl<B: Backend> Serve for Engine<B> {
 
     fn placement(&self) -> (&'static str, usize) {
         (self.backend_name(), 1)
-    }
-}
-
-/// A barrier that also tells every rank whether all of them succeeded.
-pub struct RankVote {
-    world: usize,
-    round: Mutex<Round>,
-    done: Condvar,
-}
-
-struct Round {
-    number: u64,
-    arrived: usize,
-    all_ok: bool,
-    /// The verdict of the last finished round.
-    verdict: bool,
-}
-
-impl RankVote {
-    pub fn new(world: usize) -> RankVote {
-        RankVote { world, round: Mutex::new(Round { number: 0, arrived: 0, all_ok: true, verdict: true }), done: Condvar::new() }
-    }
-
-    /// Wait for every rank's `ok`; true when all were.
-    pub fn vote(&self, ok: bool) -> bool {
-        let mut r = self.round.lock().unwrap_or_else(|p| p.into_inner());
-        let number = r.number;
-        r.arrived += 1;
-        r.all_ok &= ok;
-        if r.arrived == self.world {
-            r.verdict = r.all_ok;
-            r.number += 1;
-            r.arrived = 0;
-            r.all_ok = true;
-            self.done.notify_all();
-            return r.verdict;
-        }
-        while r.number == number {
-            r = self.done.wait(r).unwrap_or_else(|p| p.into_inner());
-        }
-        r.verdict
     }
 }
 

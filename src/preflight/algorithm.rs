@@ -8,11 +8,11 @@
 
 use serde_json::{json, Value};
 
-use crate::event::PhaseId;
-use crate::finding::{Finding, Remedy, Severity, SpecChange};
+use crate::finding::{Finding, Remedy, Severity};
+use crate::phase::PhaseId;
 use crate::preflight::architecture::{DraftFamily, DraftKind};
 use crate::preflight::{RuleContext, RuleResult};
-use crate::spec::Algorithm;
+use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "algorithm-mismatch";
 pub const SET_ALGORITHM: &str = "set-speculative-algorithm";

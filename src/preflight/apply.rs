@@ -1,9 +1,9 @@
 //! `--apply FIX_ID` (repeatable): each id is looked up among the remedies of the findings
 //! for the spec as it stands, applied, and the spec re-checked before the next id.
 
-use crate::finding::{Finding, SpecChange};
+use crate::finding::Finding;
 use crate::preflight::report::Report;
-use crate::spec::{LaunchSpec, SpecError};
+use crate::spec::{LaunchSpec, SpecChange, SpecError};
 
 /// One remedy applied.
 #[derive(Clone, Debug, PartialEq)]

@@ -7,11 +7,11 @@
 
 use serde_json::{json, Value};
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
+use crate::phase::PhaseId;
 use crate::preflight::inputs::{Draft, InputError};
 use crate::preflight::{RuleContext, RuleResult};
-use crate::spec::Algorithm;
+use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "draft-architecture";
 pub const SET_ARCHITECTURE: &str = "set-draft-architecture";

@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
-use crate::event::PhaseId;
 use crate::finding::{Finding, Severity, Side};
+use crate::phase::PhaseId;
 use crate::preflight::{RuleContext, RuleResult};
 
 pub const ID: &str = "target-no-capture-support";

@@ -8,10 +8,10 @@
 
 use serde_json::json;
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::model::config::{ConfigError, DerivedContext, ModelConfig};
-use crate::spec::{LaunchSpec, ALLOW_LONGER_CONTEXT_ENV};
+use crate::phase::PhaseId;
+use crate::spec::{LaunchSpec, SpecChange, ALLOW_LONGER_CONTEXT_ENV};
 
 pub const ID: &str = "context-length-exceeds-draft";
 pub const CLAMP: &str = "clamp-context-length";

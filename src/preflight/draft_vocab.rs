@@ -9,9 +9,10 @@
 use safetensors::Dtype;
 use serde_json::json;
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
+use crate::phase::PhaseId;
 use crate::preflight::{RuleContext, RuleResult};
+use crate::spec::SpecChange;
 
 pub const ID: &str = "draft-vocab-map";
 pub const UNTIE: &str = "untie-draft-lm-head";

@@ -9,12 +9,12 @@
 use safetensors::Dtype;
 use serde_json::json;
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity};
 use crate::model::config::ModelConfig;
+use crate::phase::PhaseId;
 use crate::preflight::inputs::ModelFiles;
 use crate::preflight::{RuleContext, RuleResult};
-use crate::spec::Algorithm;
+use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "dtype-mismatch";
 pub const USE_BF16: &str = "set-dtype-bfloat16";

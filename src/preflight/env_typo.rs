@@ -3,9 +3,9 @@
 //! SGLang does not validate unknown env names, so a typo is silently ignored; one of its own
 //! PR comments spells `SGLANG_ALLLOW_OVERWRITE_LONGER_CONTEXT_LEN` (failure_catalogue §1.4-A).
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
-use crate::spec::{LaunchSpec, ALLOW_LONGER_CONTEXT_ENV};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
+use crate::phase::PhaseId;
+use crate::spec::{LaunchSpec, SpecChange, ALLOW_LONGER_CONTEXT_ENV};
 
 pub const ID: &str = "env-typo";
 pub const FIX: &str = "fix-env-typo";

@@ -27,16 +27,16 @@
 
 use serde_json::{json, Value};
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::model::config::{ConfigError, ModelConfig};
+use crate::phase::PhaseId;
 use crate::preflight::architecture::DraftFamily;
 use crate::preflight::context::target_context;
 use crate::preflight::gpu::GIB;
 use crate::preflight::inputs::ModelFiles;
 use crate::preflight::parallel::{set_tp, splits_evenly};
 use crate::preflight::{RuleContext, RuleResult};
-use crate::spec::Algorithm;
+use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "memory-budget";
 pub const INCREASE_TP: &str = "increase-tp-size";

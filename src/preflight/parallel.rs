@@ -9,11 +9,11 @@
 
 use serde_json::json;
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::model::config::{ConfigError, ModelConfig};
+use crate::phase::PhaseId;
 use crate::preflight::{RuleContext, RuleResult};
-use crate::spec::Algorithm;
+use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "tp-divisibility";
 pub const REDUCE_TP: &str = "reduce-tp-size";

@@ -203,7 +203,7 @@ pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Pain
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::PhaseId;
+    use crate::phase::PhaseId;
 
     fn finding() -> Finding {
         Finding::new("vocab-mismatch", Severity::Error, PhaseId::DrafterInit, "Vocabularies differ.")

@@ -7,9 +7,9 @@
 
 use serde_json::Value;
 
-use crate::event::PhaseId;
 use crate::finding::{Finding, Severity, Side};
 use crate::model::config::ModelConfig;
+use crate::phase::PhaseId;
 use crate::preflight::{RuleContext, RuleResult};
 
 pub const ID: &str = "rope-mismatch";

@@ -7,8 +7,8 @@
 
 use serde_json::json;
 
-use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::phase::PhaseId;
 use crate::preflight::inputs::DRAFT_EMBED_NAMES;
 use crate::preflight::{RuleContext, RuleResult};
 use crate::spec::Algorithm;

@@ -11,10 +11,10 @@
 
 use serde_json::{json, Value};
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, SpecChange};
+use crate::finding::{Evidence, Finding, Remedy, Severity};
+use crate::phase::PhaseId;
 use crate::preflight::{RuleContext, RuleResult};
-use crate::spec::Algorithm;
+use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "speculative-args";
 pub const SET_STEPS: &str = "set-speculative-num-steps";

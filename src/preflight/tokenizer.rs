@@ -12,8 +12,8 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::phase::PhaseId;
 use crate::preflight::inputs::{read_json, InputError};
 use crate::preflight::tokenizer_files::{special_token, token_ids, vocab_summary};
 use crate::preflight::{RuleContext, RuleResult};

@@ -1,8 +1,8 @@
 //! `unreadable-input`: a missing folder or file, bad JSON, a value of the wrong type, or a
 //! truncated or invalid safetensors header. The launch cannot be judged, so `check` exits 2.
 
-use crate::event::PhaseId;
 use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
+use crate::phase::PhaseId;
 use crate::preflight::inputs::InputError;
 
 pub const ID: &str = UNREADABLE_INPUT;

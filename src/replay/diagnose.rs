@@ -4,9 +4,9 @@
 
 use regex::Captures;
 
-use crate::event::PhaseId::{self, *};
 use crate::finding::Severity::Error;
 use crate::finding::{Evidence, Finding, Side};
+use crate::phase::PhaseId::{self, *};
 
 use super::remedies as fix;
 use super::rules::Action::*;

@@ -27,7 +27,8 @@ pub fn event(file: &str, line_no: u64, line: &str, last_t: f64) -> Option<TimedE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{PhaseId, PhaseState};
+    use crate::event::PhaseState;
+    use crate::phase::PhaseId;
 
     #[test]
     fn events_round_trip_and_bad_lines_are_named() {

@@ -4,10 +4,10 @@
 
 use serde_json::json;
 
-use crate::event::PhaseId;
-use crate::finding::{Remedy, SpecChange};
+use crate::finding::Remedy;
+use crate::phase::PhaseId;
 use crate::preflight::context::{ALLOW, CLAMP};
-use crate::spec::ALLOW_LONGER_CONTEXT_ENV;
+use crate::spec::{SpecChange, ALLOW_LONGER_CONTEXT_ENV};
 
 use super::rules::{Ctx, Engine, C, M, N};
 

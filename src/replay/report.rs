@@ -4,8 +4,9 @@
 
 use serde::Serialize;
 
-use crate::event::{Event, PhaseId, PhaseState, TimedEvent};
+use crate::event::{Event, PhaseState, TimedEvent};
 use crate::finding::Finding;
+use crate::phase::PhaseId;
 
 use super::detect::Format;
 

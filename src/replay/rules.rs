@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use regex::{Captures, Regex};
 
-use crate::event::PhaseId;
 use crate::finding::{Remedy, Severity};
+use crate::phase::PhaseId;
 use crate::spec::LaunchSpec;
 
 /// Which engine's log a rule belongs to.

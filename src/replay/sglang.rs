@@ -2,8 +2,8 @@
 //! wordings: classic ≤0.5.2, mid 0.5.9, new 0.5.23), and the traceback frames that place a
 //! failure in a phase. Texts are those of research/failure_catalogue.md §1.
 
-use crate::event::PhaseId::*;
 use crate::finding::Severity::{Error, Info, Warning};
+use crate::phase::PhaseId::*;
 
 use super::clock::{parse_datetime, ClockSource};
 use super::header::Header;

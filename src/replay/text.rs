@@ -8,9 +8,9 @@ use std::time::Duration;
 use memchr::memmem::Finder;
 use regex::Captures;
 
-use crate::event::PhaseId::{self, *};
 use crate::event::{Event, GenerationStats, LogLevel, ProgressUnit, TimedEvent};
 use crate::finding::{Finding, Severity};
+use crate::phase::PhaseId::{self, *};
 use crate::spec::{Algorithm, LaunchSpec};
 
 use super::args;

@@ -4,7 +4,8 @@
 //! only the first one moves the timeline. Phases run one at a time in a process, so starting
 //! one ends the one that was open.
 
-use crate::event::{Event, PhaseId, PhaseState, TimedEvent};
+use crate::event::{Event, PhaseState, TimedEvent};
+use crate::phase::PhaseId;
 
 /// Where events go, with the line and stream time they happened at.
 pub struct Out<'a> {

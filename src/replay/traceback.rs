@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
-use crate::event::PhaseId;
+use crate::phase::PhaseId;
 
 use super::rules::{Failure, FramePhase};
 

@@ -2,8 +2,8 @@
 //! messages of 0.10.x and 0.33, research/failure_catalogue.md §2), and the traceback frames
 //! that place a failure in a phase.
 
-use crate::event::PhaseId::*;
 use crate::finding::Severity::{Error, Warning};
+use crate::phase::PhaseId::*;
 
 use super::clock::{parse_month_day_time, ClockSource};
 use super::header::{level_from_name, Header};

@@ -4,9 +4,10 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use specdeck::console::{EngineControl, GenerateParams};
-use specdeck::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseId, PhaseState, ProgressUnit, TimedEvent};
+use specdeck::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseState, ProgressUnit, TimedEvent};
 use specdeck::finding::Finding;
 use specdeck::model::config::ModelConfig;
+use specdeck::phase::PhaseId;
 use specdeck::preflight::context;
 use specdeck::spec::{Algorithm, LaunchSpec};
 use specdeck::telemetry::no_gpu_note;

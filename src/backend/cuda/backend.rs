@@ -22,9 +22,10 @@ use crate::backend::{
     residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard,
     STEP_QUERIES_MAX,
 };
-use crate::event::{Event, EventSink, PhaseId, PhaseState};
+use crate::event::{Event, EventSink, PhaseState};
 use crate::finding::{Finding, Severity};
 use crate::model::checkpoint::TensorView;
+use crate::phase::PhaseId;
 
 /// Warps per attention block in decode, verify and draft steps; each warp walks a strided
 /// share of the key slots (`ATTENTION_MAX_THREADS` in kernels/attention.cu allows up to 16).

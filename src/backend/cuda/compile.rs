@@ -11,8 +11,9 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use super::sources::KernelSource;
-use crate::event::{Event, EventSink, LogLevel, PhaseId, PhaseState, ProgressUnit};
+use crate::event::{Event, EventSink, LogLevel, PhaseState, ProgressUnit};
 use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::phase::PhaseId;
 
 /// What NVRTC is asked to produce.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -29,8 +29,10 @@ use cudarc::driver::CudaGraph;
 use super::gpu::{Arg, DeviceBuf, Gpu};
 use super::graph_book::{Begin, End, GraphBook, OpGate};
 use crate::backend::BackendError;
-use crate::event::{Event, EventSink, PhaseId, PhaseState, ProgressUnit};
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
+use crate::event::{Event, EventSink, PhaseState, ProgressUnit};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
+use crate::phase::PhaseId;
+use crate::spec::SpecChange;
 
 /// `--cuda-graph-max-bs` when the launch does not set it.
 pub const DEFAULT_MAX_BS: u32 = 8;

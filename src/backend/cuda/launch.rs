@@ -7,9 +7,10 @@ use super::backend::CudaBackend;
 use super::probe::{choose_device, probe, CudaInventory, DeviceChoice};
 use super::tp::open_group;
 use crate::backend::BackendError;
-use crate::event::{EventSink, LogLevel, PhaseId};
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
-use crate::spec::LaunchSpec;
+use crate::event::{EventSink, LogLevel};
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
+use crate::phase::PhaseId;
+use crate::spec::{LaunchSpec, SpecChange};
 
 pub const MEMORY_BUDGET: &str = "memory-budget";
 pub const CUDA_START_FAILED: &str = "cuda-start-failed";

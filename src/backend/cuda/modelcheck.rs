@@ -21,13 +21,15 @@ use super::shard::RankInfo;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{AttnWindow, Backend, BackendError, Mask};
 use crate::engine::kv::KvCache;
-use crate::engine::lifecycle::{Engine, LaunchOutcome};
+use crate::engine::lifecycle::Engine;
 use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel, Logits};
+use crate::engine::request::LaunchOutcome;
 use crate::engine::spec_decode::Generation;
 use crate::engine::weights::Loader;
-use crate::event::{EventReceiver, EventSink, PhaseId, PhaseTimer};
+use crate::event::{EventReceiver, EventSink, PhaseTimer};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
+use crate::phase::PhaseId;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 use crate::testkit::{DiskDtype, TinyEagle3, TinyLlama, TinyStandalone};
 

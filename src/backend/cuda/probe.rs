@@ -7,9 +7,9 @@
 
 use std::fmt;
 
-use crate::event::PhaseId;
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side, SpecChange};
-use crate::spec::Device;
+use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
+use crate::phase::PhaseId;
+use crate::spec::{Device, SpecChange};
 
 /// The shared libraries the backend loads, in the order they are needed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

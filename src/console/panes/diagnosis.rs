@@ -13,8 +13,10 @@ use crate::console::action::Action;
 use crate::console::app::{SourceFile, State};
 use crate::console::excerpt::window;
 use crate::console::text::{truncate, wrap_runs};
-use crate::event::{PhaseId, PhaseState};
-use crate::finding::{Evidence, Finding, Severity, Side, SpecChange};
+use crate::event::PhaseState;
+use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::phase::PhaseId;
+use crate::spec::SpecChange;
 
 const GAP: &str = "│";
 

@@ -9,7 +9,8 @@ use ratatui::widgets::{Paragraph, Widget};
 use super::{bar, fmt_bytes, fmt_secs, Pane};
 use crate::console::app::{Counter, PhaseRecord, State};
 use crate::console::text::truncate;
-use crate::event::{PhaseId, PhaseState, ProgressUnit};
+use crate::event::{PhaseState, ProgressUnit};
+use crate::phase::PhaseId;
 
 const NAME_WIDTH: usize = 21;
 

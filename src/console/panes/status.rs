@@ -9,7 +9,8 @@ use ratatui::widgets::{Paragraph, Widget};
 use super::{fmt_secs, Pane};
 use crate::console::action::Action;
 use crate::console::app::State;
-use crate::event::{PhaseId, PhaseState};
+use crate::event::PhaseState;
+use crate::phase::PhaseId;
 
 pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let s = pane.state;
