@@ -102,7 +102,7 @@ fn time_frames(mut frame: impl FnMut(usize)) -> (f64, f64) {
 fn main() {
     let theme = Theme::colored();
     let mut state = busy_state();
-    let lines_at_start = state.log.len();
+    let lines_at_start = state.log().len();
     let mut terminal = Terminal::new(TestBackend::new(200, 60)).expect("test backend");
     let (empty_median, empty_p99) = time_frames(|_| {
         terminal

@@ -1,4 +1,4 @@
-//! The console, driven by the event sequences contract 1 describes: rendered screens of
+//! The console, driven by the event sequences of tests/common's stories: rendered screens of
 //! every pane and layout (insta, TestBackend), style markers for what plain text loses, and
 //! whole sessions run through the app loop's action channel with no terminal.
 
@@ -175,8 +175,10 @@ fn accepted_draft_tokens_look_different_from_the_targets_own() {
 
 #[test]
 fn help_lists_the_keymap_in_force() {
-    let mut state = story_state("default", &demo_story(Stage::Diagnosis));
-    state.keymap = Keymap::default().patched("keymap.toml", "[bindings]\nrelaunch = \"ctrl-r\"\n").unwrap();
+    let keymap = Keymap::default().patched("keymap.toml", "[bindings]\nrelaunch = \"ctrl-r\"\n").unwrap();
+    let layouts = Layout::cycle_starting_with(Layout::builtin("default").unwrap());
+    let mut state = State::new(spec(), options(), keymap, layouts);
+    feed(&mut state, &demo_story(Stage::Diagnosis).events);
     state.apply(Input::Action(Action::ToggleHelp));
     for (w, h) in SIZES {
         let term = draw(&state, Theme::colored(), w, h);
@@ -293,9 +295,8 @@ async fn a_console_session_runs_through_its_action_channel() {
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("events.jsonl");
     let (sink, events) = EventSink::channel();
-    let mut state = state_with(Layout::cycle_starting_with(Layout::builtin("default").unwrap()));
-    state.options.prompt = Some(PROMPT.into());
-    state.prompt = tui_input::Input::new(PROMPT.into());
+    let options = Options { prompt: Some(PROMPT.into()), ..options() };
+    let state = State::new(spec(), options, Keymap::default(), Layout::cycle_starting_with(Layout::builtin("default").unwrap()));
     let (session, commands) = session(state, &sink, Some(Recorder::create(&log_path).unwrap()));
     let (seen_tx, seen) = unbounded_channel();
     let (inputs_tx, inputs) = unbounded_channel();
@@ -329,8 +330,8 @@ async fn a_console_session_runs_through_its_action_channel() {
     let Outcome { code, state, recorder_error } = outcome;
     assert_eq!(code, 0);
     assert!(recorder_error.is_none());
-    assert_eq!(state.attempt, 3);
-    assert_eq!(state.relaunch.map(|r| r.reused_target), Some(true));
+    assert_eq!(state.attempt(), 3);
+    assert_eq!(state.phases().relaunch().map(|r| r.reused_target), Some(true));
     terminal.draw(|f| panes::draw(&state, &Theme::colored(), f)).unwrap();
     let screen_text = terminal.backend().to_string();
     assert!(screen_text.contains("│cold start 1.87 s "), "{screen_text}");

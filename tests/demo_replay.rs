@@ -107,7 +107,7 @@ async fn a_recorded_live_demo_replays_to_the_same_final_screen() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("demo.jsonl");
     let live = live_demo(&log).await;
-    assert_eq!((live.attempt, live.generation.tokens), (2, 64), "the clamped relaunch generated 64 tokens");
+    assert_eq!((live.attempt(), live.generate().generation().tokens), (2, 64), "the clamped relaunch generated 64 tokens");
     let again = replayed(&log).await;
     for (w, h) in [(200, 60), (80, 24)] {
         assert_eq!(screen(&again, w, h), screen(&live, w, h), "final screen at {w}x{h}");
@@ -120,8 +120,8 @@ async fn the_committed_demo_recording_replays_to_its_screen() {
     let recorded = std::fs::read_to_string(log).unwrap();
     assert!(recorded.lines().any(|l| l.contains("\"type\":\"remedy-applied\"")), "the recording holds the fix");
     let state = replayed(log).await;
-    assert_eq!(state.attempt, 2, "the recording holds the failed launch and the clamped relaunch");
-    assert!(state.generation.tokens > 0 && state.engine_exited);
+    assert_eq!(state.attempt(), 2, "the recording holds the failed launch and the clamped relaunch");
+    assert!(state.generate().generation().tokens > 0 && state.engine_exited());
     insta::assert_snapshot!("demo_recording_final_200x60", screen(&state, 200, 60));
     insta::assert_snapshot!("demo_recording_final_80x24", screen(&state, 80, 24));
 }

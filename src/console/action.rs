@@ -1,7 +1,11 @@
 //! What a key can ask the console to do. Keys become `Action`s through the keymap; the
-//! state update (`app::State::apply`) is the only place that interprets them.
+//! state update (`app::State::apply`, and the pane states it hands them to) is the only
+//! place that interprets them.
 
 use tui_input::InputRequest;
+
+/// Rows a page key moves a pane by.
+pub const PAGE: usize = 10;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action {

@@ -4,20 +4,24 @@
 //! file the diagnosis asked for) and returns `Effect`s for the loop to carry out (engine
 //! commands, events to emit, files to read, exit). It does no I/O, so every behaviour of the
 //! console is testable by feeding inputs and looking at the state.
-
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-
-use tui_input::Input as TextInput;
+//!
+//! `State` composes one state per pane (each in its pane's file under `panes/`, the log's in
+//! `log.rs`) with what the screen shows (`screen.rs`) and what belongs to the session: the
+//! launch, the notice, the way out. The update of a pane's own data is the pane's; what
+//! reaches across panes, and every effect, is decided here.
 
 use super::action::Action;
 use super::engine::GenerateParams;
-use super::excerpt;
 use super::keymap::{InputMode, Keymap};
 use super::layout::{Layout, PaneKind};
 use super::log::LogView;
-use crate::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseState, ProgressUnit, TimedEvent};
-use crate::finding::{exit_code, Finding, Severity, Side};
+use super::panes::diagnosis::Diagnosis;
+use super::panes::generate::Generate;
+use super::panes::gpus::Gpus;
+use super::panes::phases::{Counter, Phases, ReadyInfo};
+use super::screen::Screen;
+use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
+use crate::finding::{exit_code, Finding, Severity};
 use crate::phase::PhaseId;
 use crate::spec::{LaunchSpec, SpecChange};
 
@@ -62,188 +66,49 @@ pub struct Options {
     pub max_new_tokens: usize,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PhaseRecord {
-    pub state: Option<PhaseState>,
-    pub started: Option<f64>,
-    pub ended: Option<f64>,
-    pub detail: Option<String>,
-}
-
-impl PhaseRecord {
-    /// Seconds spent so far (running phases count up to `now`).
-    pub fn elapsed(&self, now: f64) -> Option<f64> {
-        let start = self.started?;
-        Some((self.ended.unwrap_or(now) - start).max(0.0))
-    }
-}
-
-/// One progress counter: a file of a load on one GPU, or one graph-capture batch size.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Counter {
-    pub phase: PhaseId,
-    pub unit: ProgressUnit,
-    pub gpu: Option<u32>,
-    pub label: String,
-    pub done: u64,
-    pub total: u64,
-    pub first_t: f64,
-    pub first_done: u64,
-    pub last_t: f64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ReadyInfo {
-    pub attempt: u32,
-    pub elapsed_s: f64,
-    pub reused_target: bool,
-}
-
-/// A file quoted by the diagnosis.
-#[derive(Clone, Debug, PartialEq)]
-pub enum SourceFile {
-    Loading,
-    Loaded { lines: Arc<Vec<String>>, marks: BTreeMap<String, Option<usize>> },
-    Failed(String),
-}
-
-/// The generation in progress or last finished.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Generation {
-    pub prompt: String,
-    /// Committed text runs; `true` marks accepted draft tokens.
-    pub pieces: Vec<(String, bool)>,
-    pub sent_t: f64,
-    pub last_t: Option<f64>,
-    pub tokens: usize,
-    pub steps: usize,
-    /// `histogram[n]`: verify steps that emitted n tokens (live count from Token events).
-    pub histogram: Vec<u64>,
-    pending_drafted: usize,
-    /// The engine's own figures, once it sends them.
-    pub stats: Option<GenerationStats>,
-    pub active: bool,
-}
-
-impl Generation {
-    pub fn tokens_per_s(&self) -> Option<f64> {
-        if let Some(s) = &self.stats {
-            return Some(s.tokens_per_s);
-        }
-        let span = self.last_t? - self.sent_t;
-        (span > 0.0).then(|| self.tokens as f64 / span)
-    }
-
-    pub fn mean_accept_length(&self) -> Option<f64> {
-        if let Some(s) = &self.stats {
-            return Some(s.mean_accept_length);
-        }
-        (self.steps > 0).then(|| self.tokens as f64 / self.steps as f64)
-    }
-
-    pub fn accept_histogram(&self) -> &[u64] {
-        match &self.stats {
-            Some(s) if !s.accept_histogram.is_empty() => &s.accept_histogram,
-            _ => &self.histogram,
-        }
-    }
-
-    fn push(&mut self, t: f64, ids: usize, text: &str, drafted: bool) {
-        match self.pieces.last_mut() {
-            Some((s, d)) if *d == drafted => s.push_str(text),
-            _ => self.pieces.push((text.to_string(), drafted)),
-        }
-        self.tokens += ids;
-        self.last_t = Some(t);
-        if drafted {
-            self.pending_drafted += ids;
-        } else {
-            // The target's own token closes a verify step.
-            let len = self.pending_drafted + ids;
-            if self.histogram.len() <= len {
-                self.histogram.resize(len + 1, 0);
-            }
-            self.histogram[len] += 1;
-            self.steps += 1;
-            self.pending_drafted = 0;
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct State {
-    pub options: Options,
-    pub keymap: Keymap,
-    pub layouts: Vec<Layout>,
-    pub layout: usize,
-    /// Index of the focused slot of the current layout.
-    pub focus: usize,
-    pub help_open: bool,
+    options: Options,
+    keymap: Keymap,
+    screen: Screen,
+    /// One line for the status bar, until the next key.
+    notice: Option<String>,
     /// The clock: the latest tick or event time.
-    pub now: f64,
+    now: f64,
     /// The spec the next launch uses (remedies change it).
-    pub spec: LaunchSpec,
-    pub attempt: u32,
-    pub launch_t: f64,
-    pub phases: BTreeMap<PhaseId, PhaseRecord>,
-    pub counters: Vec<Counter>,
-    pub findings: Vec<Finding>,
-    pub selected_finding: usize,
-    pub files: BTreeMap<String, SourceFile>,
-    pub ready: Option<ReadyInfo>,
-    pub cold_start: Option<ReadyInfo>,
-    pub relaunch: Option<ReadyInfo>,
-    pub gpus: Vec<GpuSample>,
-    pub gpu_note: Option<String>,
-    pub log: LogView,
-    pub prompt: TextInput,
-    pub generation: Generation,
-    pub diagnosis_scroll: usize,
-    pub notice: Option<String>,
-    pub quitting: bool,
-    pub engine_exited: bool,
-    pub exit_code: i32,
-    auto_prompt_pending: bool,
+    spec: LaunchSpec,
+    attempt: u32,
+    ready: Option<ReadyInfo>,
+    phases: Phases,
+    diagnosis: Diagnosis,
+    gpus: Gpus,
+    log: LogView,
+    generate: Generate,
+    quitting: bool,
+    engine_exited: bool,
+    exit_code: i32,
 }
 
 impl State {
     pub fn new(spec: LaunchSpec, options: Options, keymap: Keymap, layouts: Vec<Layout>) -> State {
-        assert!(!layouts.is_empty(), "a console needs at least one layout");
-        let prompt = TextInput::new(options.prompt.clone().unwrap_or_default());
-        let auto_prompt_pending = options.prompt.is_some();
-        let mut state = State {
+        State {
+            generate: Generate::new(options.prompt.clone()),
             options,
             keymap,
-            layouts,
-            layout: 0,
-            focus: 0,
-            help_open: false,
+            screen: Screen::new(layouts),
+            notice: None,
             now: 0.0,
             spec,
             attempt: 0,
-            launch_t: 0.0,
-            phases: BTreeMap::new(),
-            counters: Vec::new(),
-            findings: Vec::new(),
-            selected_finding: 0,
-            files: BTreeMap::new(),
             ready: None,
-            cold_start: None,
-            relaunch: None,
-            gpus: Vec::new(),
-            gpu_note: None,
+            phases: Phases::default(),
+            diagnosis: Diagnosis::default(),
+            gpus: Gpus::default(),
             log: LogView::default(),
-            prompt,
-            generation: Generation::default(),
-            diagnosis_scroll: 0,
-            notice: None,
             quitting: false,
             engine_exited: false,
             exit_code: 0,
-            auto_prompt_pending,
-        };
-        state.focus = state.first_focus();
-        state
+        }
     }
 
     /// The effects that start a session: the first launch.
@@ -255,8 +120,59 @@ impl State {
         }
     }
 
-    pub fn current_layout(&self) -> &Layout {
-        &self.layouts[self.layout]
+    pub fn keymap(&self) -> &Keymap {
+        &self.keymap
+    }
+
+    pub fn screen(&self) -> &Screen {
+        &self.screen
+    }
+
+    pub fn notice(&self) -> Option<&str> {
+        self.notice.as_deref()
+    }
+
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// The launch attempt the panes show (0 before the first launch).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// How the current launch became ready, once it has.
+    pub fn ready(&self) -> Option<ReadyInfo> {
+        self.ready
+    }
+
+    pub fn phases(&self) -> &Phases {
+        &self.phases
+    }
+
+    pub fn diagnosis(&self) -> &Diagnosis {
+        &self.diagnosis
+    }
+
+    pub fn gpus(&self) -> &Gpus {
+        &self.gpus
+    }
+
+    pub fn log(&self) -> &LogView {
+        &self.log
+    }
+
+    pub fn generate(&self) -> &Generate {
+        &self.generate
+    }
+
+    pub fn engine_exited(&self) -> bool {
+        self.engine_exited
+    }
+
+    /// The code the session exits with if it ends now.
+    pub fn exit_code(&self) -> i32 {
+        self.exit_code
     }
 
     /// The pane a slot shows now: the first of its panes with something to say.
@@ -266,34 +182,22 @@ impl State {
 
     fn has_content(&self, pane: PaneKind) -> bool {
         match pane {
-            PaneKind::Diagnosis => !self.findings.is_empty() && self.ready.is_none(),
-            PaneKind::Generate => self.ready.is_some() || !self.generation.pieces.is_empty(),
-            PaneKind::Gpus => !self.gpus.is_empty() || self.gpu_note.is_some(),
+            PaneKind::Diagnosis => !self.diagnosis.findings().is_empty() && self.ready.is_none(),
+            PaneKind::Generate => self.ready.is_some() || !self.generate.generation().pieces.is_empty(),
+            PaneKind::Gpus => self.gpus.has_content(),
             PaneKind::Phases | PaneKind::Log | PaneKind::Status => true,
         }
     }
 
-    fn focusable_slots(&self) -> Vec<usize> {
-        let slots = self.current_layout().slot_panes();
-        (0..slots.len()).filter(|&i| slots[i] != [PaneKind::Status]).collect()
-    }
-
-    /// Start on the first pane that is not a text field, so keys act rather than type.
-    fn first_focus(&self) -> usize {
-        let slots = self.current_layout().slot_panes();
-        let focusable = self.focusable_slots();
-        focusable.iter().copied().find(|&i| !slots[i].contains(&PaneKind::Generate)).or(focusable.first().copied()).unwrap_or(0)
-    }
-
     pub fn focused_pane(&self) -> Option<PaneKind> {
-        let slots = self.current_layout().slot_panes();
-        slots.get(self.focus).map(|panes| self.shown_pane(panes))
+        let slots = self.screen.layout().slot_panes();
+        slots.get(self.screen.focus()).map(|panes| self.shown_pane(panes))
     }
 
     pub fn input_mode(&self) -> InputMode {
-        if self.help_open {
+        if self.screen.help_open() {
             InputMode::Normal
-        } else if self.log.search_input.is_some() || self.focused_pane() == Some(PaneKind::Generate) {
+        } else if self.log.search_input().is_some() || self.focused_pane() == Some(PaneKind::Generate) {
             InputMode::Text
         } else {
             InputMode::Normal
@@ -302,11 +206,7 @@ impl State {
 
     /// Whether the screen changes with the clock alone (a phase or a generation running).
     pub fn animating(&self) -> bool {
-        self.generation.active || self.phases.values().any(|p| p.state == Some(PhaseState::Started))
-    }
-
-    pub fn shown_finding(&self) -> Option<&Finding> {
-        self.findings.get(self.selected_finding)
+        self.generate.generation().active || self.phases.any_running()
     }
 
     pub fn apply(&mut self, input: Input) -> Vec<Effect> {
@@ -324,12 +224,7 @@ impl State {
                 Vec::new()
             }
             Input::FileLoaded { path, text } => {
-                let file = match text {
-                    Ok(text) => SourceFile::Loaded { lines: Arc::new(text.lines().map(str::to_string).collect()), marks: BTreeMap::new() },
-                    Err(e) => SourceFile::Failed(e),
-                };
-                self.files.insert(path.clone(), file);
-                self.mark_evidence(&path);
+                self.diagnosis.on_file_loaded(path, text);
                 Vec::new()
             }
         }
@@ -343,31 +238,16 @@ impl State {
             Event::Launch { attempt, spec } => {
                 self.attempt = attempt;
                 self.spec = spec;
-                self.launch_t = t;
-                self.phases.clear();
-                self.counters.clear();
-                self.findings.clear();
-                self.selected_finding = 0;
-                self.diagnosis_scroll = 0;
+                self.phases.clear_launch();
+                self.diagnosis.clear_launch();
                 self.ready = None;
-                self.generation = Generation::default();
+                self.generate.clear_launch();
                 let what = if attempt > 1 { "relaunch" } else { "launch" };
                 self.log.push(t, LogLevel::Info, "console", format!("{what} (attempt {attempt}): {}", self.spec));
                 Vec::new()
             }
             Event::Phase { phase, state, detail } => {
-                let record = self.phases.entry(phase).or_default();
-                match state {
-                    PhaseState::Started => {
-                        record.started = Some(t);
-                        record.ended = None;
-                    }
-                    // A phase may end without having been reported started (ready, or
-                    // skipped ones); it then has no elapsed time.
-                    _ => record.ended = Some(t),
-                }
-                record.state = Some(state);
-                record.detail = detail;
+                self.phases.on_phase(t, phase, state, detail);
                 if state == PhaseState::Failed {
                     self.on_launch_failed(t, phase)
                 } else {
@@ -375,22 +255,15 @@ impl State {
                 }
             }
             Event::Progress { phase, unit, gpu, label, done, total } => {
-                match self.counters.iter_mut().find(|c| c.phase == phase && c.gpu == gpu && c.label == label) {
-                    Some(c) => {
-                        c.done = done;
-                        c.total = total;
-                        c.last_t = t;
-                    }
-                    None => self.counters.push(Counter { phase, unit, gpu, label, done, total, first_t: t, first_done: done, last_t: t }),
-                }
+                self.phases.on_progress(Counter::first(t, phase, unit, gpu, label, done, total));
                 Vec::new()
             }
             Event::Log { level, source, line } => {
                 // The engine reports a failed request as an error line and sends no Stats:
                 // that ends the generation (a headless run must not wait for ever).
-                let failed_generation = level == LogLevel::Error && self.generation.active;
+                let failed_generation = level == LogLevel::Error && self.generate.generation().active;
                 if failed_generation {
-                    self.generation.active = false;
+                    self.generate.stop();
                     self.notice = Some(format!("generation failed: {line}"));
                 }
                 self.log.push(t, level, &source, line);
@@ -407,25 +280,20 @@ impl State {
                 Vec::new()
             }
             Event::Telemetry { gpus, note } => {
-                self.gpus = gpus;
-                self.gpu_note = note;
+                self.gpus.on_telemetry(gpus, note);
                 Vec::new()
             }
             Event::Prompt { text, .. } => {
-                if self.prompt.value() != text {
-                    self.prompt = TextInput::new(text.clone());
-                }
-                self.generation = Generation { prompt: text, sent_t: t, active: true, ..Generation::default() };
+                self.generate.on_prompt(t, text);
                 Vec::new()
             }
             Event::Token { ids, text, drafted } => {
-                self.generation.push(t, ids.len(), &text, drafted);
+                self.generate.on_token(t, ids.len(), &text, drafted);
                 Vec::new()
             }
             Event::Stats(stats) => {
-                self.generation.stats = Some(stats);
-                // The engine sends Stats when a generation ends (see CONTRACTS.md 1).
-                let was_active = std::mem::replace(&mut self.generation.active, false);
+                // The engine sends Stats when a generation ends.
+                let was_active = self.generate.on_stats(stats);
                 if was_active && self.options.exit_when_done {
                     self.finish(0)
                 } else {
@@ -435,7 +303,7 @@ impl State {
             Event::Ready { elapsed_s, reused_target } => self.on_ready(t, elapsed_s, reused_target),
             Event::Exit { code, reason } => {
                 self.engine_exited = true;
-                self.generation.active = false;
+                self.generate.stop();
                 self.log.push(t, LogLevel::Info, "engine", format!("engine exited ({code}): {reason}"));
                 if self.quitting {
                     vec![Effect::Exit(self.exit_code)]
@@ -457,44 +325,13 @@ impl State {
             Severity::Info => LogLevel::Info,
         };
         self.log.push(t, level, "finding", format!("{} ({}): {}", finding.id, finding.phase, finding.message));
-        let mut effects = Vec::new();
-        for ev in &finding.evidence {
-            let quotable =
-                matches!(ev.side, Side::Target | Side::Draft | Side::Log) && (ev.key.starts_with('/') || ev.key.starts_with("line "));
-            if quotable && !self.files.contains_key(&ev.file) {
-                self.files.insert(ev.file.clone(), SourceFile::Loading);
-                effects.push(Effect::ReadFile(ev.file.clone()));
-            }
-        }
-        let files: BTreeSet<String> = finding.evidence.iter().map(|e| e.file.clone()).collect();
-        // Errors first: the diagnosis opens on what stops the launch.
-        let at = self.findings.iter().position(|f| f.severity < finding.severity).unwrap_or(self.findings.len());
-        self.findings.insert(at, finding);
-        for file in files {
-            self.mark_evidence(&file);
-        }
-        effects
-    }
-
-    /// Work out the lines of every evidence key cited in `path`, once it is loaded.
-    fn mark_evidence(&mut self, path: &str) {
-        let keys: Vec<String> = self.findings.iter().flat_map(|f| &f.evidence).filter(|e| e.file == path).map(|e| e.key.clone()).collect();
-        if let Some(SourceFile::Loaded { lines, marks }) = self.files.get_mut(path) {
-            let missing: Vec<String> = keys.into_iter().filter(|k| !marks.contains_key(k)).collect();
-            if missing.is_empty() {
-                return;
-            }
-            let text = lines.join("\n");
-            for key in missing {
-                let line = excerpt::evidence_line(&text, &key);
-                marks.insert(key, line);
-            }
-        }
+        self.diagnosis.on_finding(finding).into_iter().map(Effect::ReadFile).collect()
     }
 
     fn on_launch_failed(&mut self, t: f64, phase: PhaseId) -> Vec<Effect> {
         let remedy = self
-            .findings
+            .diagnosis
+            .findings()
             .iter()
             .flat_map(|f| f.remedies.iter())
             .find(|r| self.options.apply.contains(&r.id) && !self.spec.applied.contains(&r.id))
@@ -506,7 +343,7 @@ impl State {
             return effects;
         }
         if self.options.exit_when_done {
-            self.exit_code = exit_code(&self.findings).max(1);
+            self.exit_code = exit_code(self.diagnosis.findings()).max(1);
             self.log.push(t, LogLevel::Error, "console", format!("launch failed at {phase}"));
             return self.finish(self.exit_code);
         }
@@ -518,14 +355,10 @@ impl State {
         self.ready = Some(info);
         // "applied …; relaunching…" is over once the relaunch is ready.
         self.notice = None;
-        if self.cold_start.is_none() && !reused_target {
-            self.cold_start = Some(info);
-        } else {
-            self.relaunch = Some(info);
-        }
+        self.phases.on_ready(info);
         let how = if reused_target { ", target kept resident" } else { "" };
         self.log.push(t, LogLevel::Info, "console", format!("ready in {elapsed_s:.2} s{how}"));
-        if std::mem::take(&mut self.auto_prompt_pending) {
+        if self.generate.take_auto_send() {
             return self.send_prompt();
         }
         if self.options.exit_when_done {
@@ -548,9 +381,9 @@ impl State {
     // ----- actions ------------------------------------------------------------------------
 
     fn on_action(&mut self, action: Action) -> Vec<Effect> {
-        if self.help_open && !matches!(action, Action::Quit) {
+        if self.screen.help_open() && !matches!(action, Action::Quit) {
             // Help is modal: any key closes it, and only `?`/Esc are consumed by that.
-            self.help_open = false;
+            self.screen.set_help(false);
             if matches!(action, Action::ToggleHelp | Action::Cancel) {
                 return Vec::new();
             }
@@ -560,17 +393,16 @@ impl State {
             Action::Relaunch => self.relaunch(),
             Action::ApplyRemedy(n) => self.apply_remedy(n),
             Action::ToggleHelp => {
-                self.help_open = true;
+                self.screen.set_help(true);
                 Vec::new()
             }
             Action::FocusNext | Action::FocusPrev => {
-                self.move_focus(action == Action::FocusNext);
+                self.screen.move_focus(action == Action::FocusNext);
                 Vec::new()
             }
             Action::CycleLayout => {
-                self.layout = (self.layout + 1) % self.layouts.len();
-                self.focus = self.first_focus();
-                self.notice = Some(format!("layout: {}", self.current_layout().name));
+                self.screen.cycle_layout();
+                self.notice = Some(format!("layout: {}", self.screen.layout().name));
                 Vec::new()
             }
             Action::Search => {
@@ -579,7 +411,7 @@ impl State {
             }
             Action::SearchNext | Action::SearchPrev => {
                 if !self.log.jump(action == Action::SearchNext) {
-                    self.notice = Some(match &self.log.search {
+                    self.notice = Some(match self.log.search() {
                         Some(q) => format!("no more matches for {q:?}"),
                         None => "press / to search the log".to_string(),
                     });
@@ -595,20 +427,19 @@ impl State {
                 Vec::new()
             }
             Action::ScrollUp | Action::ScrollDown | Action::PageUp | Action::PageDown | Action::ScrollTop | Action::ScrollBottom => {
-                self.scroll(&action);
-                Vec::new()
-            }
-            Action::NextFinding | Action::PrevFinding => {
-                let n = self.findings.len();
-                if n > 0 {
-                    let step = if action == Action::NextFinding { 1 } else { n - 1 };
-                    self.selected_finding = (self.selected_finding + step) % n;
-                    self.diagnosis_scroll = 0;
+                match self.focused_pane() {
+                    Some(PaneKind::Diagnosis) => self.diagnosis.scroll(&action),
+                    // The log scrolls from anywhere else: it is the one long pane.
+                    _ => self.log.scroll(&action),
                 }
                 Vec::new()
             }
+            Action::NextFinding | Action::PrevFinding => {
+                self.diagnosis.select_next(action == Action::NextFinding);
+                Vec::new()
+            }
             Action::Submit => {
-                if self.log.search_input.is_some() {
+                if self.log.search_input().is_some() {
                     self.log.confirm_search();
                     Vec::new()
                 } else {
@@ -621,14 +452,8 @@ impl State {
             }
             Action::Edit(request) => {
                 let prompt_focused = self.focused_pane() == Some(PaneKind::Generate);
-                match &mut self.log.search_input {
-                    Some(input) => {
-                        input.handle(request);
-                    }
-                    None if prompt_focused => {
-                        self.prompt.handle(request);
-                    }
-                    None => {}
+                if !self.log.edit_search(request) && prompt_focused {
+                    self.generate.edit(request);
                 }
                 Vec::new()
             }
@@ -664,7 +489,7 @@ impl State {
     }
 
     fn apply_remedy(&mut self, n: u8) -> Vec<Effect> {
-        let Some(finding) = self.shown_finding() else {
+        let Some(finding) = self.diagnosis.shown() else {
             self.notice = Some(format!("no diagnosis: nothing for {n} to apply"));
             return Vec::new();
         };
@@ -692,7 +517,7 @@ impl State {
 
     fn send_prompt(&mut self) -> Vec<Effect> {
         // Sent exactly as typed: trailing newlines are part of a completion prompt.
-        let text = self.prompt.value().to_string();
+        let text = self.generate.prompt().to_string();
         if text.trim().is_empty() {
             self.notice = Some("type a prompt first (Tab to the Generate pane)".into());
             return Vec::new();
@@ -709,49 +534,14 @@ impl State {
             Effect::Generate(GenerateParams::greedy(text, max_new_tokens)),
         ]
     }
-
-    fn move_focus(&mut self, forward: bool) {
-        let order = self.focusable_slots();
-        if order.is_empty() {
-            return;
-        }
-        let at = order.iter().position(|&i| i == self.focus).unwrap_or(0);
-        let next = if forward { (at + 1) % order.len() } else { (at + order.len() - 1) % order.len() };
-        self.focus = order[next];
-    }
-
-    fn scroll(&mut self, action: &Action) {
-        const PAGE: usize = 10;
-        match self.focused_pane() {
-            Some(PaneKind::Diagnosis) => {
-                let s = &mut self.diagnosis_scroll;
-                *s = match action {
-                    Action::ScrollUp => s.saturating_sub(1),
-                    Action::ScrollDown => *s + 1,
-                    Action::PageUp => s.saturating_sub(PAGE),
-                    Action::PageDown => *s + PAGE,
-                    Action::ScrollTop => 0,
-                    // The pane clamps this to its last screenful.
-                    _ => usize::MAX / 2,
-                };
-            }
-            // The log scrolls from anywhere else: it is the one long pane.
-            _ => match action {
-                Action::ScrollUp => self.log.scroll_up(1),
-                Action::ScrollDown => self.log.scroll_down(1),
-                Action::PageUp => self.log.scroll_up(PAGE),
-                Action::PageDown => self.log.scroll_down(PAGE),
-                Action::ScrollTop => self.log.scroll_top(),
-                _ => self.log.follow_bottom(),
-            },
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::finding::{Evidence, Remedy};
+    use crate::console::panes::diagnosis::SourceFile;
+    use crate::event::GenerationStats;
+    use crate::finding::{Evidence, Remedy, Side};
 
     fn state(options: Options) -> State {
         State::new(LaunchSpec::default(), options, Keymap::default(), Layout::cycle_starting_with(Layout::builtin("default").unwrap()))
@@ -800,7 +590,7 @@ mod tests {
     fn remedy_key_changes_the_spec_emits_and_relaunches() {
         let mut s = state(live());
         assert_eq!(failed_launch(&mut s), vec![]);
-        assert_eq!(s.phases[&PhaseId::Preflight].state, Some(PhaseState::Failed));
+        assert_eq!(s.phases.state_of(PhaseId::Preflight), Some(PhaseState::Failed));
         let effects = s.apply(Input::Action(Action::ApplyRemedy(1)));
         let mut want = LaunchSpec { context_length: Some(131072), ..LaunchSpec::default() };
         want.applied.push("clamp-context-length".into());
@@ -824,12 +614,12 @@ mod tests {
         let mut s = state(live());
         failed_launch(&mut s);
         s.apply(ev(1.0, Event::Launch { attempt: 2, spec: LaunchSpec::default() }));
-        assert!(s.findings.is_empty() && s.phases.is_empty());
+        assert!(s.diagnosis.findings().is_empty() && s.phases.is_empty());
         s.apply(ev(5.0, Event::Ready { elapsed_s: 4.0, reused_target: false }));
         s.apply(ev(6.0, Event::Launch { attempt: 3, spec: LaunchSpec::default() }));
         s.apply(ev(6.5, Event::Ready { elapsed_s: 0.5, reused_target: true }));
-        assert_eq!(s.cold_start, Some(ReadyInfo { attempt: 2, elapsed_s: 4.0, reused_target: false }));
-        assert_eq!(s.relaunch, Some(ReadyInfo { attempt: 3, elapsed_s: 0.5, reused_target: true }));
+        assert_eq!(s.phases.cold_start(), Some(ReadyInfo { attempt: 2, elapsed_s: 4.0, reused_target: false }));
+        assert_eq!(s.phases.relaunch(), Some(ReadyInfo { attempt: 3, elapsed_s: 0.5, reused_target: true }));
     }
 
     #[test]
@@ -839,14 +629,14 @@ mod tests {
         let text = "{\n  \"hidden_size\": 8,\n  \"max_position_embeddings\": 262144\n}";
         s.apply(Input::FileLoaded { path: "t/config.json".into(), text: Ok(text.into()) });
         s.apply(Input::FileLoaded { path: "d/config.json".into(), text: Err("gone".into()) });
-        match &s.files["t/config.json"] {
-            SourceFile::Loaded { lines, marks } => {
+        match s.diagnosis.file("t/config.json") {
+            Some(SourceFile::Loaded { lines, marks }) => {
                 assert_eq!(lines.len(), 4);
                 assert_eq!(marks.get("/max_position_embeddings"), Some(&Some(3)));
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(s.files["d/config.json"], SourceFile::Failed("gone".into()));
+        assert_eq!(s.diagnosis.file("d/config.json"), Some(&SourceFile::Failed("gone".into())));
     }
 
     /// What sending a prompt does: the prompt goes on the stream, the request to the engine.
@@ -861,8 +651,9 @@ mod tests {
     fn a_replayed_prompt_fills_the_input_and_starts_the_generation() {
         let mut s = state(Options { engine_attached: false, ..Options::default() });
         s.apply(ev(3.0, Event::Prompt { text: "To be".into(), max_new_tokens: 8 }));
-        assert_eq!((s.prompt.value(), s.generation.prompt.as_str(), s.generation.sent_t), ("To be", "To be", 3.0));
-        assert!(s.generation.active);
+        let generation = s.generate.generation();
+        assert_eq!((s.generate.prompt(), generation.prompt.as_str(), generation.sent_t), ("To be", "To be", 3.0));
+        assert!(generation.active);
     }
 
     #[test]
@@ -882,9 +673,10 @@ mod tests {
         s.apply(ev(2.0, Event::Prompt { text: "Once upon".into(), max_new_tokens: 16 }));
         s.apply(ev(2.1, Event::Token { ids: vec![5, 6], text: " a time".into(), drafted: true }));
         s.apply(ev(2.2, Event::Token { ids: vec![7], text: ",".into(), drafted: false }));
-        assert_eq!(s.generation.histogram, vec![0, 0, 0, 1]);
-        assert_eq!(s.generation.pieces, vec![(" a time".to_string(), true), (",".to_string(), false)]);
-        assert_eq!(s.generation.mean_accept_length(), Some(3.0));
+        let generation = s.generate.generation();
+        assert_eq!(generation.histogram, vec![0, 0, 0, 1]);
+        assert_eq!(generation.pieces, vec![(" a time".to_string(), true), (",".to_string(), false)]);
+        assert_eq!(generation.mean_accept_length(), Some(3.0));
         let effects = s.apply(ev(2.3, Event::Stats(GenerationStats { tokens: 3, ..GenerationStats::default() })));
         assert_eq!(effects, vec![Effect::Shutdown]);
         let effects = s.apply(ev(2.4, Event::Exit { code: 0, reason: "shutdown".into() }));
@@ -897,7 +689,7 @@ mod tests {
         s.apply(ev(0.0, Event::Launch { attempt: 1, spec: LaunchSpec::default() }));
         assert_eq!(s.apply(ev(1.0, Event::Ready { elapsed_s: 1.0, reused_target: false })), prompt_sent("x", 16));
         s.apply(ev(1.0, Event::Prompt { text: "x".into(), max_new_tokens: 16 }));
-        assert!(s.generation.active);
+        assert!(s.generate.generation().active);
         let line = "generate: the tokenizer cannot encode the prompt".to_string();
         let effects = s.apply(ev(1.1, Event::Log { level: LogLevel::Error, source: "engine".into(), line }));
         assert_eq!(effects, vec![Effect::Shutdown]);
@@ -949,7 +741,7 @@ mod tests {
         assert_eq!(s.input_mode(), InputMode::Text);
         s.apply(Input::Action(Action::Edit(tui_input::InputRequest::InsertChar('h'))));
         s.apply(Input::Action(Action::Edit(tui_input::InputRequest::InsertChar('i'))));
-        assert_eq!(s.prompt.value(), "hi");
+        assert_eq!(s.generate.prompt(), "hi");
         assert_eq!(s.apply(Input::Action(Action::Submit)), vec![]);
         assert_eq!(s.notice.as_deref(), Some("the engine is not ready yet"));
         s.apply(ev(1.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
@@ -957,7 +749,7 @@ mod tests {
         assert!(!s.animating(), "the generation starts when the prompt comes back on the stream");
         s.apply(ev(1.5, Event::Prompt { text: "hi".into(), max_new_tokens: 16 }));
         assert!(s.animating());
-        assert_eq!(s.generation.sent_t, 1.5);
+        assert_eq!(s.generate.generation().sent_t, 1.5);
     }
 
     #[test]
@@ -966,7 +758,7 @@ mod tests {
         let names: Vec<String> = (0..3)
             .map(|_| {
                 s.apply(Input::Action(Action::CycleLayout));
-                s.current_layout().name.clone()
+                s.screen.layout().name.clone()
             })
             .collect();
         assert_eq!(names, ["compact", "wide", "default"]);
@@ -983,33 +775,10 @@ mod tests {
     fn help_is_modal() {
         let mut s = state(live());
         s.apply(Input::Action(Action::ToggleHelp));
-        assert!(s.help_open);
+        assert!(s.screen.help_open());
         assert_eq!(s.apply(Input::Action(Action::Cancel)), vec![]);
-        assert!(!s.help_open);
+        assert!(!s.screen.help_open());
         s.apply(Input::Action(Action::ToggleHelp));
         assert_eq!(s.apply(Input::Action(Action::Quit)), vec![Effect::Shutdown]);
-    }
-
-    #[test]
-    fn progress_counters_accumulate_per_gpu_and_label() {
-        let mut s = state(live());
-        let progress = |t, gpu, done| {
-            ev(
-                t,
-                Event::Progress {
-                    phase: PhaseId::TargetLoad,
-                    unit: ProgressUnit::Bytes,
-                    gpu: Some(gpu),
-                    label: "model.safetensors".into(),
-                    done,
-                    total: 100,
-                },
-            )
-        };
-        s.apply(progress(1.0, 0, 10));
-        s.apply(progress(1.0, 1, 20));
-        s.apply(progress(2.0, 0, 60));
-        assert_eq!(s.counters.len(), 2);
-        assert_eq!((s.counters[0].done, s.counters[0].first_done, s.counters[0].last_t), (60, 10, 2.0));
     }
 }

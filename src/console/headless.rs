@@ -59,7 +59,7 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
             Event::Token { text, .. } => {
                 if !self.mid_line {
                     writeln!(self.out, "--- generated ---")?;
-                    write!(self.out, "{}", state.generation.prompt)?;
+                    write!(self.out, "{}", state.generate().generation().prompt)?;
                 }
                 write!(self.out, "{text}")?;
                 self.mid_line = true;
@@ -72,7 +72,7 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
             }
             Event::Phase { phase, state: phase_state, detail } => {
                 self.end_line()?;
-                let elapsed = match (phase_state, state.phases.get(phase).and_then(|r| r.started)) {
+                let elapsed = match (phase_state, state.phases().record(*phase).and_then(|r| r.started)) {
                     (PhaseState::Done | PhaseState::Failed, Some(start)) => format!(" ({})", fmt_secs(ev.t - start)),
                     _ => String::new(),
                 };
@@ -131,7 +131,7 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
             return self.out.flush();
         }
         let ids: Vec<&str> =
-            state.findings.iter().filter(|f| f.is_error()).flat_map(|f| f.remedies.iter().map(|r| r.id.as_str())).collect();
+            state.diagnosis().findings().iter().filter(|f| f.is_error()).flat_map(|f| f.remedies.iter().map(|r| r.id.as_str())).collect();
         match ids.first() {
             Some(first) => {
                 writeln!(self.err, "specdeck: the launch failed; to apply a remedy and continue, pass --apply {first}")?;

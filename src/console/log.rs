@@ -2,8 +2,9 @@
 //! Filtering is incremental (an index of the lines that pass), so a frame over a long log
 //! only touches the lines on screen.
 
-use tui_input::Input as TextInput;
+use tui_input::{Input as TextInput, InputRequest};
 
+use super::action::{Action, PAGE};
 use crate::event::LogLevel;
 
 /// Lines kept; the oldest are dropped in blocks beyond this.
@@ -23,14 +24,14 @@ pub struct LogView {
     entries: Vec<LogEntry>,
     /// Indexes into `entries` of the lines the level filter lets through.
     visible: Vec<usize>,
-    pub min_level: Option<LogLevel>,
+    min_level: Option<LogLevel>,
     /// Visible lines below the bottom of the view (0 = the newest line is at the bottom).
-    pub back: usize,
-    pub follow: bool,
+    back: usize,
+    follow: bool,
     /// The confirmed search (highlighted; `n`/`N` jump between matches).
-    pub search: Option<String>,
+    search: Option<String>,
     /// The search prompt while it is open.
-    pub search_input: Option<TextInput>,
+    search_input: Option<TextInput>,
 }
 
 impl Default for LogView {
@@ -75,6 +76,42 @@ impl LogView {
         self.visible.len()
     }
 
+    /// The lowest level shown (`None`: every level).
+    pub fn min_level(&self) -> Option<LogLevel> {
+        self.min_level
+    }
+
+    /// Whether the view follows the newest line.
+    pub fn follows(&self) -> bool {
+        self.follow
+    }
+
+    /// Visible lines below the bottom of the view.
+    pub fn lines_below(&self) -> usize {
+        self.back
+    }
+
+    /// The confirmed search.
+    pub fn search(&self) -> Option<&str> {
+        self.search.as_deref()
+    }
+
+    /// The search prompt, while it is open.
+    pub fn search_input(&self) -> Option<&TextInput> {
+        self.search_input.as_ref()
+    }
+
+    /// Type into the search prompt; false when it is not open.
+    pub fn edit_search(&mut self, request: InputRequest) -> bool {
+        match &mut self.search_input {
+            Some(input) => {
+                input.handle(request);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The visible lines in a view `height` rows tall, oldest first.
     pub fn window(&self, height: usize) -> impl Iterator<Item = &LogEntry> {
         let bottom = self.visible.len().saturating_sub(self.back);
@@ -93,6 +130,18 @@ impl LogView {
         self.back = 0;
         self.follow = true;
         self.refilter();
+    }
+
+    /// Move the view by a scroll key.
+    pub fn scroll(&mut self, action: &Action) {
+        match action {
+            Action::ScrollUp => self.scroll_up(1),
+            Action::ScrollDown => self.scroll_down(1),
+            Action::PageUp => self.scroll_up(PAGE),
+            Action::PageDown => self.scroll_down(PAGE),
+            Action::ScrollTop => self.scroll_top(),
+            _ => self.follow_bottom(),
+        }
     }
 
     pub fn scroll_up(&mut self, n: usize) {

@@ -12,6 +12,7 @@ pub mod layout;
 pub mod log;
 pub mod panes;
 pub mod run;
+pub mod screen;
 pub mod session;
 pub mod terminal;
 pub mod text;

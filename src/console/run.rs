@@ -138,7 +138,7 @@ impl<F: Frontend> Runner<'_, F> {
     fn user(&mut self, input: UserInput) -> Option<i32> {
         match input {
             UserInput::Key(key) => {
-                let action = self.session.state.keymap.map_key(self.session.state.input_mode(), &key)?;
+                let action = self.session.state.keymap().map_key(self.session.state.input_mode(), &key)?;
                 self.step(Input::Action(action))
             }
             UserInput::Action(action) => self.step(Input::Action(action)),
@@ -201,7 +201,7 @@ pub async fn run<F: Frontend>(
             },
             _ = sleep_until(deadline), if runner.shutdown_by.is_some() => {
                 // The engine did not confirm its shutdown in time; leave anyway.
-                code = Some(runner.session.state.exit_code);
+                code = Some(runner.session.state.exit_code());
             },
         }
     }

@@ -6,12 +6,137 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
+use tui_input::{Input as TextInput, InputRequest};
 
-use super::{bar, Pane};
+use super::pane::{bar, Pane};
 use crate::console::text::{truncate, wrap_runs};
+use crate::event::GenerationStats;
 
-pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
-    let s = pane.state;
+/// The pane's state: the prompt being typed and the generation it started.
+#[derive(Clone, Debug)]
+pub struct Generate {
+    prompt: TextInput,
+    generation: Generation,
+    /// A prompt given up front is sent once, at the first ready.
+    auto_send: bool,
+}
+
+impl Generate {
+    pub(crate) fn new(prompt: Option<String>) -> Generate {
+        let auto_send = prompt.is_some();
+        Generate { prompt: TextInput::new(prompt.unwrap_or_default()), generation: Generation::default(), auto_send }
+    }
+
+    pub fn prompt(&self) -> &str {
+        self.prompt.value()
+    }
+
+    pub fn generation(&self) -> &Generation {
+        &self.generation
+    }
+
+    pub(crate) fn edit(&mut self, request: InputRequest) {
+        self.prompt.handle(request);
+    }
+
+    /// True once: whether the prompt given up front is still to be sent.
+    pub(crate) fn take_auto_send(&mut self) -> bool {
+        std::mem::take(&mut self.auto_send)
+    }
+
+    /// A new launch has no generation yet.
+    pub(crate) fn clear_launch(&mut self) {
+        self.generation = Generation::default();
+    }
+
+    /// A prompt on the stream (sent here, or replayed) fills the input and starts a generation.
+    pub(crate) fn on_prompt(&mut self, t: f64, text: String) {
+        if self.prompt.value() != text {
+            self.prompt = TextInput::new(text.clone());
+        }
+        self.generation = Generation { prompt: text, sent_t: t, active: true, ..Generation::default() };
+    }
+
+    pub(crate) fn on_token(&mut self, t: f64, ids: usize, text: &str, drafted: bool) {
+        self.generation.push(t, ids, text, drafted);
+    }
+
+    /// The engine's figures end the generation; returns whether one was running.
+    pub(crate) fn on_stats(&mut self, stats: GenerationStats) -> bool {
+        self.generation.stats = Some(stats);
+        self.stop()
+    }
+
+    /// End the generation without figures; returns whether one was running.
+    pub(crate) fn stop(&mut self) -> bool {
+        std::mem::replace(&mut self.generation.active, false)
+    }
+}
+
+/// The generation in progress or last finished.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Generation {
+    pub prompt: String,
+    /// Committed text runs; `true` marks accepted draft tokens.
+    pub pieces: Vec<(String, bool)>,
+    pub sent_t: f64,
+    pub last_t: Option<f64>,
+    pub tokens: usize,
+    pub steps: usize,
+    /// `histogram[n]`: verify steps that emitted n tokens (live count from Token events).
+    pub histogram: Vec<u64>,
+    pending_drafted: usize,
+    /// The engine's own figures, once it sends them.
+    pub stats: Option<GenerationStats>,
+    pub active: bool,
+}
+
+impl Generation {
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        if let Some(s) = &self.stats {
+            return Some(s.tokens_per_s);
+        }
+        let span = self.last_t? - self.sent_t;
+        (span > 0.0).then(|| self.tokens as f64 / span)
+    }
+
+    pub fn mean_accept_length(&self) -> Option<f64> {
+        if let Some(s) = &self.stats {
+            return Some(s.mean_accept_length);
+        }
+        (self.steps > 0).then(|| self.tokens as f64 / self.steps as f64)
+    }
+
+    pub fn accept_histogram(&self) -> &[u64] {
+        match &self.stats {
+            Some(s) if !s.accept_histogram.is_empty() => &s.accept_histogram,
+            _ => &self.histogram,
+        }
+    }
+
+    fn push(&mut self, t: f64, ids: usize, text: &str, drafted: bool) {
+        match self.pieces.last_mut() {
+            Some((s, d)) if *d == drafted => s.push_str(text),
+            _ => self.pieces.push((text.to_string(), drafted)),
+        }
+        self.tokens += ids;
+        self.last_t = Some(t);
+        if drafted {
+            self.pending_drafted += ids;
+        } else {
+            // The target's own token closes a verify step.
+            let len = self.pending_drafted + ids;
+            if self.histogram.len() <= len {
+                self.histogram.resize(len + 1, 0);
+            }
+            self.histogram[len] += 1;
+            self.steps += 1;
+            self.pending_drafted = 0;
+        }
+    }
+}
+
+pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, ready: bool, buf: &mut Buffer) {
     let theme = pane.theme;
     let title = Line::from(vec![
         Span::styled(" Generate · ", theme.title()),
@@ -21,15 +146,16 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
         Span::styled(" tokens ", theme.title()),
     ]);
     let inner = pane.frame(title, buf);
-    let hist = s.generation.accept_histogram();
+    let generation = &generate.generation;
+    let hist = generation.accept_histogram();
     let hist_rows = hist.iter().skip(1).count().min((inner.height as usize).saturating_sub(4) / 2);
     let [prompt_area, output_area, stats_area, hist_area] =
         Layout::vertical([Constraint::Length(1), Constraint::Fill(1), Constraint::Length(1), Constraint::Length(hist_rows as u16)])
             .areas(inner);
-    draw_prompt(pane, prompt_area, buf);
+    draw_prompt(pane, &generate.prompt, prompt_area, buf);
     let width = output_area.width as usize;
-    let runs = s.generation.pieces.iter().map(|(text, drafted)| (text.as_str(), *drafted));
-    let rows = if s.generation.pieces.is_empty() { Vec::new() } else { wrap_runs(runs, width) };
+    let runs = generation.pieces.iter().map(|(text, drafted)| (text.as_str(), *drafted));
+    let rows = if generation.pieces.is_empty() { Vec::new() } else { wrap_runs(runs, width) };
     // Show the tail: the newest text stays in view as it streams.
     let start = rows.len().saturating_sub(output_area.height as usize);
     let lines: Vec<Line> = rows[start..]
@@ -43,27 +169,27 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
         })
         .collect();
     let body = if lines.is_empty() {
-        let hint = if s.ready.is_some() { "Enter sends the prompt." } else { "The engine is not ready yet." };
+        let hint = if ready { "Enter sends the prompt." } else { "The engine is not ready yet." };
         vec![Line::styled(hint, theme.dim())]
     } else {
         lines
     };
     Paragraph::new(body).render(output_area, buf);
-    Paragraph::new(stats_line(pane)).render(stats_area, buf);
+    Paragraph::new(stats_line(pane, generation)).render(stats_area, buf);
     draw_histogram(pane, hist, hist_rows, hist_area, buf);
 }
 
-fn draw_prompt(pane: &Pane<'_>, area: ratatui::layout::Rect, buf: &mut Buffer) {
+fn draw_prompt(pane: &Pane<'_>, prompt: &TextInput, area: ratatui::layout::Rect, buf: &mut Buffer) {
     let theme = pane.theme;
     // The prompt is one line on screen; show its newlines as ↵ (one cell each, so the
     // cursor arithmetic is unchanged).
-    let value = pane.state.prompt.value().replace('\n', "↵");
+    let value = prompt.value().replace('\n', "↵");
     let value = value.as_str();
     let width = (area.width as usize).saturating_sub(3);
     let mut spans = vec![Span::styled("> ", theme.key())];
     if pane.focused {
-        let cursor = pane.state.prompt.visual_cursor();
-        let scroll = pane.state.prompt.visual_scroll(width);
+        let cursor = prompt.visual_cursor();
+        let scroll = prompt.visual_scroll(width);
         let shown: String = value.chars().skip(scroll).collect();
         let at = cursor - scroll;
         let before: String = shown.chars().take(at).collect();
@@ -76,8 +202,7 @@ fn draw_prompt(pane: &Pane<'_>, area: ratatui::layout::Rect, buf: &mut Buffer) {
     Paragraph::new(Line::from(spans)).render(area, buf);
 }
 
-fn stats_line<'a>(pane: &Pane<'_>) -> Line<'a> {
-    let g = &pane.state.generation;
+fn stats_line<'a>(pane: &Pane<'_>, g: &Generation) -> Line<'a> {
     let theme = pane.theme;
     if g.tokens == 0 && g.stats.is_none() {
         return Line::styled(if g.active { "generating…" } else { "" }, theme.dim());

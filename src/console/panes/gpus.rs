@@ -5,24 +5,42 @@ use ratatui::buffer::Buffer;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget, Wrap};
 
-use super::{bar, fmt_bytes, Pane};
+use super::pane::{bar, fmt_bytes, Pane};
 use crate::console::text::truncate;
 use crate::event::GpuSample;
 
-pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
-    let s = pane.state;
-    let title = match s.gpus.len() {
+/// The pane's state: the latest sample of every GPU, or why there is none.
+#[derive(Clone, Debug, Default)]
+pub struct Gpus {
+    samples: Vec<GpuSample>,
+    note: Option<String>,
+}
+
+impl Gpus {
+    pub(crate) fn on_telemetry(&mut self, samples: Vec<GpuSample>, note: Option<String>) {
+        self.samples = samples;
+        self.note = note;
+    }
+
+    /// Whether there is anything to show yet: a sample, or the note saying there is none.
+    pub fn has_content(&self) -> bool {
+        !self.samples.is_empty() || self.note.is_some()
+    }
+}
+
+pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, buf: &mut Buffer) {
+    let title = match gpus.samples.len() {
         0 => " GPUs ".to_string(),
         n => format!(" GPUs · {n} "),
     };
     let inner = pane.frame(Line::styled(title, pane.theme.title()), buf);
-    if s.gpus.is_empty() {
-        let text = s.gpu_note.clone().unwrap_or_else(|| "waiting for the first GPU sample…".to_string());
+    if gpus.samples.is_empty() {
+        let text = gpus.note.clone().unwrap_or_else(|| "waiting for the first GPU sample…".to_string());
         Paragraph::new(Line::styled(text, pane.theme.dim())).wrap(Wrap { trim: true }).render(inner, buf);
         return;
     }
     let width = inner.width as usize;
-    let rows: Vec<Line> = s.gpus.iter().map(|g| gpu_row(pane, g, width)).collect();
+    let rows: Vec<Line> = gpus.samples.iter().map(|g| gpu_row(pane, g, width)).collect();
     Paragraph::new(rows).render(inner, buf);
 }
 

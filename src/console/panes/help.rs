@@ -5,11 +5,11 @@ use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Widget};
 
-use crate::console::app::State;
+use crate::console::keymap::Keymap;
 use crate::console::theme::Theme;
 
-pub(super) fn draw(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let rows = state.keymap.help_rows();
+pub(super) fn draw(keymap: &Keymap, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let rows = keymap.help_rows();
     let key_width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0).min(24);
     let lines: Vec<Line> = rows
         .into_iter()

@@ -7,25 +7,24 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
-use super::Pane;
-use crate::console::log::LogEntry;
+use super::pane::Pane;
+use crate::console::log::{LogEntry, LogView};
 use crate::console::text::truncate;
 use crate::event::LogLevel;
 
-pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
-    let log = &pane.state.log;
+pub(super) fn draw(pane: &Pane<'_>, log: &LogView, buf: &mut Buffer) {
     let theme = pane.theme;
-    let level = match log.min_level {
+    let level = match log.min_level() {
         None => "all levels".to_string(),
         Some(l) => format!("{}+", level_name(l)),
     };
-    let mode = if log.follow { "follow".to_string() } else { format!("paused, {} below", log.back) };
+    let mode = if log.follows() { "follow".to_string() } else { format!("paused, {} below", log.lines_below()) };
     let mut title = format!(" Log · {level} · {mode} ");
-    if let Some(q) = &log.search {
+    if let Some(q) = log.search() {
         title.push_str(&format!("· /{q} "));
     }
     let inner = pane.frame(Line::styled(title, theme.title()), buf);
-    let (body, prompt) = match &log.search_input {
+    let (body, prompt) = match log.search_input() {
         Some(_) if inner.height > 1 => {
             let [b, p] = Layout::vertical([Constraint::Fill(1), Constraint::Length(1)]).areas(inner);
             (b, Some(p))
@@ -33,10 +32,10 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
         _ => (inner, None),
     };
     let width = body.width as usize;
-    let query = log.search.as_deref().map(str::to_lowercase);
+    let query = log.search().map(str::to_lowercase);
     let lines: Vec<Line> = log.window(body.height as usize).map(|e| entry_line(pane, e, query.as_deref(), width)).collect();
     Paragraph::new(lines).render(body, buf);
-    if let (Some(area), Some(input)) = (prompt, &log.search_input) {
+    if let (Some(area), Some(input)) = (prompt, log.search_input()) {
         let value = input.value();
         let line = Line::from(vec![
             Span::styled("/", theme.key()),

@@ -1,22 +1,28 @@
-//! Drawing: a pure function of the state. Each pane draws into its area of the buffer.
+//! Drawing: a pure function of the state. Each pane draws into its area of the buffer,
+//! from its own state where it has one (each pane's file holds its state beside its
+//! drawing; `pane.rs` what they all draw with).
 
-mod diagnosis;
-mod generate;
-mod gpus;
+pub mod diagnosis;
+pub mod generate;
+pub mod gpus;
 mod help;
 mod log;
-mod phases;
+mod pane;
+pub mod phases;
 mod status;
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
-use ratatui::text::Line;
-use ratatui::widgets::{Block, Paragraph, Widget};
+use ratatui::widgets::{Paragraph, Widget};
 use ratatui::Frame;
+
+pub use pane::fmt_secs;
+use pane::Pane;
 
 use super::app::State;
 use super::layout::PaneKind;
 use super::theme::Theme;
+use crate::phase::PhaseId;
 
 /// Smallest terminal the panes are laid out for.
 pub const MIN_WIDTH: u16 = 40;
@@ -34,90 +40,22 @@ pub fn draw_buffer(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
         Paragraph::new(msg).render(area, buf);
         return;
     }
-    for (index, slot) in state.current_layout().slots(area).into_iter().enumerate() {
-        let pane = state.shown_pane(&slot.panes);
-        let focused = index == state.focus && !state.help_open;
-        let ctx = Pane { state, theme, area: slot.area, focused };
-        match pane {
-            PaneKind::Phases => phases::draw(&ctx, buf),
-            PaneKind::Gpus => gpus::draw(&ctx, buf),
-            PaneKind::Log => log::draw(&ctx, buf),
-            PaneKind::Diagnosis => diagnosis::draw(&ctx, buf),
-            PaneKind::Generate => generate::draw(&ctx, buf),
-            PaneKind::Status => status::draw(&ctx, buf),
+    let screen = state.screen();
+    for (index, slot) in screen.layout().slots(area).into_iter().enumerate() {
+        let pane = Pane { theme, area: slot.area, focused: index == screen.focus() && !screen.help_open() };
+        match state.shown_pane(&slot.panes) {
+            PaneKind::Phases => phases::draw(&pane, state.phases(), state.attempt(), state.now(), buf),
+            PaneKind::Gpus => gpus::draw(&pane, state.gpus(), buf),
+            PaneKind::Log => log::draw(&pane, state.log(), buf),
+            PaneKind::Diagnosis => {
+                let preflight = state.phases().state_of(PhaseId::Preflight);
+                diagnosis::draw(&pane, state.diagnosis(), state.keymap(), state.attempt(), preflight, buf)
+            }
+            PaneKind::Generate => generate::draw(&pane, state.generate(), state.ready().is_some(), buf),
+            PaneKind::Status => status::draw(&pane, state, buf),
         }
     }
-    if state.help_open {
-        help::draw(state, theme, area, buf);
-    }
-}
-
-/// What every pane gets: the state, the theme, its area and whether it has the focus.
-struct Pane<'a> {
-    state: &'a State,
-    theme: &'a Theme,
-    area: Rect,
-    focused: bool,
-}
-
-impl Pane<'_> {
-    /// Draw the pane's border and title; returns the inner area.
-    fn frame(&self, title: Line<'_>, buf: &mut Buffer) -> Rect {
-        let block = Block::bordered().border_style(self.theme.border(self.focused)).title(title);
-        let inner = block.inner(self.area);
-        block.render(self.area, buf);
-        inner
-    }
-}
-
-/// `0.8 ms`, `412 ms`, `2.31 s`, `1m05s`.
-pub fn fmt_secs(s: f64) -> String {
-    if s < 0.001 {
-        format!("{:.1} ms", s * 1000.0)
-    } else if s < 1.0 {
-        format!("{:.0} ms", s * 1000.0)
-    } else if s < 60.0 {
-        format!("{s:.2} s")
-    } else {
-        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
-    }
-}
-
-/// Binary units with one decimal: `512 B`, `1.5 KiB`, `3.2 GiB`.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
-/// A text bar `width` cells wide, filled to `fraction`.
-pub fn bar(width: usize, fraction: f64) -> (String, String) {
-    let filled = ((fraction.clamp(0.0, 1.0) * width as f64).round() as usize).min(width);
-    ("█".repeat(filled), "░".repeat(width - filled))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn figures_format_compactly() {
-        assert_eq!(fmt_secs(0.0004), "0.4 ms");
-        assert_eq!(fmt_secs(0.412), "412 ms");
-        assert_eq!(fmt_secs(2.314), "2.31 s");
-        assert_eq!(fmt_secs(65.2), "1m05s");
-        assert_eq!(fmt_bytes(512), "512 B");
-        assert_eq!(fmt_bytes(3 * 1024 * 1024 * 1024 + 200 * 1024 * 1024), "3.2 GiB");
-        assert_eq!(bar(4, 0.5), ("██".to_string(), "░░".to_string()));
-        assert_eq!(bar(4, 2.0).1, "");
+    if screen.help_open() {
+        help::draw(state.keymap(), theme, area, buf);
     }
 }

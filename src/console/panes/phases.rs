@@ -2,21 +2,159 @@
 //! rate, ETA; one per GPU when sharded), a gauge per graph-capture batch size, and the
 //! ready time of a relaunch next to the cold start.
 
+use std::collections::BTreeMap;
+
 use ratatui::buffer::Buffer;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
-use super::{bar, fmt_bytes, fmt_secs, Pane};
-use crate::console::app::{Counter, PhaseRecord, State};
+use super::pane::{bar, fmt_bytes, fmt_secs, Pane};
 use crate::console::text::truncate;
 use crate::event::{PhaseState, ProgressUnit};
 use crate::phase::PhaseId;
 
 const NAME_WIDTH: usize = 21;
 
-pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
-    let s = pane.state;
-    let title = match s.attempt {
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PhaseRecord {
+    pub state: Option<PhaseState>,
+    pub started: Option<f64>,
+    pub ended: Option<f64>,
+    pub detail: Option<String>,
+}
+
+impl PhaseRecord {
+    /// Seconds spent so far (running phases count up to `now`).
+    pub fn elapsed(&self, now: f64) -> Option<f64> {
+        let start = self.started?;
+        Some((self.ended.unwrap_or(now) - start).max(0.0))
+    }
+}
+
+/// One progress counter: a file of a load on one GPU, or one graph-capture batch size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Counter {
+    pub phase: PhaseId,
+    pub unit: ProgressUnit,
+    pub gpu: Option<u32>,
+    pub label: String,
+    pub done: u64,
+    pub total: u64,
+    pub first_t: f64,
+    pub first_done: u64,
+    pub last_t: f64,
+}
+
+impl Counter {
+    /// The counter a progress event at `t` starts.
+    pub(crate) fn first(t: f64, phase: PhaseId, unit: ProgressUnit, gpu: Option<u32>, label: String, done: u64, total: u64) -> Counter {
+        Counter { phase, unit, gpu, label, done, total, first_t: t, first_done: done, last_t: t }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReadyInfo {
+    pub attempt: u32,
+    pub elapsed_s: f64,
+    pub reused_target: bool,
+}
+
+/// The pane's state: the current launch's phases and counters, and the ready times of the
+/// cold start and the latest relaunch (those outlive a launch).
+#[derive(Clone, Debug, Default)]
+pub struct Phases {
+    records: BTreeMap<PhaseId, PhaseRecord>,
+    counters: Vec<Counter>,
+    cold_start: Option<ReadyInfo>,
+    relaunch: Option<ReadyInfo>,
+}
+
+impl Phases {
+    /// A new launch starts the timeline again.
+    pub(crate) fn clear_launch(&mut self) {
+        self.records.clear();
+        self.counters.clear();
+    }
+
+    pub(crate) fn on_phase(&mut self, t: f64, phase: PhaseId, state: PhaseState, detail: Option<String>) {
+        let record = self.records.entry(phase).or_default();
+        match state {
+            PhaseState::Started => {
+                record.started = Some(t);
+                record.ended = None;
+            }
+            // A phase may end without having been reported started (ready, or
+            // skipped ones); it then has no elapsed time.
+            _ => record.ended = Some(t),
+        }
+        record.state = Some(state);
+        record.detail = detail;
+    }
+
+    /// Count a progress event, given as the counter it starts when it is the first of its
+    /// phase, GPU and label.
+    pub(crate) fn on_progress(&mut self, sample: Counter) {
+        match self.counters.iter_mut().find(|c| c.phase == sample.phase && c.gpu == sample.gpu && c.label == sample.label) {
+            Some(c) => {
+                c.done = sample.done;
+                c.total = sample.total;
+                c.last_t = sample.last_t;
+            }
+            None => self.counters.push(sample),
+        }
+    }
+
+    /// The first ready without a kept target is the cold start; every later one a relaunch.
+    pub(crate) fn on_ready(&mut self, info: ReadyInfo) {
+        if self.cold_start.is_none() && !info.reused_target {
+            self.cold_start = Some(info);
+        } else {
+            self.relaunch = Some(info);
+        }
+    }
+
+    pub fn record(&self, phase: PhaseId) -> Option<&PhaseRecord> {
+        self.records.get(&phase)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn counters(&self) -> &[Counter] {
+        &self.counters
+    }
+
+    pub fn cold_start(&self) -> Option<ReadyInfo> {
+        self.cold_start
+    }
+
+    pub fn relaunch(&self) -> Option<ReadyInfo> {
+        self.relaunch
+    }
+
+    pub fn state_of(&self, phase: PhaseId) -> Option<PhaseState> {
+        self.records.get(&phase).and_then(|r| r.state)
+    }
+
+    /// Whether a phase is running (its elapsed time moves with the clock).
+    pub fn any_running(&self) -> bool {
+        self.records.values().any(|r| r.state == Some(PhaseState::Started))
+    }
+
+    /// The first phase, in timeline order, that failed.
+    pub fn failed(&self) -> Option<PhaseId> {
+        self.records.iter().find(|(_, r)| r.state == Some(PhaseState::Failed)).map(|(&phase, _)| phase)
+    }
+
+    /// The latest phase of the timeline that is running.
+    pub fn latest_running(&self) -> Option<PhaseId> {
+        PhaseId::ALL.into_iter().rev().find(|&p| self.state_of(p) == Some(PhaseState::Started))
+    }
+}
+
+pub(super) fn draw(pane: &Pane<'_>, phases: &Phases, attempt: u32, now: f64, buf: &mut Buffer) {
+    let title = match attempt {
         0 => " Phases ".to_string(),
         1 => " Phases · launch ".to_string(),
         n => format!(" Phases · relaunch #{} ", n - 1),
@@ -26,16 +164,16 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let mut rows: Vec<Line> = Vec::new();
     let mut current = 0;
     for phase in PhaseId::ALL {
-        let record = s.phases.get(&phase);
+        let record = phases.record(phase);
         if record.is_some_and(|r| r.state.is_some()) {
             current = rows.len();
         }
-        rows.push(phase_row(pane, phase, record, width));
-        for gauge in gauges(pane, phase, width) {
+        rows.push(phase_row(pane, phase, record, now, width));
+        for gauge in gauges(pane, phases, phase, width) {
             rows.push(gauge);
         }
     }
-    rows.extend(ready_rows(pane));
+    rows.extend(ready_rows(pane, phases));
     // Keep the phase in progress (or the one that failed) in view when rows do not fit.
     let height = inner.height as usize;
     let start = if rows.len() <= height { 0 } else { current.saturating_sub(height / 2).min(rows.len() - height) };
@@ -43,7 +181,7 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     Paragraph::new(shown).render(inner, buf);
 }
 
-fn phase_row<'a>(pane: &Pane<'_>, phase: PhaseId, record: Option<&PhaseRecord>, width: usize) -> Line<'a> {
+fn phase_row<'a>(pane: &Pane<'_>, phase: PhaseId, record: Option<&PhaseRecord>, now: f64, width: usize) -> Line<'a> {
     let theme = pane.theme;
     let state = record.and_then(|r| r.state);
     let (symbol, word) = match state {
@@ -54,7 +192,7 @@ fn phase_row<'a>(pane: &Pane<'_>, phase: PhaseId, record: Option<&PhaseRecord>, 
         Some(PhaseState::Skipped) => ("–", "skipped"),
     };
     let style = theme.phase(state);
-    let elapsed = match (state, record.and_then(|r| r.elapsed(pane.state.now))) {
+    let elapsed = match (state, record.and_then(|r| r.elapsed(now))) {
         (Some(PhaseState::Skipped), _) | (_, None) => String::new(),
         (_, Some(e)) => fmt_secs(e),
     };
@@ -77,10 +215,10 @@ fn phase_row<'a>(pane: &Pane<'_>, phase: PhaseId, record: Option<&PhaseRecord>, 
 
 /// Progress rows under a phase: one per GPU for byte loads, one per batch size for graph
 /// capture, one per label otherwise.
-fn gauges<'a>(pane: &Pane<'_>, phase: PhaseId, width: usize) -> Vec<Line<'a>> {
-    let counters: Vec<&Counter> = pane.state.counters.iter().filter(|c| c.phase == phase).collect();
+fn gauges<'a>(pane: &Pane<'_>, phases: &Phases, phase: PhaseId, width: usize) -> Vec<Line<'a>> {
+    let counters: Vec<&Counter> = phases.counters.iter().filter(|c| c.phase == phase).collect();
     let Some(first) = counters.first() else { return Vec::new() };
-    let running = pane.state.phases.get(&phase).is_some_and(|r| r.state == Some(PhaseState::Started));
+    let running = phases.state_of(phase) == Some(PhaseState::Started);
     match first.unit {
         ProgressUnit::Bytes => {
             let mut gpus: Vec<Option<u32>> = counters.iter().map(|c| c.gpu).collect();
@@ -149,16 +287,15 @@ fn gauge_line<'a>(pane: &Pane<'_>, label: String, fraction: f64, figures: String
 }
 
 /// The ready line, and after a relaunch its time next to the cold start's.
-fn ready_rows<'a>(pane: &Pane<'_>) -> Vec<Line<'a>> {
-    let s: &State = pane.state;
+fn ready_rows<'a>(pane: &Pane<'_>, phases: &Phases) -> Vec<Line<'a>> {
     let theme = pane.theme;
     let mut rows = Vec::new();
-    if let Some(cold) = s.cold_start {
+    if let Some(cold) = phases.cold_start {
         rows.push(Line::from(vec![Span::styled("cold start ", theme.dim()), Span::styled(fmt_secs(cold.elapsed_s), theme.good())]));
     }
-    if let Some(re) = s.relaunch {
+    if let Some(re) = phases.relaunch {
         let kept = if re.reused_target { ", target kept" } else { "" };
-        let ratio = match s.cold_start {
+        let ratio = match phases.cold_start {
             Some(cold) => format!(" ×{:.2} of cold{kept}", re.elapsed_s / cold.elapsed_s.max(1e-9)),
             None => kept.trim_start_matches(", ").to_string(),
         };
@@ -169,4 +306,30 @@ fn ready_rows<'a>(pane: &Pane<'_>) -> Vec<Line<'a>> {
         ]));
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_counters_accumulate_per_gpu_and_label() {
+        let mut phases = Phases::default();
+        let mut progress = |t, gpu, done| {
+            phases.on_progress(Counter::first(
+                t,
+                PhaseId::TargetLoad,
+                ProgressUnit::Bytes,
+                Some(gpu),
+                "model.safetensors".into(),
+                done,
+                100,
+            ))
+        };
+        progress(1.0, 0, 10);
+        progress(1.0, 1, 20);
+        progress(2.0, 0, 60);
+        assert_eq!(phases.counters.len(), 2);
+        assert_eq!((phases.counters[0].done, phases.counters[0].first_done, phases.counters[0].last_t), (60, 10, 2.0));
+    }
 }

@@ -6,25 +6,24 @@ use ratatui::layout::{Constraint, Layout};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
-use super::{fmt_secs, Pane};
+use super::pane::{fmt_secs, Pane};
 use crate::console::action::Action;
 use crate::console::app::State;
-use crate::event::PhaseState;
-use crate::phase::PhaseId;
+use crate::console::keymap::Keymap;
 
-pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
-    let s = pane.state;
+/// The bar sums up the whole console, so it reads the whole state.
+pub(super) fn draw(pane: &Pane<'_>, s: &State, buf: &mut Buffer) {
     let theme = pane.theme;
-    let summary_text = match &s.notice {
-        Some(n) => n.clone(),
+    let summary_text = match s.notice() {
+        Some(n) => n.to_string(),
         None => summary(s),
     };
     // The summary keeps up to 48 columns; hints fill the rest, most useful first.
     let room = (pane.area.width as usize).saturating_sub(summary_text.chars().count().min(48) + 2);
-    let hints = fitting_hints(hints(s), room);
+    let hints = fitting_hints(hints(s.keymap()), room);
     let hint_width: usize = hints.iter().map(|(k, w)| hint_len(k, w)).sum();
     let [left, right] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint_width as u16)]).areas(pane.area);
-    let summary = match &s.notice {
+    let summary = match s.notice() {
         Some(_) => Span::styled(format!(" {summary_text}"), theme.warning()),
         None => Span::raw(format!(" {summary_text}")),
     };
@@ -38,20 +37,18 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
 }
 
 fn summary(s: &State) -> String {
-    if s.attempt == 0 {
+    if s.attempt() == 0 {
         return "waiting for the engine".to_string();
     }
-    let attempt = format!("attempt {}", s.attempt);
-    if let Some(r) = s.ready {
+    let attempt = format!("attempt {}", s.attempt());
+    if let Some(r) = s.ready() {
         return format!("{attempt} · ready in {}", fmt_secs(r.elapsed_s));
     }
-    let failed = s.phases.iter().find(|(_, r)| r.state == Some(PhaseState::Failed));
-    if let Some((phase, _)) = failed {
-        let fix = if s.findings.iter().any(|f| !f.remedies.is_empty()) { " · press 1 to fix" } else { "" };
+    if let Some(phase) = s.phases().failed() {
+        let fix = if s.diagnosis().findings().iter().any(|f| !f.remedies.is_empty()) { " · press 1 to fix" } else { "" };
         return format!("{attempt} · failed at {phase}{fix}");
     }
-    let running = PhaseId::ALL.into_iter().rev().find(|p| s.phases.get(p).is_some_and(|r| r.state == Some(PhaseState::Started)));
-    match running {
+    match s.phases().latest_running() {
         Some(p) => format!("{attempt} · {p}…"),
         None => attempt,
     }
@@ -79,8 +76,7 @@ fn fitting_hints(all: Vec<(String, &'static str)>, room: usize) -> Vec<(String, 
 }
 
 /// (key, what) pairs for the bar, from the keymap; unbound actions are left out.
-fn hints(s: &State) -> Vec<(String, &'static str)> {
-    let km = &s.keymap;
+fn hints(km: &Keymap) -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
     if let (Some(first), Some(last)) = (km.hint(&Action::ApplyRemedy(1)), km.hint(&Action::ApplyRemedy(9))) {
         out.push((format!("{first}-{last}"), "fix"));

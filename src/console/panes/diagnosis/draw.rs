@@ -1,4 +1,4 @@
-//! Diagnosis: the finding's message; the target and draft config excerpts side by side with
+//! Drawing the diagnosis: the finding's message; the target and draft config excerpts side by side with
 //! the evidence keys' lines highlighted (marked `▶` too, so it reads without colour); the
 //! remedies numbered with the key that applies each and what it changes.
 
@@ -8,39 +8,46 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 use unicode_width::UnicodeWidthStr;
 
-use super::Pane;
+use super::{Diagnosis, SourceFile};
 use crate::console::action::Action;
-use crate::console::app::{SourceFile, State};
 use crate::console::excerpt::window;
+use crate::console::keymap::Keymap;
+use crate::console::panes::pane::Pane;
 use crate::console::text::{truncate, wrap_runs};
 use crate::event::PhaseState;
 use crate::finding::{Evidence, Finding, Severity, Side};
-use crate::phase::PhaseId;
 use crate::spec::SpecChange;
 
 const GAP: &str = "│";
 
-pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
-    let s = pane.state;
+/// The pane; with no finding, where the launch's preflight (`preflight`) stands instead.
+pub(in crate::console::panes) fn draw(
+    pane: &Pane<'_>,
+    d: &Diagnosis,
+    keymap: &Keymap,
+    attempt: u32,
+    preflight: Option<PhaseState>,
+    buf: &mut Buffer,
+) {
     let theme = pane.theme;
-    let title = match (s.shown_finding(), s.findings.len()) {
+    let title = match (d.shown(), d.findings.len()) {
         (Some(f), 1) => format!(" Diagnosis · {} ", f.id),
-        (Some(f), n) => format!(" Diagnosis · {} ({}/{n}, ] next) ", f.id, s.selected_finding + 1),
+        (Some(f), n) => format!(" Diagnosis · {} ({}/{n}, ] next) ", f.id, d.selected + 1),
         (None, _) => " Diagnosis ".to_string(),
     };
     let inner = pane.frame(Line::styled(title, theme.title()), buf);
-    let Some(finding) = s.shown_finding() else {
-        Paragraph::new(Line::styled(idle_text(s), theme.dim())).render(inner, buf);
+    let Some(finding) = d.shown() else {
+        Paragraph::new(Line::styled(idle_text(attempt, preflight), theme.dim())).render(inner, buf);
         return;
     };
     let width = inner.width as usize;
     let height = inner.height as usize;
-    let columns = quoted_files(s, finding);
+    let columns = quoted_files(d, finding);
     let message = word_wrap(&finding.message, width);
-    let other = other_evidence(pane, finding, &columns, width);
-    let remedies = remedies(pane, finding, width);
+    let other = other_evidence(pane, d, finding, &columns, width);
+    let remedies = remedies(pane, keymap, finding, width);
     let descriptions: usize = remedies.iter().map(|(_, d)| d.len()).sum();
-    let marked_rows = if columns.is_empty() { 0 } else { 1 + marked_count(s, finding) };
+    let marked_rows = if columns.is_empty() { 0 } else { 1 + marked_count(d, finding) };
 
     // Share the height in order of importance: what is wrong and the fixes first, then the
     // evidence lines, then context.
@@ -70,7 +77,7 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
         lines.push(Line::raw(""));
     }
     if excerpt_rows > 0 {
-        lines.extend(excerpts(pane, finding, &columns, width, excerpt_rows));
+        lines.extend(excerpts(pane, d, finding, &columns, width, excerpt_rows));
     }
     lines.extend(other.into_iter().take(other_rows));
     if gaps > 1 {
@@ -91,7 +98,7 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
         }
     }
     // Scrolling stops once the last line is at the bottom.
-    let skip = s.diagnosis_scroll.min(lines.len().saturating_sub(height));
+    let skip = d.scroll.min(lines.len().saturating_sub(height));
     let lines: Vec<Line> = lines.into_iter().skip(skip).collect();
     Paragraph::new(lines).render(inner, buf);
 }
@@ -122,10 +129,10 @@ fn clip(mut rows_of_text: Vec<String>, rows: usize, width: usize) -> Vec<String>
 }
 
 /// How many evidence lines the taller excerpt column highlights.
-fn marked_count(s: &State, f: &Finding) -> usize {
-    quoted_files(s, f)
+fn marked_count(d: &Diagnosis, f: &Finding) -> usize {
+    quoted_files(d, f)
         .iter()
-        .map(|(_, file)| match s.files.get(file) {
+        .map(|(_, file)| match d.files.get(file) {
             Some(SourceFile::Loaded { marks, .. }) => {
                 f.evidence.iter().filter(|e| e.file == *file && marks.get(&e.key).copied().flatten().is_some()).count()
             }
@@ -136,9 +143,8 @@ fn marked_count(s: &State, f: &Finding) -> usize {
         .max(1)
 }
 
-fn idle_text(s: &State) -> String {
-    let preflight = s.phases.get(&PhaseId::Preflight).and_then(|r| r.state);
-    match (s.attempt, preflight) {
+fn idle_text(attempt: u32, preflight: Option<PhaseState>) -> String {
+    match (attempt, preflight) {
         (0, _) => "Waiting for the first launch…".into(),
         (_, Some(PhaseState::Done)) => "Preflight passed: no mismatch between the drafter and the target.".into(),
         (_, Some(PhaseState::Started)) | (_, None) => "Preflight running…".into(),
@@ -190,10 +196,10 @@ fn word_wrap(text: &str, width: usize) -> Vec<String> {
 
 /// The files quoted side by side: the first target file, then the first draft file (or the
 /// log for a replayed failure), at most two.
-fn quoted_files(s: &State, f: &Finding) -> Vec<(Side, String)> {
+fn quoted_files(d: &Diagnosis, f: &Finding) -> Vec<(Side, String)> {
     let mut files: Vec<(Side, String)> = Vec::new();
     for side in [Side::Target, Side::Draft, Side::Log] {
-        let quoted = f.evidence.iter().find(|e| e.side == side && s.files.contains_key(&e.file));
+        let quoted = f.evidence.iter().find(|e| e.side == side && d.files.contains_key(&e.file));
         if let Some(e) = quoted {
             if files.iter().all(|(_, file)| *file != e.file) {
                 files.push((side, e.file.clone()));
@@ -212,8 +218,8 @@ fn short_path(path: &str, width: usize) -> String {
 }
 
 /// One column of an excerpt: rows of (gutter, text, marked), with `None` for a gap.
-fn column_rows(s: &State, f: &Finding, file: &str, height: usize) -> Vec<Option<(String, String, bool)>> {
-    let (lines, marks) = match s.files.get(file) {
+fn column_rows(d: &Diagnosis, f: &Finding, file: &str, height: usize) -> Vec<Option<(String, String, bool)>> {
+    let (lines, marks) = match d.files.get(file) {
         Some(SourceFile::Loaded { lines, marks }) => (lines, marks),
         Some(SourceFile::Failed(e)) => return vec![Some((String::new(), format!("cannot read: {e}"), false))],
         _ => return vec![Some((String::new(), "reading…".to_string(), false))],
@@ -241,7 +247,7 @@ fn column_rows(s: &State, f: &Finding, file: &str, height: usize) -> Vec<Option<
         .collect()
 }
 
-fn excerpts<'a>(pane: &Pane<'_>, f: &Finding, files: &[(Side, String)], width: usize, height: usize) -> Vec<Line<'a>> {
+fn excerpts<'a>(pane: &Pane<'_>, d: &Diagnosis, f: &Finding, files: &[(Side, String)], width: usize, height: usize) -> Vec<Line<'a>> {
     if files.is_empty() {
         return Vec::new();
     }
@@ -255,7 +261,7 @@ fn excerpts<'a>(pane: &Pane<'_>, f: &Finding, files: &[(Side, String)], width: u
     let columns: Vec<Vec<Option<(String, String, bool)>>> = files
         .iter()
         .map(|(_, file)| {
-            let mut rows = fit_column(column_rows(pane.state, f, file, body), col_width);
+            let mut rows = fit_column(column_rows(d, f, file, body), col_width);
             rows.truncate(body);
             rows
         })
@@ -330,11 +336,10 @@ fn join_columns<'a>(cells: Vec<Vec<Span<'a>>>, width: usize, rule: Style) -> Lin
 }
 
 /// Evidence not quoted in an excerpt: launch flags, environment, tensors, absent keys.
-fn other_evidence<'a>(pane: &Pane<'_>, f: &Finding, columns: &[(Side, String)], width: usize) -> Vec<Line<'a>> {
-    let s = pane.state;
+fn other_evidence<'a>(pane: &Pane<'_>, d: &Diagnosis, f: &Finding, columns: &[(Side, String)], width: usize) -> Vec<Line<'a>> {
     let quoted = |e: &Evidence| {
         columns.iter().any(|(_, file)| *file == e.file)
-            && matches!(s.files.get(&e.file), Some(SourceFile::Loaded { marks, .. }) if marks.get(&e.key).copied().flatten().is_some())
+            && matches!(d.files.get(&e.file), Some(SourceFile::Loaded { marks, .. }) if marks.get(&e.key).copied().flatten().is_some())
     };
     let mut lines = Vec::new();
     for e in f.evidence.iter().filter(|e| !quoted(e)) {
@@ -353,14 +358,14 @@ fn other_evidence<'a>(pane: &Pane<'_>, f: &Finding, columns: &[(Side, String)], 
 }
 
 /// Per remedy: its key, id and changes (wrapped), and its description (wrapped).
-fn remedies<'a>(pane: &Pane<'_>, f: &Finding, width: usize) -> Vec<(Vec<Line<'a>>, Vec<Line<'a>>)> {
+fn remedies<'a>(pane: &Pane<'_>, keymap: &Keymap, f: &Finding, width: usize) -> Vec<(Vec<Line<'a>>, Vec<Line<'a>>)> {
     let theme = pane.theme;
     f.remedies
         .iter()
         .take(9)
         .enumerate()
         .map(|(i, r)| {
-            let key = pane.state.keymap.hint(&Action::ApplyRemedy(i as u8 + 1)).unwrap_or_else(|| "-".into());
+            let key = keymap.hint(&Action::ApplyRemedy(i as u8 + 1)).unwrap_or_else(|| "-".into());
             let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
             let lead = format!(" {key:>2}  {}  ", r.id);
             let room = width.saturating_sub(lead.width()).max(8);

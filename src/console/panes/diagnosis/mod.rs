@@ -1,0 +1,123 @@
+//! Diagnosis: the findings of the current launch, the one shown, and the files their evidence
+//! cites, read once and with the line of every evidence key worked out (`draw.rs` lays them
+//! out).
+
+mod draw;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+pub(super) use draw::draw;
+
+use crate::console::action::{Action, PAGE};
+use crate::console::excerpt;
+use crate::finding::{Finding, Side};
+
+/// A file quoted by the diagnosis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceFile {
+    Loading,
+    Loaded { lines: Arc<Vec<String>>, marks: BTreeMap<String, Option<usize>> },
+    Failed(String),
+}
+
+/// The pane's state.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnosis {
+    findings: Vec<Finding>,
+    selected: usize,
+    /// Every file quoted so far, by path (kept across launches: a relaunch cites them again).
+    files: BTreeMap<String, SourceFile>,
+    scroll: usize,
+}
+
+impl Diagnosis {
+    /// A new launch has no findings yet.
+    pub(crate) fn clear_launch(&mut self) {
+        self.findings.clear();
+        self.selected = 0;
+        self.scroll = 0;
+    }
+
+    /// Take a finding in; returns the files it cites that are still to be read.
+    pub(crate) fn on_finding(&mut self, finding: Finding) -> Vec<String> {
+        let mut reads = Vec::new();
+        for ev in &finding.evidence {
+            let quotable =
+                matches!(ev.side, Side::Target | Side::Draft | Side::Log) && (ev.key.starts_with('/') || ev.key.starts_with("line "));
+            if quotable && !self.files.contains_key(&ev.file) {
+                self.files.insert(ev.file.clone(), SourceFile::Loading);
+                reads.push(ev.file.clone());
+            }
+        }
+        let files: BTreeSet<String> = finding.evidence.iter().map(|e| e.file.clone()).collect();
+        // Errors first: the diagnosis opens on what stops the launch.
+        let at = self.findings.iter().position(|f| f.severity < finding.severity).unwrap_or(self.findings.len());
+        self.findings.insert(at, finding);
+        for file in files {
+            self.mark_evidence(&file);
+        }
+        reads
+    }
+
+    /// A file a finding cites has been read (or could not be).
+    pub(crate) fn on_file_loaded(&mut self, path: String, text: Result<String, String>) {
+        let file = match text {
+            Ok(text) => SourceFile::Loaded { lines: Arc::new(text.lines().map(str::to_string).collect()), marks: BTreeMap::new() },
+            Err(e) => SourceFile::Failed(e),
+        };
+        self.files.insert(path.clone(), file);
+        self.mark_evidence(&path);
+    }
+
+    /// Work out the lines of every evidence key cited in `path`, once it is loaded.
+    fn mark_evidence(&mut self, path: &str) {
+        let keys: Vec<String> = self.findings.iter().flat_map(|f| &f.evidence).filter(|e| e.file == path).map(|e| e.key.clone()).collect();
+        if let Some(SourceFile::Loaded { lines, marks }) = self.files.get_mut(path) {
+            let missing: Vec<String> = keys.into_iter().filter(|k| !marks.contains_key(k)).collect();
+            if missing.is_empty() {
+                return;
+            }
+            let text = lines.join("\n");
+            for key in missing {
+                let line = excerpt::evidence_line(&text, &key);
+                marks.insert(key, line);
+            }
+        }
+    }
+
+    /// Show the next (or previous) finding, from its top.
+    pub(crate) fn select_next(&mut self, forward: bool) {
+        let n = self.findings.len();
+        if n > 0 {
+            let step = if forward { 1 } else { n - 1 };
+            self.selected = (self.selected + step) % n;
+            self.scroll = 0;
+        }
+    }
+
+    pub(crate) fn scroll(&mut self, action: &Action) {
+        let s = &mut self.scroll;
+        *s = match action {
+            Action::ScrollUp => s.saturating_sub(1),
+            Action::ScrollDown => *s + 1,
+            Action::PageUp => s.saturating_sub(PAGE),
+            Action::PageDown => *s + PAGE,
+            Action::ScrollTop => 0,
+            // The pane clamps this to its last screenful.
+            _ => usize::MAX / 2,
+        };
+    }
+
+    pub fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    pub fn shown(&self) -> Option<&Finding> {
+        self.findings.get(self.selected)
+    }
+
+    pub fn file(&self, path: &str) -> Option<&SourceFile> {
+        self.files.get(path)
+    }
+}
