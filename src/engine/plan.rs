@@ -96,7 +96,7 @@ pub enum DraftPlan {
     Refused(Finding),
     /// The drafter's config cannot be read or used: drafter-load fails reading it.
     Unreadable(Finding),
-    Resolved(DrafterPlan),
+    Resolved(Box<DrafterPlan>),
 }
 
 /// What identifies a loaded drafter: a relaunch beside the same resident target with the
@@ -176,7 +176,7 @@ impl DraftPlan {
             },
         };
         match DrafterPlan::read(dir, spec, algorithm, target_layers) {
-            Ok(plan) => DraftPlan::Resolved(plan),
+            Ok(plan) => DraftPlan::Resolved(Box::new(plan)),
             Err(e) => DraftPlan::Unreadable(error_finding(Side::Draft, PhaseId::DrafterLoad, &e)),
         }
     }
