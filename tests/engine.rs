@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use specdeck::backend::cpu::CpuBackend;
 use specdeck::backend::{AttnWindow, Backend, Mask};
 use specdeck::engine::lifecycle::Engine;
@@ -16,7 +16,7 @@ use specdeck::engine::spec_decode::{Generation, Sampling};
 use specdeck::engine::verify::{lossless, AcceptRule};
 use specdeck::engine::weights::Loader;
 use specdeck::event::{Event, EventReceiver, EventSink, PhaseState};
-use specdeck::finding::{Finding, Severity, Side, UNREADABLE_INPUT};
+use specdeck::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use specdeck::model::checkpoint::Checkpoint;
 use specdeck::model::config::ModelConfig;
 use specdeck::phase::PhaseId;
@@ -516,6 +516,99 @@ fn launch_runs_the_phases_in_order_and_a_relaunch_keeps_the_target() {
     let after = run(&mut eng, &prompt, 12, None);
     assert_eq!(after.tokens, before);
     assert!(after.accept_lengths.iter().all(|&n| n <= CHAIN.steps as usize + 1), "{:?}", after.accept_lengths);
+}
+
+/// Edit a folder's config.json in place.
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
+    let file = dir.join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    edit(config.as_object_mut().unwrap());
+    std::fs::write(&file, config.to_string()).unwrap();
+    file.display().to_string()
+}
+
+/// The phases a launch runs before its drafter (the CPU reference has no graphs to capture).
+const UP_TO_THE_DRAFTER: [&str; 8] = [
+    "preflight:started",
+    "preflight:done",
+    "kernel-compile:skipped",
+    "target-load:started",
+    "target-load:done",
+    "kv-alloc:started",
+    "kv-alloc:done",
+    "target-graph-capture:skipped",
+];
+
+/// Each value of the launch that cannot be used is reported by the phase that uses it,
+/// after the phases before it ran, with the file and key it comes from.
+#[test]
+fn a_launch_reports_what_it_cannot_use_in_the_phase_that_uses_it() {
+    let target = TinyLlama::new(Family::Llama, 6);
+    let unusable = |file: &str, key: &str, message: String, phase: PhaseId, side: Side| {
+        Finding::new(UNREADABLE_INPUT, Severity::Error, phase, message).with_evidence(Evidence::new(side, file, key, Value::Null))
+    };
+    let then = |tail: &[&str]| UP_TO_THE_DRAFTER.iter().chain(tail).map(|s| s.to_string()).collect::<Vec<_>>();
+
+    // No target folder: preflight fails.
+    let f = folders(&target, &TinyEagle3::new(7));
+    let (finding, events) = launch_failure(&LaunchSpec { model_path: None, ..spec(&f.target, None) });
+    assert_eq!(
+        (finding.id.as_str(), finding.phase, finding.evidence[0].key.as_str()),
+        (UNREADABLE_INPUT, PhaseId::Preflight, "--model-path")
+    );
+    assert_eq!(states(&events), ["preflight:started", "preflight:failed"]);
+
+    // A target config the engine cannot build the model from: target-load fails.
+    let broken = folders(&target, &TinyEagle3::new(7));
+    let file = edit_config(&broken.target, |c| drop(c.remove("num_hidden_layers")));
+    let (finding, events) = launch_failure(&spec(&broken.target, None));
+    let message = format!("{file}: /num_hidden_layers is missing");
+    assert_eq!(finding, unusable(&file, "/num_hidden_layers", message, PhaseId::TargetLoad, Side::Target));
+    assert_eq!(
+        states(&events),
+        ["preflight:started", "preflight:done", "kernel-compile:skipped", "target-load:started", "target-load:failed"]
+    );
+
+    // A context key of the wrong type: the target loads, kv-alloc fails.
+    let file = edit_config(&broken.target, |c| {
+        c.insert("num_hidden_layers".into(), json!(target.layers));
+        c.insert("max_sequence_length".into(), json!("long"));
+    });
+    let (finding, events) = launch_failure(&spec(&broken.target, None));
+    let message = format!("{file}: /max_sequence_length = \"long\" is not a non-negative integer");
+    assert_eq!(finding, unusable(&file, "/max_sequence_length", message, PhaseId::KvAlloc, Side::Target));
+    assert_eq!(states(&events), [&UP_TO_THE_DRAFTER[..6], &["kv-alloc:failed"]].concat());
+
+    // EAGLE (1/2) is refused, and so is a drafting launch without a drafter, both before
+    // drafter-load starts.
+    let (finding, events) = launch_failure(&spec(&f.target, Some((&f.eagle, Algorithm::Eagle, CHAIN))));
+    assert_eq!((finding.id.as_str(), finding.phase), ("unsupported-algorithm", PhaseId::DrafterLoad));
+    assert_eq!(states(&events), then(&["drafter-load:failed"]));
+    let (finding, events) =
+        launch_failure(&LaunchSpec { draft_model_path: None, ..spec(&f.target, Some((&f.eagle, Algorithm::Eagle3, CHAIN))) });
+    let key = finding.evidence[0].key.as_str();
+    assert_eq!((finding.id.as_str(), finding.phase, key), (UNREADABLE_INPUT, PhaseId::Preflight, "--speculative-draft-model-path"));
+    assert_eq!(states(&events), then(&["drafter-load:failed"]));
+
+    // A drafter config without a size it needs: drafter-load fails, on the draft side.
+    let file = edit_config(&broken.eagle, |c| drop(c.remove("hidden_size")));
+    let (finding, events) = launch_failure(&spec(&f.target, Some((&broken.eagle, Algorithm::Eagle3, CHAIN))));
+    assert_eq!(finding, unusable(&file, "/hidden_size", format!("{file}: /hidden_size is missing"), PhaseId::DrafterLoad, Side::Draft));
+    assert_eq!(states(&events), then(&["drafter-load:started", "drafter-load:failed"]));
+
+    // Capture layers past the target's last layer: the drafter loads, drafter-init fails.
+    let aux = TinyEagle3 { aux_layer_ids: Some(vec![1, 4, 7]), ..TinyEagle3::new(7) };
+    let dir = tempfile::tempdir().unwrap();
+    let w = target.write(&dir.path().join("target")).unwrap();
+    aux.write(&dir.path().join("eagle"), &target, &w).unwrap();
+    let file = dir.path().join("eagle").join("config.json").display().to_string();
+    let (finding, events) = launch_failure(&spec(&dir.path().join("target"), Some((&dir.path().join("eagle"), Algorithm::Eagle3, CHAIN))));
+    let message = format!(
+        "{file}: /eagle_config/eagle_aux_hidden_state_layer_ids: capture layers [2, 5, 8] ([1, 4, 7] + 1) must be 3 distinct inputs of target layers 1..=7"
+    );
+    let key = "/eagle_config/eagle_aux_hidden_state_layer_ids";
+    assert_eq!(finding, unusable(&file, key, message, PhaseId::DrafterInit, Side::Draft));
+    assert_eq!(states(&events), then(&["drafter-load:started", "drafter-load:done", "drafter-init:started", "drafter-init:failed"]));
 }
 
 fn short_drafter_pair() -> (Folders, LaunchSpec) {

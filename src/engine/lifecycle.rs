@@ -3,20 +3,22 @@
 //! → warmup → ready. Phases the CPU backend does not have are `Skipped`. A failure emits its
 //! `Finding` and `Phase{failed}` and leaves the engine not ready; a relaunch keeps the target
 //! resident when the new spec names the same target (only drafter, decoding or context
-//! settings changed) and says so with `target-load` `Skipped` "kept resident".
+//! settings changed) and says so with `target-load` `Skipped` "kept resident". The phases read
+//! no config: each launch is resolved first into a `plan::LaunchPlan`, which they consume.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::Value;
-
 use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
-use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
+use crate::backend::cuda::graph::capture_phase;
 use crate::backend::{Backend, BackendError};
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
-use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
-use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
+use crate::engine::eagle3::Eagle3Drafter;
+use crate::engine::findings::{error_finding, BACKEND_ERROR, DEVICE_UNAVAILABLE};
+use crate::engine::llama::{Capacity, LlamaModel};
+use crate::engine::plan::{
+    DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, CPU_MAX_TOKENS, MAX_TREE_TOKENS,
+};
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{GenerateRequest, LaunchOutcome};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
@@ -25,99 +27,26 @@ use crate::engine::verify;
 use crate::engine::weights::{FileProgress, Loader};
 use crate::engine::EngineError;
 use crate::event::{Event, EventSink, GenerationStats, LogLevel, PhaseState, ProgressUnit};
-use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
+use crate::finding::{Evidence, Finding, Severity, Side};
 use crate::model::checkpoint::Checkpoint;
-use crate::model::config::ModelConfig;
 use crate::model::tokenizer::{TextStream, TextTokenizer};
 use crate::phase::PhaseId;
 use crate::preflight::context;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
-/// The CPU reference caps its KV cache (and so prompt + output) at this many tokens.
-pub const CPU_MAX_TOKENS: usize = 4096;
 /// Tokens per prefill forward: most prompts take one forward, with one set of launches. On
 /// HumanEval prompts this measured as fast as 128 (BENCHMARKS.md, GPU run 10, ab-2): their
 /// prefill time was attention's.
 pub const PREFILL_CHUNK: usize = 512;
-/// The largest verify tree (`--speculative-num-draft-tokens`): as many rows as the backend
-/// sums like decode steps.
-pub const MAX_TREE_TOKENS: usize = crate::backend::STEP_QUERIES_MAX;
-
-pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
-pub const UNSUPPORTED_ALGORITHM: &str = "unsupported-algorithm";
-pub const OUT_OF_MEMORY: &str = "out-of-memory";
-pub const BACKEND_ERROR: &str = "backend-error";
 
 const SOURCE: &str = "engine";
 
-/// What identifies a loaded target: a relaunch with the same key keeps the weights.
-#[derive(Clone, Debug, PartialEq)]
-struct TargetKey {
-    dir: PathBuf,
-    dtype: Option<String>,
-    tp: u32,
-    device: Device,
-}
-
 struct LoadedTarget<B: Backend> {
     key: TargetKey,
-    config: ModelConfig,
     tokenizer: TextTokenizer,
     /// The model alone between launches; with its KV cache once kv-alloc ran.
     model: Option<LlamaModel<B>>,
     target: Option<Target<B>>,
-}
-
-/// Most draft steps and top-k this engine sizes its buffers for.
-pub const MAX_STEPS: usize = 32;
-pub const MAX_TOPK: usize = 16;
-
-/// The tree shape a spec asks for, SGLang's defaults filled in (S=3, K=1, N=S+1 for a chain).
-pub fn tree_shape(spec: &LaunchSpec, events: &EventSink) -> TreeShape {
-    let clamp = |flag: &str, asked: Option<u32>, default: usize, most: usize| {
-        let v = asked.map_or(default, |v| v as usize);
-        let used = v.clamp(1, most);
-        if used != v {
-            events.log(LogLevel::Warning, SOURCE, format!("{flag} {v} is outside 1..={most}; using {used}"));
-        }
-        used
-    };
-    let steps = clamp("--speculative-num-steps", spec.speculative_num_steps, 3, MAX_STEPS);
-    let topk = clamp("--speculative-eagle-topk", spec.speculative_eagle_topk, 1, MAX_TOPK);
-    let most = (TreeShape { steps, topk, draft_tokens: 0 }.candidates() + 1).min(MAX_TREE_TOKENS);
-    let asked = spec.speculative_num_draft_tokens.map(|n| n as usize);
-    let draft_tokens = match (topk, asked) {
-        (1, _) => steps + 1,
-        (_, Some(n)) => n.clamp(2, most),
-        (_, None) => (steps * topk + 1).min(most),
-    };
-    if let Some(n) = asked.filter(|&n| n != draft_tokens) {
-        events.log(
-            LogLevel::Warning,
-            SOURCE,
-            format!("--speculative-num-draft-tokens {n} does not fit steps {steps} × topk {topk}; using {draft_tokens}"),
-        );
-    }
-    TreeShape { steps, topk, draft_tokens }
-}
-
-/// A finding for an engine error in `phase`, citing the file and key or tensor it names.
-pub fn error_finding(side: Side, phase: PhaseId, e: &EngineError) -> Finding {
-    let id = match e {
-        EngineError::Backend(BackendError::OutOfMemory { .. }) => OUT_OF_MEMORY,
-        EngineError::Backend(BackendError::Device(_)) | EngineError::Request(_) => BACKEND_ERROR,
-        _ => UNREADABLE_INPUT,
-    };
-    let mut f = Finding::new(id, Severity::Error, phase, e.to_string());
-    if let Some((file, key)) = e.location() {
-        f = f.with_evidence(Evidence::new(side, file, key, Value::Null));
-    }
-    f
-}
-
-fn missing_flag(flag: &str, what: &str) -> Finding {
-    Finding::new(UNREADABLE_INPUT, Severity::Error, PhaseId::Preflight, format!("{flag} is required: the {what}"))
-        .with_evidence(Evidence::new(Side::Launch, flag, flag, Value::Null))
 }
 
 fn phase(events: &EventSink, phase: PhaseId, state: PhaseState, detail: Option<String>) {
@@ -143,18 +72,11 @@ fn run_phase<T>(events: &EventSink, id: PhaseId, side: Side, work: impl FnOnce()
     }
 }
 
-/// What identifies a loaded drafter: a relaunch beside the same resident target with the
-/// same folder and the same effective configuration keeps its weights, and only sizes its
-/// caches for the new launch (a context clamp, a new tree shape).
-#[derive(Clone, Debug, PartialEq)]
-enum DrafterKey {
-    Eagle3(PathBuf, Eagle3Config),
-    Standalone(PathBuf, LlamaConfig),
-}
-
-/// The largest step (rows) replayed from a CUDA graph: `--cuda-graph-max-bs`, else the default.
-fn graph_max_bs(spec: &LaunchSpec) -> u32 {
-    spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS)
+/// Report a value the plan could not resolve in the phase that uses it, as that phase
+/// reports a file it cannot use: `Started`, the finding, `Failed`.
+fn unresolved(events: &EventSink, finding: &Finding) -> Finding {
+    phase(events, finding.phase, PhaseState::Started, None);
+    fail(events, finding.phase, finding.clone())
 }
 
 struct LoadedDrafter<B: Backend> {
@@ -246,14 +168,24 @@ impl<B: Backend> Engine<B> {
             phase(&events, PhaseId::Preflight, PhaseState::Failed, None);
             return Err(f);
         }
-        let Some(model_path) = spec.model_path.as_deref() else {
-            return Err(fail(&events, PhaseId::Preflight, missing_flag("--model-path", "target model folder")));
+        // Resolved here, reported where each part is used; only a missing flag stops preflight.
+        let plan = match LaunchPlan::resolve(spec) {
+            Err(f) if f.phase == PhaseId::Preflight => return Err(fail(&events, PhaseId::Preflight, f)),
+            resolved => resolved,
         };
         phase(&events, PhaseId::Preflight, PhaseState::Done, None);
         self.backend.kernel_compile(&events)?;
 
-        let key = TargetKey { dir: PathBuf::from(model_path), dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
-        let reused = self.target.as_ref().is_some_and(|t| t.key == key);
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(f) => {
+                // A target its config cannot build fails target-load, and nothing loaded stays.
+                self.target = None;
+                self.drafter = None;
+                return Err(unresolved(&events, &f));
+            }
+        };
+        let reused = self.target.as_ref().is_some_and(|t| t.key == plan.target.key);
         // A drafter may stay only beside the target it was loaded against (EAGLE-3 shares
         // its embeddings); otherwise it goes first, so its memory is free for what loads next.
         let kept_drafter = self.drafter.take().filter(|_| reused);
@@ -261,36 +193,20 @@ impl<B: Backend> Engine<B> {
             phase(&events, PhaseId::TargetLoad, PhaseState::Skipped, Some("kept resident".into()));
         } else {
             self.target = None;
-            let loaded = run_phase(&events, PhaseId::TargetLoad, Side::Target, || self.load_target(key))?;
+            let loaded = run_phase(&events, PhaseId::TargetLoad, Side::Target, || self.load_target(&plan.target))?;
             self.target = Some(loaded);
         }
-        self.shape = tree_shape(spec, &self.events);
+        for warning in &plan.shape_warnings {
+            self.events.log(LogLevel::Warning, SOURCE, warning.clone());
+        }
+        self.shape = plan.shape;
         self.backend.set_deterministic(spec.deterministic);
-        let algorithm = spec.speculative_algorithm.unwrap_or(Algorithm::None);
-        let shape = self.shape;
-        let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
-        let tokens = run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(spec, tree_slots))?;
-        self.capture_target_graphs(spec, algorithm)?;
+        let memory = plan.memory.as_ref().map_err(|f| unresolved(&events, f))?;
+        run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(memory, plan.graph_max_bs))?;
+        self.capture_target_graphs(&plan)?;
 
-        let draft_dir = match algorithm {
-            Algorithm::None => None,
-            Algorithm::Eagle => {
-                let f = Finding::new(
-                    UNSUPPORTED_ALGORITHM,
-                    Severity::Error,
-                    PhaseId::DrafterLoad,
-                    "This engine drafts with EAGLE-3 (fc over three target hidden states) or a STANDALONE model; an EAGLE (1/2) drafter reads one top-layer feature and has another checkpoint layout. Launch with --speculative-algorithm EAGLE3 or STANDALONE.",
-                )
-                .with_evidence(Evidence::new(Side::Launch, "launch flags", "--speculative-algorithm", "EAGLE"));
-                return Err(fail(&events, PhaseId::DrafterLoad, f));
-            }
-            Algorithm::Eagle3 | Algorithm::Standalone => match spec.draft_model_path.as_deref() {
-                Some(d) => Some(PathBuf::from(d)),
-                None => return Err(fail(&events, PhaseId::DrafterLoad, missing_flag("--speculative-draft-model-path", "drafter folder"))),
-            },
-        };
-        match &draft_dir {
-            None => {
+        match &plan.drafter {
+            DraftPlan::None => {
                 phase(&events, PhaseId::DrafterLoad, PhaseState::Skipped, Some("no drafter (--speculative-algorithm NONE)".into()));
                 phase(&events, PhaseId::DrafterInit, PhaseState::Skipped, None);
                 let t = self.target.as_mut().expect("target loaded above");
@@ -301,35 +217,37 @@ impl<B: Backend> Engine<B> {
                     .set_capture(None)
                     .map_err(|e| error_finding(Side::Target, PhaseId::DrafterInit, &e.into()))?;
             }
-            Some(dir) => {
-                let (drafter, draft_cfg) = match self.keep_drafter(kept_drafter, dir, spec, algorithm, tokens) {
+            DraftPlan::Refused(f) => return Err(fail(&events, PhaseId::DrafterLoad, f.clone())),
+            DraftPlan::Unreadable(f) => return Err(unresolved(&events, f)),
+            DraftPlan::Resolved(drafter) => {
+                let loaded = match self.keep_drafter(kept_drafter, drafter, memory) {
                     Some(kept) => {
                         kept.map_err(|e| fail(&events, PhaseId::DrafterLoad, error_finding(Side::Draft, PhaseId::DrafterLoad, &e)))?
                     }
-                    None => run_phase(&events, PhaseId::DrafterLoad, Side::Draft, || self.load_drafter(dir, spec, algorithm, tokens))?,
+                    None => run_phase(&events, PhaseId::DrafterLoad, Side::Draft, || self.load_drafter(drafter, memory))?,
                 };
-                self.drafter = Some(drafter);
-                self.drafter_init(spec, algorithm, &draft_cfg)?;
+                self.drafter = Some(loaded);
+                self.drafter_init(spec, drafter, memory)?;
             }
         }
-        self.capture_draft_graphs(spec)?;
+        self.capture_draft_graphs(plan.graph_max_bs)?;
         Ok(reused)
     }
 
     /// The `target-graph-capture` phase: the greedy verify step of each size the launch
     /// uses (1 row for a decode, the draft tokens for a verify) recorded and captured, one
     /// progress event per size; sizes above `--cuda-graph-max-bs` stay eager.
-    fn capture_target_graphs(&mut self, spec: &LaunchSpec, algorithm: Algorithm) -> Result<(), Finding> {
+    fn capture_target_graphs(&mut self, plan: &LaunchPlan) -> Result<(), Finding> {
         if !self.backend.uses_graphs() {
             phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
             return Ok(());
         }
         let mut sizes = vec![1u32];
-        if algorithm != Algorithm::None && self.shape.draft_tokens > 1 {
+        if plan.algorithm != Algorithm::None && self.shape.draft_tokens > 1 {
             sizes.push(self.shape.draft_tokens as u32);
         }
         let tree = !self.shape.is_chain();
-        let max_bs = graph_max_bs(spec);
+        let max_bs = plan.graph_max_bs;
         let gpu = self.backend.gpu_ordinal();
         let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated before graph capture");
         capture_phase(&self.events, PhaseId::TargetGraphCapture, &sizes, max_bs, gpu, |bs| {
@@ -343,9 +261,9 @@ impl<B: Backend> Engine<B> {
     /// The `draft-graph-capture` phase: a short greedy generation that runs every draft
     /// step of the launch's tree twice, so each (rows, region) step is recorded and then
     /// captured; steps of more rows than `--cuda-graph-max-bs` stay eager.
-    fn capture_draft_graphs(&mut self, spec: &LaunchSpec) -> Result<(), Finding> {
+    fn capture_draft_graphs(&mut self, max_bs: u32) -> Result<(), Finding> {
         let events = self.events.clone();
-        let max_bs = graph_max_bs(spec) as usize;
+        let max_bs = max_bs as usize;
         let skipped = if !self.backend.uses_graphs() {
             Some("no CUDA graphs on this backend")
         } else if max_bs == 0 {
@@ -413,15 +331,14 @@ impl<B: Backend> Engine<B> {
         .with_evidence(Evidence::new(Side::Launch, "launch flags", "--device", "cuda"))]
     }
 
-    fn load_target(&self, key: TargetKey) -> Result<LoadedTarget<B>, EngineError> {
-        let dir = key.dir.clone();
-        let config = ModelConfig::load_dir(&dir)?;
-        let llama = LlamaConfig::from_config(&config)?;
-        let tokenizer = TextTokenizer::load_dir(&dir)?;
-        let ck = Checkpoint::open(&dir).map_err(BackendError::from)?;
+    fn load_target(&self, plan: &TargetPlan) -> Result<LoadedTarget<B>, EngineError> {
+        let dir = &plan.key.dir;
+        let tokenizer = TextTokenizer::load_dir(dir)?;
+        let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
-        let model = self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(LlamaModel::load(self.backend.clone(), llama, ld, cap)?))?;
-        Ok(LoadedTarget { key, config, tokenizer, model: Some(model), target: None })
+        let model =
+            self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(LlamaModel::load(self.backend.clone(), plan.llama.clone(), ld, cap)?))?;
+        Ok(LoadedTarget { key: plan.key.clone(), tokenizer, model: Some(model), target: None })
     }
 
     /// Load with byte progress events for `phase`.
@@ -442,11 +359,10 @@ impl<B: Backend> Engine<B> {
         Ok(out)
     }
 
-    /// Allocate the target's KV cache for this launch's context; returns the token capacity.
-    fn alloc_kv(&mut self, spec: &LaunchSpec, tree_slots: usize) -> Result<usize, EngineError> {
+    /// Allocate the target's KV cache as the plan sizes it.
+    fn alloc_kv(&mut self, memory: &MemoryPlan, graph_max_bs: u32) -> Result<(), EngineError> {
         let t = self.target.as_mut().expect("target loaded before kv-alloc");
-        let context = context::target_context(&t.config, spec)?.length as usize;
-        let tokens = context.min(CPU_MAX_TOKENS);
+        let (context, tokens) = (memory.context.length as usize, memory.kv_tokens);
         if tokens < context {
             self.events.log(
                 LogLevel::Info,
@@ -457,11 +373,11 @@ impl<B: Backend> Engine<B> {
         // The old cache's buffers may go away: no recorded graph may point into them.
         self.backend.graph_reset();
         let mut target = match t.target.take() {
-            Some(old) => old.resized(tokens + tree_slots, tree_slots)?,
-            None => Target::new(t.model.take().expect("a loaded target has its model"), tokens + tree_slots, tree_slots)?,
+            Some(old) => old.resized(memory.target_slots(), memory.tree_slots)?,
+            None => Target::new(t.model.take().expect("a loaded target has its model"), memory.target_slots(), memory.tree_slots)?,
         };
         if self.backend.uses_graphs() {
-            target.graph_rows = graph_max_bs(spec) as usize;
+            target.graph_rows = graph_max_bs as usize;
         }
         self.events.log(
             LogLevel::Info,
@@ -469,57 +385,28 @@ impl<B: Backend> Engine<B> {
             format!("target KV cache: {} slots, {:.1} MiB", target.kv.slots, target.kv.bytes() as f64 / (1 << 20) as f64),
         );
         t.target = Some(target);
-        Ok(tokens)
+        Ok(())
     }
 
-    /// The drafter's identity for this launch, and its config as on disk (for drafter-init).
-    fn drafter_key(dir: &Path, spec: &LaunchSpec, algorithm: Algorithm) -> Result<(DrafterKey, ModelConfig), EngineError> {
-        let on_disk = ModelConfig::load_dir(dir)?;
-        let cfg = on_disk.with_overrides(&spec.draft_overrides);
-        let key = match algorithm {
-            Algorithm::Eagle3 => DrafterKey::Eagle3(dir.to_path_buf(), Eagle3Config::from_config(&cfg)?),
-            _ => DrafterKey::Standalone(dir.to_path_buf(), LlamaConfig::from_config(&cfg)?),
-        };
-        Ok((key, on_disk))
-    }
-
-    /// KV slots of the drafter: the committed sequence, the root and the draft tree.
-    fn drafter_slots(&self, tokens: usize) -> usize {
-        tokens + 1 + self.shape.draft_slots()
-    }
-
-    /// The previous drafter, when this launch leaves it valid: its caches sized for the new
+    /// The previous drafter, when the plan leaves it valid: its caches sized for the new
     /// launch, and drafter-load shown as skipped. `None` when it must be loaded again.
     fn keep_drafter(
         &self,
         kept: Option<LoadedDrafter<B>>,
-        dir: &Path,
-        spec: &LaunchSpec,
-        algorithm: Algorithm,
-        tokens: usize,
-    ) -> Option<Result<(LoadedDrafter<B>, ModelConfig), EngineError>> {
-        let mut kept = kept?;
-        let (key, on_disk) = Self::drafter_key(dir, spec, algorithm).ok()?;
-        if key != kept.key {
-            return None;
-        }
+        plan: &DrafterPlan,
+        memory: &MemoryPlan,
+    ) -> Option<Result<LoadedDrafter<B>, EngineError>> {
+        let mut kept = kept.filter(|k| k.key == plan.key)?;
         phase(&self.events, PhaseId::DrafterLoad, PhaseState::Skipped, Some("kept resident".into()));
-        Some(kept.drafter.resize(self.drafter_slots(tokens), self.shape.topk).map(|()| (kept, on_disk)))
+        Some(kept.drafter.resize(memory.drafter_slots, self.shape.topk).map(|()| kept))
     }
 
-    fn load_drafter(
-        &self,
-        dir: &Path,
-        spec: &LaunchSpec,
-        algorithm: Algorithm,
-        tokens: usize,
-    ) -> Result<(LoadedDrafter<B>, ModelConfig), EngineError> {
-        let (key, on_disk) = Self::drafter_key(dir, spec, algorithm)?;
-        let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
+    fn load_drafter(&self, plan: &DrafterPlan, memory: &MemoryPlan) -> Result<LoadedDrafter<B>, EngineError> {
+        let ck = Checkpoint::open(plan.dir()).map_err(BackendError::from)?;
         let target = self.target.as_ref().and_then(|t| t.target.as_ref()).expect("target ready before the drafter");
-        let (kv_slots, topk) = (self.drafter_slots(tokens), self.shape.topk);
+        let (kv_slots, topk) = (memory.drafter_slots, self.shape.topk);
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
-        let drafter: Box<dyn Drafter<B>> = match &key {
+        let drafter: Box<dyn Drafter<B>> = match &plan.key {
             DrafterKey::Eagle3(_, config) => Box::new(self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
                 Eagle3Drafter::load(config.clone(), ld, &target.model, cap, kv_slots, topk)
             })?),
@@ -527,24 +414,19 @@ impl<B: Backend> Engine<B> {
                 let model = self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
                     LlamaModel::load(self.backend.clone(), config.clone(), ld, cap).map_err(EngineError::from)
                 })?;
-                let file = on_disk.file_name();
+                let file = plan.on_disk.file_name();
                 Box::new(StandaloneDrafter::new(model, target.model.config.vocab, kv_slots, topk, &file)?)
             }
         };
-        Ok((LoadedDrafter { key, drafter }, on_disk))
+        Ok(LoadedDrafter { key: plan.key.clone(), drafter })
     }
 
     /// SGLang's draft-worker check, then the target's hidden-state capture for EAGLE-3.
-    fn drafter_init(&mut self, spec: &LaunchSpec, algorithm: Algorithm, draft_on_disk: &ModelConfig) -> Result<(), Finding> {
+    fn drafter_init(&mut self, spec: &LaunchSpec, plan: &DrafterPlan, memory: &MemoryPlan) -> Result<(), Finding> {
         let events = self.events.clone();
         phase(&events, PhaseId::DrafterInit, PhaseState::Started, None);
-        let t = self.target.as_mut().expect("target loaded");
-        let side_err = |side, e: EngineError| error_finding(side, PhaseId::DrafterInit, &e);
-        let checked = context::check(&t.config, draft_on_disk, spec).map_err(|e| side_err(Side::Draft, e.into()));
-        let finding = match checked {
-            Ok(f) => f,
-            Err(f) => return Err(fail(&events, PhaseId::DrafterInit, f)),
-        };
+        let draft_err = |e: EngineError| fail(&events, PhaseId::DrafterInit, error_finding(Side::Draft, PhaseId::DrafterInit, &e));
+        let finding = context::check_against(memory.context.clone(), &plan.on_disk, spec).map_err(|e| draft_err(e.into()))?;
         if let Some(f) = finding {
             if f.is_error() {
                 return Err(fail(&events, PhaseId::DrafterInit, f));
@@ -552,28 +434,14 @@ impl<B: Backend> Engine<B> {
             self.events.emit(Event::Finding(f));
             self.events.log(LogLevel::Warning, SOURCE, "drafter positions extended to the target's context length");
         }
-        let t = self.target.as_mut().expect("target loaded");
-        let target = t.target.as_mut().expect("kv allocated");
-        let capture = match algorithm {
-            Algorithm::Eagle3 => Eagle3Config::from_config(&draft_on_disk.with_overrides(&spec.draft_overrides))
-                .map_err(EngineError::from)
-                .and_then(|c| c.capture_layers(target.model.config.layers))
-                .map(Some),
-            _ => Ok(None),
-        };
-        let result = capture.and_then(|layers| {
-            if let Some(l) = &layers {
-                self.events.log(LogLevel::Info, SOURCE, format!("EAGLE-3 capture: inputs of target layers {l:?}"));
-            }
-            target.model.set_capture(layers).map_err(EngineError::from)
-        });
-        match result {
-            Ok(()) => {
-                phase(&events, PhaseId::DrafterInit, PhaseState::Done, None);
-                Ok(())
-            }
-            Err(e) => Err(fail(&events, PhaseId::DrafterInit, side_err(Side::Draft, e))),
+        let layers = plan.capture_layers.clone().map_err(|f| fail(&events, PhaseId::DrafterInit, f))?;
+        if let Some(l) = &layers {
+            self.events.log(LogLevel::Info, SOURCE, format!("EAGLE-3 capture: inputs of target layers {l:?}"));
         }
+        let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated");
+        target.model.set_capture(layers).map_err(|e| draft_err(e.into()))?;
+        phase(&events, PhaseId::DrafterInit, PhaseState::Done, None);
+        Ok(())
     }
 
     fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: OnTokens<'_>) -> Result<Generation, EngineError> {

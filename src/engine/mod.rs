@@ -1,16 +1,19 @@
 //! The speculative decoding engine: Llama-family targets, EAGLE-3 and STANDALONE drafters,
 //! chain and tree drafting, greedy and rejection-sampling verification, written once over
-//! the `backend::Backend` seam. `lifecycle` runs a launch phase by phase as events;
-//! `handle` puts the engine on its own thread for the console; `commands` are the headless
-//! `generate` and `bench`.
+//! the `backend::Backend` seam. `plan` resolves a launch once; `lifecycle` runs it phase by
+//! phase as events; `handle` puts the engine on its own thread for the console; `ranks` runs
+//! one engine per tensor-parallel rank; `request` holds what all three are asked and answer;
+//! `commands` are the headless `generate` and `bench`.
 
 pub mod commands;
 pub mod drafter;
 pub mod eagle3;
+pub mod findings;
 pub mod handle;
 pub mod kv;
 pub mod lifecycle;
 pub mod llama;
+pub mod plan;
 pub mod rank_vote;
 pub mod ranks;
 pub mod request;

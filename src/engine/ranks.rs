@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
-use crate::engine::lifecycle::{Engine, BACKEND_ERROR};
+use crate::engine::findings::BACKEND_ERROR;
+use crate::engine::lifecycle::Engine;
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::engine::spec_decode::Generation;

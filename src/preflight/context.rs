@@ -18,6 +18,7 @@ pub const CLAMP: &str = "clamp-context-length";
 pub const ALLOW: &str = "allow-longer-context";
 
 /// The context the target runs at: `--context-length`, else its derived length.
+#[derive(Clone, Debug, PartialEq)]
 pub struct TargetContext {
     pub length: u64,
     pub evidence: Evidence,
@@ -44,7 +45,11 @@ fn derived_evidence(side: Side, cfg: &ModelConfig, d: &DerivedContext) -> Eviden
 /// `draft` is the drafter's config as on disk: its trained length is what acceptance depends
 /// on, even when a remedy has extended the positions in memory.
 pub fn check(target: &ModelConfig, draft: &ModelConfig, spec: &LaunchSpec) -> Result<Option<Finding>, ConfigError> {
-    let tgt = target_context(target, spec)?;
+    check_against(target_context(target, spec)?, draft, spec)
+}
+
+/// As `check`, for a target context already derived (a launch plan's).
+pub fn check_against(tgt: TargetContext, draft: &ModelConfig, spec: &LaunchSpec) -> Result<Option<Finding>, ConfigError> {
     let trained = draft.derived_context_length()?;
     if tgt.length <= trained.length {
         return Ok(None);
