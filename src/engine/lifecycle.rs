@@ -12,10 +12,12 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
-use crate::backend::cuda::graph::{capture_phase, DEFAULT_MAX_BS};
 use crate::backend::{Backend, BackendError};
+use crate::engine::capture::capture_phase;
+use crate::engine::compile::kernel_compile_phase;
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::{Eagle3Config, Eagle3Drafter};
+use crate::engine::graph_sizes::DEFAULT_MAX_BS;
 use crate::engine::handle::GenerateRequest;
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel};
 use crate::engine::ranks::RankVote;
@@ -255,7 +257,7 @@ impl<B: Backend> Engine<B> {
             return Err(fail(&events, PhaseId::Preflight, missing_flag("--model-path", "target model folder")));
         };
         phase(&events, PhaseId::Preflight, PhaseState::Done, None);
-        self.backend.kernel_compile(&events)?;
+        kernel_compile_phase(&*self.backend, &events)?;
 
         let key = TargetKey { dir: PathBuf::from(model_path), dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
         let reused = self.target.as_ref().is_some_and(|t| t.key == key);

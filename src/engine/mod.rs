@@ -4,13 +4,18 @@
 //! `handle` puts the engine on its own thread for the console; `commands` are the headless
 //! `generate` and `bench`.
 
+pub mod capture;
 pub mod commands;
+pub mod compile;
+pub mod device;
 pub mod drafter;
 pub mod eagle3;
+pub mod graph_sizes;
 pub mod handle;
 pub mod kv;
 pub mod lifecycle;
 pub mod llama;
+pub mod memory;
 pub mod ranks;
 pub mod spec_decode;
 pub mod tp;

@@ -24,6 +24,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use half::bf16;
 
 use super::gpu::{stride_grid, Arg, DeviceBuf, Gpu, NULL};
+use crate::knobs::Knobs;
 
 /// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile).
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -289,7 +290,7 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Matmuls {
     pub fn new() -> Matmuls {
-        let pinned = std::env::var("SPECDECK_GEMV").ok().and_then(|w| GEMV_CONFIGS.iter().find(|c| c.plain == format!("gemv_{w}")));
+        let pinned = Knobs::get().gemv.as_ref().and_then(|w| GEMV_CONFIGS.iter().find(|c| c.plain == format!("gemv_{w}")));
         Matmuls { pinned, ..Matmuls::default() }
     }
 
