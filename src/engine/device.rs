@@ -20,9 +20,7 @@ pub const CUDA_START_FAILED: &str = "cuda-start-failed";
 /// kernels compiled in the launch's `kernel-compile` phase (`Backend::kernel_compile`).
 /// `--device cuda` without a usable GPU is a `cuda-unavailable` finding.
 pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<CudaBackend>>, Finding> {
-    if let Some(set) = Knobs::get().describe_set() {
-        events.log(LogLevel::Info, "knobs", set);
-    }
+    record_knobs(Knobs::get(), events);
     match choose_device(spec.device, probe())? {
         DeviceChoice::Cpu { fallback } => {
             let level = if fallback.is_some() { LogLevel::Warning } else { LogLevel::Info };
@@ -37,6 +35,14 @@ pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<
             }
             Ok(Some(ranks))
         }
+    }
+}
+
+/// The `SPECDECK_*` knobs that are set, as one log line from source `knobs`, so the
+/// recording of a launch says what it ran under; nothing when none is set.
+fn record_knobs(knobs: &Knobs, events: &EventSink) {
+    if let Some(set) = knobs.describe_set() {
+        events.log(LogLevel::Info, "knobs", set);
     }
 }
 
@@ -210,6 +216,17 @@ mod tests {
         let f = start_finding(&open_ranks(&no_nccl, 2).err().unwrap());
         assert_eq!(f.message, "--tp-size 2 needs NCCL (libnccl.so.2), which was not found");
         assert!(f.remedy("single-gpu").is_some());
+    }
+
+    #[test]
+    fn set_knobs_are_one_log_line_and_unset_ones_none() {
+        let (sink, mut rx) = EventSink::channel();
+        record_knobs(&Knobs::from_lookup(|_| None), &sink);
+        let knobs = Knobs::from_lookup(|name| (name == "SPECDECK_PDL" || name == "SPECDECK_GEMV").then(|| "0".into()));
+        record_knobs(&knobs, &sink);
+        let Event::Log { level, source, line } = rx.try_recv().unwrap().event else { panic!("expected a log line") };
+        assert_eq!((level, source.as_str(), line.as_str()), (LogLevel::Info, "knobs", "SPECDECK_PDL=0 SPECDECK_GEMV=0"));
+        assert!(rx.try_recv().is_err());
     }
 
     /// On a machine without CUDA (CI, this repository's dev boxes): `auto` falls back to

@@ -572,11 +572,9 @@ impl Backend for CudaBackend {
             store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out,
             "qkv_rope_store_kv: cache widths differ from k and v"
         );
-        let ptrs: Vec<Arg> =
+        let ptrs =
             [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].w, segs[2].w, table.cos.buf.ptr(), store.positions.buf.ptr(), k_cache, v_cache]
-                .into_iter()
-                .map(Arg::Ptr)
-                .collect();
+                .map(Arg::Ptr);
         // The slot moves from step to step: a graph reads it from the arena.
         let slot = store.slot as i32;
         let (eager, slot_dev) = match self.graphs.gate(signature("qkv_rope_store_kv", (n as u32, 1), 0, &ptrs, &[]), &[slot]) {
