@@ -80,3 +80,18 @@ impl Inventory {
         (0..self.count()?).map(|index| self.reading(index)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each user words a failure its own way: preflight by the step that failed, telemetry
+    /// by its cause.
+    #[test]
+    fn failures_name_the_step_and_the_cause() {
+        let e = InventoryError::Memory { index: 3, error: NvmlError::DriverNotLoaded };
+        assert!(e.to_string().starts_with("NVML cannot read GPU 3 memory ("), "{e}");
+        assert_eq!(e.cause(), "the NVIDIA driver is not loaded");
+        assert_eq!(InventoryError::Count(NvmlError::Unknown).cause(), format!("NVML: {}", NvmlError::Unknown));
+    }
+}
