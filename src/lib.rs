@@ -5,10 +5,12 @@
 pub mod backend;
 pub mod cli;
 pub mod console;
+pub mod cudacheck;
 pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod finding;
+pub mod knobs;
 pub mod model;
 pub mod phase;
 pub mod preflight;

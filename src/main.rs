@@ -22,7 +22,12 @@ fn main() {
         Some(Command::Convert(ConvertCommand::Gguf { input, out_dir, dtype })) => {
             specdeck::model::convert::run_cli(&input, &out_dir, &dtype)
         }
-        Some(Command::CudaCheck(args)) => specdeck::backend::cuda::selftest::command(&args),
+        Some(Command::CudaCheck(a)) => specdeck::cudacheck::command(&specdeck::cudacheck::Options {
+            out: a.out,
+            large_model: a.large_model,
+            new_tokens: a.new_tokens,
+            sections: a.sections,
+        }),
         None => run_demo(&cli),
     };
     match result {

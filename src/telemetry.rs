@@ -6,10 +6,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Nvml;
-
+use crate::backend::nvml::{GpuReading, Inventory};
 use crate::event::{Event, EventSink, GpuSample};
 
 /// Stops the sampler when dropped.
@@ -43,19 +40,19 @@ pub fn spawn(sink: EventSink, period: Duration) -> Sampler {
 }
 
 fn sample_loop(sink: &EventSink, period: Duration, stopped: &mpsc::Receiver<()>) {
-    let nvml = match Nvml::init() {
-        Ok(nvml) => nvml,
-        Err(e) => return sink.emit(no_gpu(&describe(&e))),
+    let inventory = match Inventory::open() {
+        Ok(inventory) => inventory,
+        Err(e) => return sink.emit(no_gpu(&e.cause())),
     };
-    match nvml.device_count() {
+    match inventory.count() {
         Ok(0) => return sink.emit(no_gpu("NVML found no GPU")),
-        Err(e) => return sink.emit(no_gpu(&describe(&e))),
+        Err(e) => return sink.emit(no_gpu(&e.cause())),
         Ok(_) => {}
     }
     loop {
-        match sample(&nvml) {
-            Ok(gpus) => sink.emit(Event::Telemetry { gpus, note: None }),
-            Err(e) => return sink.emit(no_gpu(&describe(&e))),
+        match inventory.gpus() {
+            Ok(gpus) => sink.emit(Event::Telemetry { gpus: gpus.into_iter().map(sample).collect(), note: None }),
+            Err(e) => return sink.emit(no_gpu(&e.cause())),
         }
         match stopped.recv_timeout(period) {
             Err(RecvTimeoutError::Timeout) if !sink.is_closed() => continue,
@@ -68,32 +65,16 @@ fn no_gpu(why: &str) -> Event {
     Event::Telemetry { gpus: Vec::new(), note: Some(no_gpu_note(why)) }
 }
 
-fn describe(e: &NvmlError) -> String {
-    match e {
-        NvmlError::LibloadingError(_) => "libnvidia-ml.so.1 not found".to_string(),
-        NvmlError::DriverNotLoaded => "the NVIDIA driver is not loaded".to_string(),
-        other => format!("NVML: {other}"),
+fn sample(g: GpuReading) -> GpuSample {
+    GpuSample {
+        index: g.index,
+        name: g.name,
+        memory_used_bytes: g.memory_used_bytes,
+        memory_total_bytes: g.memory_total_bytes,
+        utilization_pct: g.utilization_pct,
+        temperature_c: g.temperature_c,
+        power_w: g.power_w,
     }
-}
-
-/// One sample of every GPU. Fields a GPU does not report (power on some boards) read 0.
-fn sample(nvml: &Nvml) -> Result<Vec<GpuSample>, NvmlError> {
-    let count = nvml.device_count()?;
-    (0..count)
-        .map(|index| {
-            let d = nvml.device_by_index(index)?;
-            let memory = d.memory_info()?;
-            Ok(GpuSample {
-                index,
-                name: d.name().unwrap_or_else(|_| format!("GPU {index}")),
-                memory_used_bytes: memory.used,
-                memory_total_bytes: memory.total,
-                utilization_pct: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
-                temperature_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
-                power_w: d.power_usage().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -41,15 +41,24 @@
 //! The EAGLE-3 drafter adds `copy_cols` (concatenating `[norm(embed); hidden_norm(h)]` and the
 //! three captured target hiddens) and `gather_rows` (the hidden each draft branch continues).
 //! Committing accepted tree tokens is `move_rows` on every layer's K and V.
+//!
+//! # What else sits here
+//!
+//! The backend knows no events, findings or launch specs: it returns typed errors
+//! (`BackendError`, `kernels::KernelCompileError`, `cuda::tp::StartError`) and reports
+//! progress through callbacks, and the engine turns those into the launch's events and
+//! findings. `kernels`: what a kernel compilation reports; `conformance`: any backend's
+//! ops compared with the CPU reference; `nvml`: the GPU inventory, NVML opened in one place.
 
+pub mod conformance;
 pub mod cpu;
 pub mod cuda;
+pub mod kernels;
+pub mod nvml;
 pub mod rope;
 
-use crate::event::{Event, EventSink, PhaseState};
-use crate::finding::Finding;
 use crate::model::checkpoint::{CheckpointError, TensorView};
-use crate::phase::PhaseId;
+use kernels::{CompileProgress, KernelCompileError, KernelsReady};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -401,11 +410,10 @@ pub trait Backend: Send + Sync + 'static {
 
     // ---- launch phases (no-ops elsewhere) ------------------------------------------------
 
-    /// A launch's `kernel-compile` phase: a GPU backend compiles and loads its kernels
-    /// there (once per process); the default has none and says so.
-    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
-        let detail = format!("the {} backend compiles no kernels", self.name());
-        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail: Some(detail) });
-        Ok(())
+    /// A launch's `kernel-compile` step: a GPU backend compiles and loads its kernels there
+    /// (once per process), telling `progress` as it goes; the default has none and says so.
+    fn kernel_compile(&self, progress: &(dyn Fn(CompileProgress<'_>) + Sync)) -> Result<KernelsReady, KernelCompileError> {
+        let _ = progress;
+        Ok(KernelsReady::Skipped(format!("the {} backend compiles no kernels", self.name())))
     }
 }

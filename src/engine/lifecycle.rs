@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
-use crate::backend::cuda::graph::capture_phase;
 use crate::backend::{Backend, BackendError};
+use crate::engine::capture::capture_phase;
+use crate::engine::compile::kernel_compile_phase;
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::Eagle3Drafter;
 use crate::engine::findings::{error_finding, BACKEND_ERROR, DEVICE_UNAVAILABLE};
@@ -174,7 +175,7 @@ impl<B: Backend> Engine<B> {
             resolved => resolved,
         };
         phase(&events, PhaseId::Preflight, PhaseState::Done, None);
-        self.backend.kernel_compile(&events)?;
+        kernel_compile_phase(&*self.backend, &events)?;
 
         let plan = match plan {
             Ok(plan) => plan,

@@ -5,14 +5,19 @@
 //! one engine per tensor-parallel rank; `request` holds what all three are asked and answer;
 //! `commands` are the headless `generate` and `bench`.
 
+pub mod capture;
 pub mod commands;
+pub mod compile;
+pub mod device;
 pub mod drafter;
 pub mod eagle3;
 pub mod findings;
+pub mod graph_sizes;
 pub mod handle;
 pub mod kv;
 pub mod lifecycle;
 pub mod llama;
+pub mod memory;
 pub mod plan;
 pub mod rank_vote;
 pub mod ranks;

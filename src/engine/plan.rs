@@ -11,9 +11,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::backend::cuda::graph::DEFAULT_MAX_BS;
 use crate::engine::eagle3::Eagle3Config;
 use crate::engine::findings::{error_finding, missing_flag, UNSUPPORTED_ALGORITHM};
+use crate::engine::graph_sizes::DEFAULT_MAX_BS;
 use crate::engine::llama::LlamaConfig;
 use crate::engine::tree::TreeShape;
 use crate::engine::EngineError;

@@ -63,7 +63,7 @@ impl<B: Backend> Serve for Engine<B> {
 /// GPU), one CUDA rank, or a group of CUDA ranks. No GPU for `--device cuda`, or fewer GPUs
 /// than `--tp-size`, is a finding.
 pub fn engine_for(spec: &LaunchSpec, events: &EventSink) -> Result<Box<dyn Serve>, Finding> {
-    Ok(match crate::backend::cuda::launch::backends_for(spec, events)? {
+    Ok(match crate::engine::device::backends_for(spec, events)? {
         None => Box::new(Engine::new(CpuBackend, events.clone())),
         Some(mut ranks) if ranks.len() == 1 => Box::new(Engine::new(ranks.remove(0), events.clone())),
         Some(ranks) => Box::new(RankGroup::start(ranks, events.clone())),
@@ -206,8 +206,8 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::backend::cuda::modelcheck::spec_for;
     use crate::backend::Shard;
+    use crate::cudacheck::modelcheck::spec_for;
     use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
     use crate::engine::tp_emulation::{group, RankCpu};
     use crate::engine::weights::Loader;

@@ -9,8 +9,8 @@
 
 use std::sync::OnceLock;
 
-use nvml_wrapper::Nvml;
-
+use crate::backend::nvml::Inventory;
+use crate::knobs::Knobs;
 use crate::spec::{Device, LaunchSpec};
 
 pub const GIB: f64 = (1u64 << 30) as f64;
@@ -52,19 +52,11 @@ pub fn inventory(spec: &LaunchSpec) -> GpuInventory {
 fn nvml_gpus() -> &'static Result<Vec<Gpu>, String> {
     static PROBE: OnceLock<Result<Vec<Gpu>, String>> = OnceLock::new();
     PROBE.get_or_init(|| {
-        if std::env::var("SPECDECK_NVML").is_ok_and(|v| v.eq_ignore_ascii_case("off")) {
+        if !Knobs::get().nvml {
             return Err("NVML is switched off (SPECDECK_NVML=off)".into());
         }
-        let nvml = Nvml::init().map_err(|e| format!("NVML is not available ({e})"))?;
-        let count = nvml.device_count().map_err(|e| format!("NVML cannot count GPUs ({e})"))?;
-        (0..count)
-            .map(|i| {
-                let device = nvml.device_by_index(i).map_err(|e| format!("NVML cannot open GPU {i} ({e})"))?;
-                let name = device.name().unwrap_or_else(|_| format!("GPU {i}"));
-                let memory = device.memory_info().map_err(|e| format!("NVML cannot read GPU {i} memory ({e})"))?;
-                Ok(Gpu { name, memory_bytes: memory.total })
-            })
-            .collect()
+        let gpus = Inventory::open().and_then(|nvml| nvml.gpus()).map_err(|e| e.to_string())?;
+        Ok(gpus.into_iter().map(|g| Gpu { name: g.name, memory_bytes: g.memory_total_bytes }).collect())
     })
 }
 

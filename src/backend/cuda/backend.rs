@@ -8,24 +8,21 @@
 use half::bf16;
 
 use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, MAX_CHUNKS, ROW_GROUP};
-use super::compile::{
-    compile_phase_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache, KERNEL_COMPILE_ERROR,
-};
+use super::compile::{compile_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
 use super::gemm::{Input, Matmuls, RopeStore, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
+use super::nccl::NcclComm;
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::sources::{ATTENTION_KERNELS, SOURCES};
-use super::tp::NcclComm;
+use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
 use crate::backend::{
     residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard,
     STEP_QUERIES_MAX,
 };
-use crate::event::{Event, EventSink, PhaseState};
-use crate::finding::{Finding, Severity};
+use crate::knobs::Knobs;
 use crate::model::checkpoint::TensorView;
-use crate::phase::PhaseId;
 
 /// Warps per attention block in decode, verify and draft steps; each warp walks a strided
 /// share of the key slots (`ATTENTION_MAX_THREADS` in kernels/attention.cu allows up to 16).
@@ -122,7 +119,7 @@ impl CudaBackend {
         let chunk_ids = gpu.alloc::<i32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk ids")?;
         let chunk_stats = gpu.alloc::<f32>(ROW_GROUP * MAX_CHUNKS * 2, "per-chunk softmax stats")?;
         let graphs = Graphs::new(&gpu)?;
-        let fused_residual = std::env::var("SPECDECK_FUSED_RESIDUAL").map_or(true, |v| v != "0");
+        let fused_residual = Knobs::get().fused_residual;
         let b = CudaBackend {
             gpu,
             matmuls: Matmuls::new(),
@@ -272,8 +269,11 @@ impl CudaBackend {
     /// A matmul-family op through the graph gate: `None` when a replay skips it, else
     /// whether it runs eagerly (so a new shape may be timed).
     fn matmul_gate(&self, name: &str, rows: usize, ptrs: &[u64]) -> Option<bool> {
-        let args: Vec<Arg> = ptrs.iter().map(|&p| Arg::Ptr(p)).collect();
-        match self.graphs.gate(signature(name, (rows as u32, 1), 0, &args, &[]), &[]) {
+        // On the stack: every matmul of a step passes here. q, k and v take ten pointers.
+        let mut args = [NULL; 16];
+        assert!(ptrs.len() <= args.len(), "{name}: {} pointers to sign", ptrs.len());
+        args.iter_mut().zip(ptrs).for_each(|(a, &p)| *a = Arg::Ptr(p));
+        match self.graphs.gate(signature(name, (rows as u32, 1), 0, &args[..ptrs.len()], &[]), &[]) {
             Gate::Skip => None,
             Gate::Eager => Some(true),
             Gate::Device(_) => Some(false),
@@ -345,24 +345,18 @@ impl Backend for CudaBackend {
         true
     }
 
-    fn kernel_compile(&self, events: &EventSink) -> Result<(), Finding> {
+    fn kernel_compile(&self, progress: &(dyn Fn(CompileProgress<'_>) + Sync)) -> Result<KernelsReady, KernelCompileError> {
         if self.gpu.kernels_loaded() {
-            let detail = Some("kernels loaded by an earlier launch".to_string());
-            events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Skipped, detail });
-            return Ok(());
+            return Ok(KernelsReady::Skipped("kernels loaded by an earlier launch".to_string()));
         }
         let target = CompileTarget {
             arch: self.gpu.arch.clone(),
             include_paths: default_include_paths(),
-            nvrtc_version: nvrtc_version().map_err(|e| {
-                let f = Finding::new(KERNEL_COMPILE_ERROR, Severity::Error, PhaseId::KernelCompile, e);
-                events.emit(Event::Finding(f.clone()));
-                events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Failed, detail: None });
-                f
-            })?,
+            nvrtc_version: nvrtc_version().map_err(KernelCompileError::Compiler)?,
         };
         let cache = PtxCache::new(PtxCache::default_location());
-        compile_phase_then(SOURCES, &target, Some(&cache), events, |modules| self.gpu.load(modules).map_err(|e| e.to_string())).map(drop)
+        let load = |modules: &[CompiledModule]| self.gpu.load(modules).map_err(|e| e.to_string());
+        compile_then(SOURCES, &target, Some(&cache), progress, load).map(|(_, summary)| KernelsReady::Compiled(summary))
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
@@ -578,11 +572,9 @@ impl Backend for CudaBackend {
             store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out,
             "qkv_rope_store_kv: cache widths differ from k and v"
         );
-        let ptrs: Vec<Arg> =
+        let ptrs =
             [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].w, segs[2].w, table.cos.buf.ptr(), store.positions.buf.ptr(), k_cache, v_cache]
-                .into_iter()
-                .map(Arg::Ptr)
-                .collect();
+                .map(Arg::Ptr);
         // The slot moves from step to step: a graph reads it from the arena.
         let slot = store.slot as i32;
         let (eager, slot_dev) = match self.graphs.gate(signature("qkv_rope_store_kv", (n as u32, 1), 0, &ptrs, &[]), &[slot]) {

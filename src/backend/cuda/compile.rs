@@ -11,9 +11,8 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use super::sources::KernelSource;
-use crate::event::{Event, EventSink, LogLevel, PhaseState, ProgressUnit};
-use crate::finding::{Evidence, Finding, Severity, Side};
-use crate::phase::PhaseId;
+use crate::backend::kernels::{CompileError, CompileProgress, CompileSummary, KernelCompileError};
+use crate::knobs::Knobs;
 
 /// What NVRTC is asked to produce.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,9 +37,7 @@ impl CompileTarget {
 /// `$CUDA_HOME/include`, `/usr/local/cuda/include`; only folders that exist.
 pub fn default_include_paths() -> Vec<String> {
     let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Ok(list) = std::env::var("SPECDECK_CUDA_INCLUDE") {
-        candidates.extend(std::env::split_paths(&list));
-    }
+    candidates.extend(Knobs::get().cuda_include.iter().cloned());
     if let Ok(home) = std::env::var("CUDA_HOME") {
         candidates.push(Path::new(&home).join("include"));
     }
@@ -80,8 +77,8 @@ impl PtxCache {
     /// `$SPECDECK_PTX_CACHE`, else `$XDG_CACHE_HOME/specdeck/ptx`, else
     /// `~/.cache/specdeck/ptx`, else a folder under the system temp dir.
     pub fn default_location() -> PathBuf {
-        if let Some(d) = std::env::var_os("SPECDECK_PTX_CACHE") {
-            return PathBuf::from(d);
+        if let Some(d) = &Knobs::get().ptx_cache {
+            return d.clone();
         }
         if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
             return Path::new(&d).join("specdeck").join("ptx");
@@ -142,16 +139,6 @@ pub struct CompiledModule {
     pub from_cache: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum CompileError {
-    /// NVRTC rejected the source; `file`/`line` come from its log.
-    #[error("{file}:{line}: {message}")]
-    Source { file: String, line: u32, message: String, log: String },
-    /// NVRTC failed without a diagnostic we could place.
-    #[error("NVRTC failed on {file}: {message}")]
-    Nvrtc { file: String, message: String },
-}
-
 /// The first error of an NVRTC log, as (file, line, message). NVRTC writes
 /// `kernels/rope.cu(12): error: identifier "x" is undefined`.
 pub fn first_error(log: &str) -> Option<(String, u32, String)> {
@@ -207,90 +194,35 @@ pub fn compile_sources(
         .collect()
 }
 
-/// The finding id for a kernel that does not compile.
-pub const KERNEL_COMPILE_ERROR: &str = "kernel-compile-error";
-
-impl CompileError {
-    pub fn to_finding(&self, target: &CompileTarget) -> Finding {
-        let (file, key, value) = match self {
-            CompileError::Source { file, line, message, .. } => (file.clone(), format!("line {line}"), message.clone()),
-            CompileError::Nvrtc { file, message } => (file.clone(), "nvrtc".to_string(), message.clone()),
-        };
-        Finding::new(KERNEL_COMPILE_ERROR, Severity::Error, PhaseId::KernelCompile, self.to_string())
-            .with_evidence(Evidence::new(Side::Launch, file, key, value))
-            .with_evidence(Evidence::new(Side::Launch, "nvrtc", "--gpu-architecture", target.arch.clone()))
-    }
-}
-
-/// The `kernel-compile` phase: Started, one Progress per module, a Log line with the
-/// cache hits and the time, then Done; or a Finding and Failed.
-pub fn compile_phase(
+/// Compile every source (`compile_sources`) and load the modules with `load` (the driver
+/// turning them into machine code for a GPU is part of compiling): `Started`, then one
+/// `Module` per module as it finishes, reported to `progress` from the worker threads.
+pub fn compile_then(
     sources: &'static [KernelSource],
     target: &CompileTarget,
     cache: Option<&PtxCache>,
-    events: &EventSink,
-) -> Result<Vec<CompiledModule>, Finding> {
-    compile_phase_then(sources, target, cache, events, |_| Ok(()))
-}
-
-/// `compile_phase` with `load` run on the modules inside the phase (the driver turning
-/// them into machine code for a GPU is part of compiling): its error is the phase's
-/// failure, as a `kernel-compile-error` finding.
-pub fn compile_phase_then(
-    sources: &'static [KernelSource],
-    target: &CompileTarget,
-    cache: Option<&PtxCache>,
-    events: &EventSink,
+    progress: &(dyn Fn(CompileProgress<'_>) + Sync),
     load: impl FnOnce(&[CompiledModule]) -> Result<(), String>,
-) -> Result<Vec<CompiledModule>, Finding> {
-    events.phase(PhaseId::KernelCompile, PhaseState::Started);
+) -> Result<(Vec<CompiledModule>, CompileSummary), KernelCompileError> {
+    progress(CompileProgress::Started);
     let started = Instant::now();
     let done = AtomicU64::new(0);
     let total = sources.len() as u64;
-    let result = compile_sources(sources, target, cache, &|m: &CompiledModule| {
+    let modules = compile_sources(sources, target, cache, &|m: &CompiledModule| {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        events.emit(Event::Progress {
-            phase: PhaseId::KernelCompile,
-            unit: ProgressUnit::Items,
-            gpu: None,
-            label: m.source.file.to_string(),
-            done: n,
-            total,
-        });
-    });
-    let failed = |finding: Finding, detail: String| {
-        events.emit(Event::Finding(finding.clone()));
-        events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Failed, detail: Some(detail) });
-        finding
+        progress(CompileProgress::Module { file: m.source.file, done: n, total });
+    })
+    .map_err(|error| KernelCompileError::Source { error, arch: target.arch.clone() })?;
+    let compile_s = started.elapsed().as_secs_f64();
+    load(&modules).map_err(|message| KernelCompileError::Load { message, arch: target.arch.clone() })?;
+    let summary = CompileSummary {
+        modules: modules.len(),
+        arch: target.arch.clone(),
+        compile_s,
+        from_cache: modules.iter().filter(|m| m.from_cache).count(),
+        load_s: started.elapsed().as_secs_f64() - compile_s,
     };
-    match result {
-        Ok(modules) => {
-            let compiled_s = started.elapsed().as_secs_f64();
-            if let Err(e) = load(&modules) {
-                let message = format!("the compiled kernels did not load: {e}");
-                let finding = Finding::new(KERNEL_COMPILE_ERROR, Severity::Error, PhaseId::KernelCompile, message.clone())
-                    .with_evidence(Evidence::new(Side::Launch, "nvrtc", "--gpu-architecture", target.arch.clone()));
-                return Err(failed(finding, message));
-            }
-            let hits = modules.iter().filter(|m| m.from_cache).count();
-            let detail = format!(
-                "{} modules for {} in {compiled_s:.3} s ({} from the PTX cache), loaded in {:.3} s",
-                modules.len(),
-                target.arch,
-                hits,
-                started.elapsed().as_secs_f64() - compiled_s
-            );
-            events.log(LogLevel::Info, "cuda", detail.clone());
-            events.emit(Event::Phase { phase: PhaseId::KernelCompile, state: PhaseState::Done, detail: Some(detail) });
-            Ok(modules)
-        }
-        Err(e) => {
-            if let CompileError::Source { log, .. } = &e {
-                events.log(LogLevel::Error, "nvrtc", log.clone());
-            }
-            Err(failed(e.to_finding(target), e.to_string()))
-        }
-    }
+    Ok((modules, summary))
 }
 
 #[cfg(test)]
@@ -340,16 +272,6 @@ mod tests {
                    kernels/rope.cu(17): error: identifier \"half2x\" is undefined\n\n1 error detected in the compilation of \"kernels/rope.cu\".\n";
         assert_eq!(first_error(log), Some(("kernels/rope.cu".to_string(), 17, "identifier \"half2x\" is undefined".to_string())));
         assert_eq!(first_error("all good\n"), None);
-        let e = CompileError::Source {
-            file: "kernels/rope.cu".into(),
-            line: 17,
-            message: "identifier \"half2x\" is undefined".into(),
-            log: log.into(),
-        };
-        let f = e.to_finding(&target("sm_90"));
-        assert_eq!(f.id, KERNEL_COMPILE_ERROR);
-        assert_eq!(f.message, "kernels/rope.cu:17: identifier \"half2x\" is undefined");
-        assert_eq!((f.evidence[0].file.as_str(), f.evidence[0].key.as_str()), ("kernels/rope.cu", "line 17"));
     }
 
     /// Needs libnvrtc (13.x) on the loader path; `scripts/nvrtc-check.sh` fetches the
@@ -368,8 +290,13 @@ mod tests {
         let target = nvrtc_target();
         let dir = tempfile::tempdir().unwrap();
         let cache = PtxCache::new(dir.path());
-        let (sink, mut rx) = EventSink::channel();
-        let modules = compile_phase(SOURCES, &target, Some(&cache), &sink).unwrap_or_else(|f| panic!("{}", f.message));
+        let progress = AtomicU64::new(0);
+        let count = |p: CompileProgress<'_>| {
+            if let CompileProgress::Module { .. } = p {
+                progress.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let (modules, cold) = compile_then(SOURCES, &target, Some(&cache), &count, |_| Ok(())).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(modules.len(), SOURCES.len());
         for m in &modules {
             assert!(!m.from_cache);
@@ -378,17 +305,11 @@ mod tests {
                 assert!(m.ptx.contains(&format!(".entry {f}(")), "{} lacks {f}", m.source.file);
             }
         }
-        let again = compile_phase(SOURCES, &target, Some(&cache), &sink).unwrap();
+        let (again, cached) = compile_then(SOURCES, &target, Some(&cache), &count, |_| Ok(())).unwrap();
         assert!(again.iter().all(|m| m.from_cache));
-        let mut progress = 0;
-        while let Ok(ev) = rx.try_recv() {
-            match ev.event {
-                Event::Progress { phase: PhaseId::KernelCompile, .. } => progress += 1,
-                // The compile times, for BENCHMARKS.md.
-                Event::Phase { state: PhaseState::Done, detail: Some(d), .. } => eprintln!("kernel-compile: {d}"),
-                _ => {}
-            }
-        }
+        // The compile times, for BENCHMARKS.md.
+        eprintln!("kernel-compile: {cold}\nkernel-compile: {cached}");
+        let progress = progress.into_inner() as usize;
         assert_eq!(progress, 2 * SOURCES.len());
     }
 

@@ -24,6 +24,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use half::bf16;
 
 use super::gpu::{stride_grid, Arg, DeviceBuf, Gpu, NULL};
+use crate::knobs::Knobs;
 
 /// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile).
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -223,11 +224,12 @@ impl GemvJob<'_> {
         self.segments().iter().any(|s| s.accumulate)
     }
 
-    fn weights(&self) -> Vec<u64> {
-        match self {
-            GemvJob::GateUp { gate, up, .. } => vec![*gate, *up],
-            _ => self.segments().iter().map(|s| s.w).collect(),
-        }
+    fn weights(&self) -> impl Iterator<Item = u64> + '_ {
+        let gate_up = match self {
+            GemvJob::GateUp { gate, up, .. } => Some([*gate, *up]),
+            _ => None,
+        };
+        gate_up.into_iter().flatten().chain(self.segments().iter().map(|s| s.w))
     }
 
     /// Blocks of a launch: one per row tile (16 rows per tensor-core tile; a gate-up tile
@@ -243,8 +245,8 @@ impl GemvJob<'_> {
 impl Input {
     /// The K cut, when the skinny kernels can take this operand (few rows, K a multiple of
     /// 8, 16-byte aligned rows of x and W).
-    fn skinny(&self, weights: &[u64]) -> Option<Slicing> {
-        let aligned = self.x % 16 == 0 && weights.iter().all(|w| w % 16 == 0);
+    fn skinny(&self, weights: impl IntoIterator<Item = u64>) -> Option<Slicing> {
+        let aligned = self.x % 16 == 0 && weights.into_iter().all(|w| w % 16 == 0);
         let slicing = Slicing::of(self.k_in, self.k_full)?;
         (self.rows <= GEMV_MAX_ROWS && aligned && slicing.slices <= GEMV_MAX_SLICES).then_some(slicing)
     }
@@ -289,7 +291,7 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Matmuls {
     pub fn new() -> Matmuls {
-        let pinned = std::env::var("SPECDECK_GEMV").ok().and_then(|w| GEMV_CONFIGS.iter().find(|c| c.plain == format!("gemv_{w}")));
+        let pinned = Knobs::get().gemv.as_ref().and_then(|w| GEMV_CONFIGS.iter().find(|c| c.plain == format!("gemv_{w}")));
         Matmuls { pinned, ..Matmuls::default() }
     }
 
@@ -302,7 +304,7 @@ impl Matmuls {
     /// `seg.out += x · seg.wᵀ`. Adding twice is not adding once, so a new shape is timed
     /// writing into `trial_out` (of `seg.out`'s shape) instead.
     pub fn run_residual(&self, gpu: &Gpu, input: Input, seg: Segment, trial_out: u64, eager: bool) {
-        if eager && input.skinny(&[seg.w]).is_some() {
+        if eager && input.skinny([seg.w]).is_some() {
             let trial = Segment { out: trial_out, accumulate: false, ..seg };
             self.config_for(gpu, input, GemvJob::Segments(&[trial]), true);
         }
@@ -331,7 +333,7 @@ impl Matmuls {
             }
             return;
         }
-        let Some(cut) = input.skinny(&segs.iter().map(|s| s.w).collect::<Vec<_>>()) else {
+        let Some(cut) = input.skinny(segs.iter().map(|s| s.w)) else {
             return self.cublas(gpu, input, segs);
         };
         for chunk in segs.chunks(SEGMENTS_PER_LAUNCH) {
@@ -354,7 +356,7 @@ impl Matmuls {
             return;
         }
         let job = GemvJob::GateUp { gate, up, act, n_out };
-        if let Some(cut) = input.skinny(&job.weights()) {
+        if let Some(cut) = input.skinny(job.weights()) {
             return self.gemv(gpu, input, cut, job, eager);
         }
         let product = |w: u64, out: u64| Segment { w, bias: None, out, n_out, accumulate: false };
@@ -369,7 +371,7 @@ impl Matmuls {
         if !RopeStore::fits(head_dim) {
             return None;
         }
-        input.skinny(&segs.map(|s| s.w))
+        input.skinny(segs.map(|s| s.w))
     }
 
     /// q, k and v with RoPE and the cache write in one skinny launch cut as `rope_cut` says.
@@ -380,7 +382,7 @@ impl Matmuls {
     /// One path regardless of the rules (the self-test times each).
     pub fn run_path(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, path: MatmulPath) {
         match (path, job) {
-            (MatmulPath::Gemv(config), job) => match input.skinny(&job.weights()) {
+            (MatmulPath::Gemv(config), job) => match input.skinny(job.weights()) {
                 Some(cut) => {
                     self.launch(gpu, config, input, cut, job);
                 }
@@ -397,12 +399,13 @@ impl Matmuls {
     /// is not capturing and the launch does not add into its output) the fastest candidate
     /// timed now, else the first candidate.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
-        let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
         let key = ShapeKey { family: job.family(), rows: input.rows, n_total: job.n_total(), k_in: input.k_in };
         if let Some(c) = self.pinned.or_else(|| locked(&self.chosen).get(&key).copied()) {
             return c;
         }
-        let cut = match input.skinny(&job.weights()) {
+        // Past here only on a shape's first use.
+        let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
+        let cut = match input.skinny(job.weights()) {
             Some(cut) if eager && list.len() > 1 && !job.accumulates() => cut,
             _ => return list[0],
         };
@@ -640,11 +643,11 @@ mod tests {
     #[test]
     fn the_skinny_path_needs_aligned_rows_and_few_of_them() {
         let ok = Input { x: 0x1000, rows: 8, k_in: 4096, k_full: 4096 };
-        assert_eq!(ok.skinny(&[0x2000, 0x3000]), Some(Slicing { cols: 256, slices: 16 }));
-        assert!(Input { rows: 9, ..ok }.skinny(&[0x2000]).is_none());
-        assert!(Input { k_in: 4100, k_full: 4100, ..ok }.skinny(&[0x2000]).is_none());
-        assert!(Input { x: 0x1004, ..ok }.skinny(&[0x2000]).is_none());
-        assert!(ok.skinny(&[0x2000, 0x3008]).is_none());
+        assert_eq!(ok.skinny([0x2000, 0x3000]), Some(Slicing { cols: 256, slices: 16 }));
+        assert!(Input { rows: 9, ..ok }.skinny([0x2000]).is_none());
+        assert!(Input { k_in: 4100, k_full: 4100, ..ok }.skinny([0x2000]).is_none());
+        assert!(Input { x: 0x1004, ..ok }.skinny([0x2000]).is_none());
+        assert!(ok.skinny([0x2000, 0x3008]).is_none());
     }
 
     /// A deterministic prefill of 21 rows runs as blocks of 8, 8 and 5, each reading its

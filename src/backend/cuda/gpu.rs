@@ -13,6 +13,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::compile::CompiledModule;
 use crate::backend::BackendError;
+use crate::knobs::Knobs;
 
 /// Bytes of device memory held through this backend, by what holds them.
 #[derive(Debug, Default)]
@@ -87,6 +88,19 @@ pub enum Arg {
 /// A null device pointer, for the optional pointer arguments of the kernels.
 pub const NULL: Arg = Arg::Ptr(0);
 
+/// The most arguments a kernel takes (the rope-fused skinny matmuls of kernels/gemv.cu
+/// take 23).
+const MAX_ARGS: usize = 32;
+
+/// A loaded kernel, and whether `SPECDECK_SKIP_KERNELS` leaves its launches out (decided
+/// once at load, not at every launch). Skipping is a profiling knob only, since the
+/// outputs are then wrong: without Nsight Systems on the GPU machine, what a kernel family
+/// costs inside a captured step is the step time it saves (`scripts/gpu/ablate.sh`).
+struct Kernel {
+    func: CudaFunction,
+    skipped: bool,
+}
+
 /// cuBLAS's workspace. Owned by us and set once, so cuBLAS never allocates while a CUDA
 /// graph is being captured (32 MiB is what cuBLAS asks for on Hopper).
 const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
@@ -96,7 +110,7 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
-    kernels: OnceLock<HashMap<&'static str, CudaFunction>>,
+    kernels: OnceLock<HashMap<&'static str, Kernel>>,
     pub ledger: Arc<MemoryLedger>,
     /// Streaming multiprocessors, for grids sized to the whole GPU.
     pub sm_count: u32,
@@ -106,11 +120,6 @@ pub struct Gpu {
     /// `SPECDECK_PDL=0`): each may be scheduled while the one before drains, and waits for
     /// its writes itself (`pdl_wait` in kernels/common.cuh).
     pub pdl: bool,
-    /// `SPECDECK_SKIP_KERNELS=rmsnorm,attention` (prefixes of kernel names): those launches
-    /// are left out. A profiling knob only, since their outputs are then wrong: without
-    /// Nsight Systems on the GPU machine, what a kernel family costs inside a captured step
-    /// is the step time it saves (`scripts/gpu/ablate.sh`).
-    skipped: Vec<String>,
     error: Mutex<Option<String>>,
     // Declared after `blas`, so the handle that points at it is destroyed first.
     _blas_workspace: DeviceBuf<u8>,
@@ -156,9 +165,7 @@ impl Gpu {
             ledger,
             sm_count,
             arch: format!("sm_{major}{minor}"),
-            pdl: major >= 9 && std::env::var("SPECDECK_PDL").map_or(true, |v| v != "0"),
-            skipped: std::env::var("SPECDECK_SKIP_KERNELS")
-                .map_or(Vec::new(), |v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect()),
+            pdl: major >= 9 && Knobs::get().pdl,
             error: Mutex::new(None),
             _blas_workspace: workspace,
         })
@@ -171,6 +178,7 @@ impl Gpu {
             return Ok(());
         }
         let ordinal = self.ordinal;
+        let skipped = &Knobs::get().skip_kernels;
         let mut kernels = HashMap::new();
         for m in modules {
             let module = self
@@ -181,7 +189,7 @@ impl Gpu {
                 let func = module
                     .load_function(f)
                     .map_err(|e| BackendError::Device(format!("GPU {ordinal}: kernel {f} in {}: {e}", m.source.file)))?;
-                kernels.insert(*f, func);
+                kernels.insert(*f, Kernel { func, skipped: skipped.iter().any(|prefix| f.starts_with(prefix.as_str())) });
             }
         }
         let _ = self.kernels.set(kernels);
@@ -194,7 +202,7 @@ impl Gpu {
 
     /// A loaded kernel, for occupancy queries.
     pub fn function(&self, name: &str) -> Option<&CudaFunction> {
-        self.kernels.get()?.get(name)
+        self.kernels.get()?.get(name).map(|k| &k.func)
     }
 
     /// An event that records time. cudarc's default events are created with timing
@@ -334,25 +342,33 @@ impl Gpu {
 
     /// Launch kernel `name`; a failure is recorded for the next sync (and `false` returned).
     pub fn launch(&self, name: &'static str, grid: (u32, u32), block: u32, shared_mem: u32, args: &[Arg]) -> bool {
-        let Some(func) = self.function(name) else {
+        let Some(kernel) = self.kernels.get().and_then(|k| k.get(name)) else {
             self.record(|| format!("kernel {name} is not loaded"));
             return false;
         };
-        if self.skipped.iter().any(|prefix| name.starts_with(prefix.as_str())) {
+        if kernel.skipped {
             return true;
         }
+        if args.len() > MAX_ARGS {
+            self.record(|| format!("launch of {name}: {} arguments exceed {MAX_ARGS}", args.len()));
+            return false;
+        }
         // Every argument sits in an 8-byte slot; the driver copies each parameter's own
-        // size from the front of its slot (little-endian, as on every CUDA host).
-        let mut slots: Vec<u64> = args
-            .iter()
-            .map(|a| match *a {
+        // size from the front of its slot (little-endian, as on every CUDA host). The slots
+        // live on the stack: a step launches hundreds of kernels.
+        let mut slots = [0u64; MAX_ARGS];
+        for (slot, a) in slots.iter_mut().zip(args) {
+            *slot = match *a {
                 Arg::Ptr(p) => p,
                 Arg::I32(v) => v as u32 as u64,
                 Arg::I64(v) => v as u64,
                 Arg::F32(v) => v.to_bits() as u64,
-            })
-            .collect();
-        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|v| v as *mut u64 as *mut std::ffi::c_void).collect();
+            };
+        }
+        let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
+        for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
+            *param = slot as *mut u64 as *mut std::ffi::c_void;
+        }
         // SAFETY: a zeroed launch attribute is a valid "no attribute" value; the union field
         // written is the one its id names.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -374,7 +390,7 @@ impl Gpu {
         // SAFETY: every kernel's argument list is built by the op wrappers from live buffers
         // whose sizes the model code checked when it sized them, in the kernel's parameter
         // order and types (the sources' tests pin the names; the GPU checks pin the rest).
-        let status = unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+        let status = unsafe { sys::cuLaunchKernelEx(&config, kernel.func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
         match status.result() {
             Ok(()) => true,
             Err(e) => {

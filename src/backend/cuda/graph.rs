@@ -29,23 +29,9 @@ use cudarc::driver::CudaGraph;
 use super::gpu::{Arg, DeviceBuf, Gpu};
 use super::graph_book::{Begin, End, GraphBook, OpGate};
 use crate::backend::BackendError;
-use crate::event::{Event, EventSink, PhaseState, ProgressUnit};
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
-use crate::phase::PhaseId;
-use crate::spec::SpecChange;
 
-/// `--cuda-graph-max-bs` when the launch does not set it.
-pub const DEFAULT_MAX_BS: u32 = 8;
 /// Dynamic values one step may use (ints).
 pub const ARENA_LEN: usize = 1 << 16;
-
-/// The batch sizes captured for `--cuda-graph-max-bs max`: 1, 2, 4, 8, then steps of 8
-/// (SGLang's list, cut at max).
-pub fn capture_sizes(max: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|&b| b <= max).collect();
-    v.extend((1..).map(|i| 8 * i).take_while(|&b| b <= max));
-    v
-}
 
 /// What an op should do with its kernel in the current step.
 #[derive(Debug, PartialEq, Eq)]
@@ -232,79 +218,9 @@ impl Graphs {
     }
 }
 
-/// The finding for a capture that failed at batch size `bs`.
-pub fn capture_finding(phase: PhaseId, bs: u32, max_bs: u32, err: &BackendError) -> Finding {
-    let lower = bs.saturating_sub(1).max(1).min(max_bs.saturating_sub(1).max(1));
-    let lower = capture_sizes(lower).last().copied().unwrap_or(1);
-    Finding::new("cuda-graph-capture-failed", Severity::Error, phase, format!("CUDA graph capture failed at batch size {bs}: {err}"))
-        .with_evidence(Evidence::new(Side::Launch, "--cuda-graph-max-bs", "--cuda-graph-max-bs", max_bs))
-        .with_evidence(Evidence::new(Side::Launch, "graph capture", "batch size", bs))
-        .with_remedy(Remedy::new(
-            "reduce-cuda-graph-max-bs",
-            "--cuda-graph-max-bs",
-            format!("capture graphs up to batch size {lower} only"),
-            vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: lower.to_string() }],
-        ))
-}
-
-/// A capture phase over the step sizes `sizes` (token rows; those above `max_bs`, the
-/// launch's `--cuda-graph-max-bs`, are left out and run eagerly): Started, one Progress per
-/// size as `capture(size)` returns, Done; or the failing size's Finding and Failed; Skipped
-/// when no size is left. `capture(size)` runs the step twice as a graph step (record,
-/// then capture).
-pub fn capture_phase(
-    events: &EventSink,
-    phase: PhaseId,
-    sizes: &[u32],
-    max_bs: u32,
-    gpu: Option<u32>,
-    mut capture: impl FnMut(u32) -> Result<(), BackendError>,
-) -> Result<(), Finding> {
-    let sizes: Vec<u32> = sizes.iter().copied().filter(|&s| s <= max_bs).collect();
-    if sizes.is_empty() {
-        let detail = Some(format!("no step of at most {max_bs} tokens (--cuda-graph-max-bs)"));
-        events.emit(Event::Phase { phase, state: PhaseState::Skipped, detail });
-        return Ok(());
-    }
-    events.phase(phase, PhaseState::Started);
-    for (i, &bs) in sizes.iter().enumerate() {
-        if let Err(e) = capture(bs) {
-            let f = match super::launch::memory_finding(
-                &e,
-                phase,
-                &crate::spec::LaunchSpec { cuda_graph_max_bs: Some(max_bs), ..Default::default() },
-            ) {
-                Some(f) => f,
-                None => capture_finding(phase, bs, max_bs, &e),
-            };
-            events.emit(Event::Finding(f.clone()));
-            events.emit(Event::Phase { phase, state: PhaseState::Failed, detail: Some(format!("batch size {bs}")) });
-            return Err(f);
-        }
-        events.emit(Event::Progress {
-            phase,
-            unit: ProgressUnit::BatchSize,
-            gpu,
-            label: bs.to_string(),
-            done: i as u64 + 1,
-            total: sizes.len() as u64,
-        });
-    }
-    events.emit(Event::Phase { phase, state: PhaseState::Done, detail: Some(format!("{} batch sizes", sizes.len())) });
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn capture_sizes_follow_sglang_and_stop_at_max() {
-        assert_eq!(capture_sizes(1), vec![1]);
-        assert_eq!(capture_sizes(8), vec![1, 2, 4, 8]);
-        assert_eq!(capture_sizes(20), vec![1, 2, 4, 8, 16]);
-        assert_eq!(capture_sizes(24), vec![1, 2, 4, 8, 16, 24]);
-    }
 
     #[test]
     fn signatures_ignore_per_step_values_only() {
@@ -316,65 +232,5 @@ mod tests {
         assert_ne!(s, signature("attention_f32_p4", (1, 32), 256, &other, &[1, 3]));
         assert_ne!(s, signature("attention_f32_p4", (2, 32), 256, &args, &[1, 3]));
         assert_ne!(s, signature("attention_f32_p4", (1, 32), 256, &moved, &[3]));
-    }
-
-    #[test]
-    fn a_failed_capture_names_the_batch_size_and_lowers_the_max() {
-        let f = capture_finding(PhaseId::TargetGraphCapture, 16, 24, &BackendError::Device("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED".into()));
-        assert_eq!(f.message, "CUDA graph capture failed at batch size 16: device error: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED");
-        assert_eq!(f.evidence[1].value, 16);
-        assert_eq!(
-            f.remedy("reduce-cuda-graph-max-bs").unwrap().changes,
-            vec![SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "8".into() }]
-        );
-        let (sink, mut rx) = EventSink::channel();
-        let mut seen = Vec::new();
-        let r = capture_phase(&sink, PhaseId::DraftGraphCapture, &capture_sizes(8), 8, Some(0), |bs| {
-            seen.push(bs);
-            if bs == 4 {
-                Err(BackendError::Device("boom".into()))
-            } else {
-                Ok(())
-            }
-        });
-        assert_eq!(r.unwrap_err().remedies[0].changes[0], SpecChange::SetFlag { flag: "--cuda-graph-max-bs".into(), value: "2".into() });
-        assert_eq!(seen, vec![1, 2, 4]);
-        let kinds: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|e| match e.event {
-                Event::Phase { state, .. } => format!("{state:?}"),
-                Event::Progress { label, .. } => format!("bs {label}"),
-                Event::Finding(f) => f.id,
-                _ => "other".into(),
-            })
-            .collect();
-        assert_eq!(kinds, vec!["Started", "bs 1", "bs 2", "cuda-graph-capture-failed", "Failed"]);
-    }
-
-    /// Sizes above --cuda-graph-max-bs are left out; none left is a skipped phase.
-    #[test]
-    fn capture_phase_keeps_sizes_within_the_max() {
-        let (sink, mut rx) = EventSink::channel();
-        let mut seen = Vec::new();
-        capture_phase(&sink, PhaseId::TargetGraphCapture, &[1, 5, 16], 8, None, |bs| {
-            seen.push(bs);
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(seen, vec![1, 5]);
-        capture_phase(&sink, PhaseId::DraftGraphCapture, &[16], 8, None, |_| panic!("nothing to capture")).unwrap();
-        let phases: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
-            .filter_map(|e| match e.event {
-                Event::Phase { phase, state, detail } => Some(format!("{phase} {state:?} {}", detail.unwrap_or_default())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            phases,
-            vec![
-                "target-graph-capture Started ",
-                "target-graph-capture Done 2 batch sizes",
-                "draft-graph-capture Skipped no step of at most 8 tokens (--cuda-graph-max-bs)"
-            ]
-        );
     }
 }

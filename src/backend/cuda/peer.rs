@@ -60,11 +60,6 @@ impl PeerReduce {
     }
 }
 
-/// Whether `SPECDECK_PEER_ALLREDUCE=0` asks for NCCL only (the A/B of what this buys).
-pub fn wanted() -> bool {
-    std::env::var("SPECDECK_PEER_ALLREDUCE").map_or(true, |v| v != "0")
-}
-
 /// Join the GPUs of a tensor-parallel group through peer memory, one end per rank; the
 /// error says why NCCL has to carry every all-reduce instead.
 pub fn connect(gpus: &[&Gpu]) -> Result<Vec<PeerReduce>, String> {

@@ -1,15 +1,11 @@
 //! Finding out, without panicking, whether CUDA can run here.
 //!
 //! cudarc loads its libraries lazily and panics on first use when one is missing, so every
-//! library is probed with its `is_culib_present` before anything touches it. The result
-//! decides `--device auto` (CUDA when usable, else the CPU reference, said out loud) and
-//! turns `--device cuda` on a machine without CUDA into a clear error with a remedy.
+//! library is probed with its `is_culib_present` before anything touches it. The engine
+//! decides `--device` on the result (`engine::device`): `auto` takes CUDA when usable, else
+//! the CPU reference, said out loud; `cuda` on a machine without CUDA is a clear error.
 
 use std::fmt;
-
-use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
-use crate::phase::PhaseId;
-use crate::spec::{Device, SpecChange};
 
 /// The shared libraries the backend loads, in the order they are needed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,65 +131,6 @@ fn query_driver() -> Result<Vec<GpuInfo>, ProbeError> {
         .collect()
 }
 
-/// What `--device` resolved to.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DeviceChoice {
-    Cuda(CudaInventory),
-    /// The CPU reference. `fallback` holds why CUDA was not used under `--device auto`, so
-    /// the log and the GPU pane can say so.
-    Cpu {
-        fallback: Option<String>,
-    },
-}
-
-impl DeviceChoice {
-    /// One line for the log: which device runs the engine, and why.
-    pub fn describe(&self) -> String {
-        match self {
-            DeviceChoice::Cuda(inv) => {
-                let names: Vec<String> = inv.gpus.iter().map(|g| format!("{} ({})", g.name, g.arch())).collect();
-                format!("device: cuda, {} GPU(s): {}", inv.gpus.len(), names.join(", "))
-            }
-            DeviceChoice::Cpu { fallback: None } => "device: cpu (--device cpu)".to_string(),
-            DeviceChoice::Cpu { fallback: Some(why) } => {
-                format!("device: cpu — CUDA unavailable, falling back to the CPU reference: {why}")
-            }
-        }
-    }
-}
-
-/// The finding id for `--device cuda` on a machine where CUDA cannot run.
-pub const CUDA_UNAVAILABLE: &str = "cuda-unavailable";
-
-/// Resolve `--device` against a probe result. `--device cuda` without CUDA is an error
-/// finding whose remedy switches to the CPU reference; `auto` falls back quietly but says
-/// why.
-pub fn choose_device(device: Device, probed: Result<CudaInventory, ProbeError>) -> Result<DeviceChoice, Finding> {
-    match (device, probed) {
-        (Device::Cpu, _) => Ok(DeviceChoice::Cpu { fallback: None }),
-        (Device::Auto | Device::Cuda, Ok(inv)) => Ok(DeviceChoice::Cuda(inv)),
-        (Device::Auto, Err(e)) => Ok(DeviceChoice::Cpu { fallback: Some(e.to_string()) }),
-        (Device::Cuda, Err(e)) => Err(unavailable_finding(&e)),
-    }
-}
-
-fn unavailable_finding(e: &ProbeError) -> Finding {
-    let (key, value) = match e {
-        ProbeError::MissingLibrary { library } => ("library", library.file_name().to_string()),
-        ProbeError::DriverInit(m) | ProbeError::Device { message: m, .. } => ("driver", m.clone()),
-        ProbeError::NoGpu(v) => ("CUDA_VISIBLE_DEVICES", v.clone().unwrap_or_else(|| "(unset)".into())),
-    };
-    Finding::new(CUDA_UNAVAILABLE, Severity::Error, PhaseId::Preflight, format!("--device cuda, but {e}"))
-        .with_evidence(Evidence::new(Side::Launch, "--device", "--device", "cuda"))
-        .with_evidence(Evidence::new(Side::Launch, "cuda probe", key, value))
-        .with_remedy(Remedy::new(
-            "use-cpu-device",
-            "--device",
-            "run on the CPU reference backend instead",
-            vec![SpecChange::SetFlag { flag: "--device".into(), value: "cpu".into() }],
-        ))
-}
-
 impl fmt::Display for CudaLibrary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.file_name())
@@ -204,46 +141,10 @@ impl fmt::Display for CudaLibrary {
 mod tests {
     use super::*;
 
-    fn h200() -> Vec<GpuInfo> {
-        vec![GpuInfo { ordinal: 0, name: "NVIDIA H200".into(), compute_capability: (9, 0), total_memory_bytes: 150_754_820_096 }]
-    }
-
-    #[test]
-    fn missing_driver_is_named_and_cuda_device_gets_a_cpu_remedy() {
-        let probed = probe_with(&|lib| lib != CudaLibrary::Driver, &|| panic!("driver must not be queried"));
-        assert_eq!(probed, Err(ProbeError::MissingLibrary { library: CudaLibrary::Driver }));
-        let finding = choose_device(Device::Cuda, probed).unwrap_err();
-        assert_eq!(finding.id, CUDA_UNAVAILABLE);
-        assert!(finding.message.starts_with("--device cuda, but libcuda.so.1 was not found"), "{}", finding.message);
-        assert!(finding.message.contains("no NVIDIA driver"), "{}", finding.message);
-        assert_eq!(finding.evidence[1].value, "libcuda.so.1");
-        let remedy = finding.remedy("use-cpu-device").unwrap();
-        assert_eq!(remedy.changes, vec![SpecChange::SetFlag { flag: "--device".into(), value: "cpu".into() }]);
-    }
-
-    #[test]
-    fn auto_falls_back_to_cpu_and_says_why() {
-        let probed = probe_with(&|lib| lib != CudaLibrary::Cublas, &|| Ok(h200()));
-        let choice = choose_device(Device::Auto, probed).unwrap();
-        assert_eq!(
-            choice.describe(),
-            "device: cpu — CUDA unavailable, falling back to the CPU reference: libcublas.so.13 was not found by \
-             the dynamic loader (searched LD_LIBRARY_PATH and the ldconfig cache): install the CUDA 13 toolkit \
-             libraries, or add their folder to LD_LIBRARY_PATH"
-        );
-    }
-
     #[test]
     fn a_driver_without_gpus_is_an_error_not_a_cuda_choice() {
         let probed = probe_with(&|_| true, &|| Ok(vec![]));
         assert!(matches!(probed, Err(ProbeError::NoGpu(_))));
-    }
-
-    #[test]
-    fn present_gpus_are_chosen_with_their_arch() {
-        let choice = choose_device(Device::Auto, probe_with(&|_| true, &|| Ok(h200()))).unwrap();
-        assert_eq!(choice.describe(), "device: cuda, 1 GPU(s): NVIDIA H200 (sm_90)");
-        assert_eq!(choose_device(Device::Cpu, probe_with(&|_| true, &|| Ok(h200()))).unwrap().describe(), "device: cpu (--device cpu)");
     }
 
     /// The real probe on this machine: without libcuda it must return the missing-library

@@ -3,34 +3,45 @@
 //! is collective, so all ranks must join at once) and hands back one backend per rank,
 //! each to be driven by its own thread running the same model code.
 
-use std::sync::Mutex;
-
-use cudarc::nccl::{Comm, Id, ReduceOp};
-
 use super::backend::CudaBackend;
 use super::compile::CompiledModule;
 use super::gpu::Gpu;
+use super::nccl::{group_id, NcclComm};
 use super::peer;
+use super::probe::CudaInventory;
 use super::shard::RankInfo;
 use crate::backend::BackendError;
+use crate::knobs::Knobs;
 
-/// A rank's NCCL communicator. NCCL communicators must not be used by two threads at
-/// once; the mutex makes that so, and a rank's backend is driven by one thread anyway.
-pub struct NcclComm(Mutex<SendComm>);
+/// Why a launch's ranks did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// More ranks than visible GPUs (or none).
+    #[error("--tp-size {tp} needs {tp} GPUs; {visible} visible")]
+    RankCount { tp: usize, visible: usize },
+    #[error("--tp-size {tp} needs NCCL (libnccl.so.2), which was not found")]
+    NoNccl { tp: usize },
+    #[error("opening GPUs 0..{tp}: {error}")]
+    Open { tp: usize, error: BackendError },
+}
 
-struct SendComm(Comm);
-// SAFETY: the communicator is only ever touched under the mutex above, one call at a time.
-unsafe impl Send for SendComm {}
-
-impl NcclComm {
-    /// Sum the first `len` values of `buf` over all ranks, in place, on the rank's stream.
-    pub fn all_reduce_sum(&self, gpu: &Gpu, buf: &mut cudarc::driver::CudaSlice<f32>, len: usize) {
-        let comm = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut view = buf.slice_mut(0..len);
-        if let Err(e) = comm.0.all_reduce_in_place(&mut view, &ReduceOp::Sum) {
-            gpu.record(|| format!("NCCL all-reduce of {len} values: {e:?}"));
-        }
+/// Open GPUs `0 .. tp` for an engine, one bare backend per tensor-parallel rank (NCCL
+/// joins them when `tp > 1`; each loads its kernels in its launch's `kernel-compile`
+/// phase).
+pub fn open_ranks(inventory: &CudaInventory, tp: usize) -> Result<Vec<CudaBackend>, StartError> {
+    check_rank_count(inventory, tp)?;
+    if tp > 1 && !inventory.nccl_present {
+        return Err(StartError::NoNccl { tp });
     }
+    open_group(None, tp).map_err(|error| StartError::Open { tp, error })
+}
+
+/// `--tp-size` must be between 1 and the number of visible GPUs.
+pub fn check_rank_count(inventory: &CudaInventory, tp: usize) -> Result<(), StartError> {
+    if tp == 0 || tp > inventory.gpus.len() {
+        return Err(StartError::RankCount { tp, visible: inventory.gpus.len() });
+    }
+    Ok(())
 }
 
 /// Open GPUs `0 .. world` as one tensor-parallel group, with `modules` loaded, or bare for
@@ -38,7 +49,7 @@ impl NcclComm {
 /// all-reduces go through peer memory where every pair of GPUs reaches each other, unless
 /// `SPECDECK_PEER_ALLREDUCE=0`.
 pub fn open_group(modules: Option<&[CompiledModule]>, world: usize) -> Result<Vec<CudaBackend>, BackendError> {
-    open_group_with(modules, world, peer::wanted())
+    open_group_with(modules, world, Knobs::get().peer_allreduce)
 }
 
 /// `open_group`, with the peer all-reduce on or off (NCCL carries every all-reduce when off).
@@ -50,7 +61,7 @@ pub fn open_group_with(modules: Option<&[CompiledModule]>, world: usize, peer_re
     if world == 1 {
         return Ok(vec![CudaBackend::from_gpu(open(0)?, RankInfo::single(), None)?]);
     }
-    let id = Id::new().map_err(|e| BackendError::Device(format!("NCCL unique id: {e:?}")))?;
+    let id = group_id()?;
     let results: Vec<Result<CudaBackend, BackendError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
@@ -58,9 +69,8 @@ pub fn open_group_with(modules: Option<&[CompiledModule]>, world: usize, peer_re
                 s.spawn(move || {
                     let info = RankInfo { rank, world };
                     let gpu = open(rank)?;
-                    let comm = Comm::from_rank(gpu.stream.clone(), rank, world, id)
-                        .map_err(|e| BackendError::Device(format!("GPU {rank}: NCCL init of rank {rank}/{world}: {e:?}")))?;
-                    CudaBackend::from_gpu(gpu, info, Some(NcclComm(Mutex::new(SendComm(comm)))))
+                    let comm = NcclComm::join(&gpu, rank, world, id)?;
+                    CudaBackend::from_gpu(gpu, info, Some(comm))
                 })
             })
             .collect();

@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::backend::CudaBackend;
-use super::compile::CompiledModule;
 use super::modelcheck::{logits_of, rel_err, spec_for, Verdict};
-use super::tp::{open_group, open_group_with};
+use crate::backend::cuda::compile::CompiledModule;
+use crate::backend::cuda::tp::{open_group, open_group_with};
+use crate::backend::cuda::CudaBackend;
 use crate::backend::{Backend, BackendError, Shard};
 use crate::engine::lifecycle::Engine;
 use crate::engine::ranks::{RankGroup, Serve};

@@ -10,9 +10,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use super::backend::CudaBackend;
-use super::gemm::{GemvConfig, GemvJob, Input, MatmulPath, RopeStore, Segment, GEMV_CONFIGS, GEMV_MAX_ROWS};
-use super::gpu::DeviceBuf;
+use crate::backend::cuda::gemm::{GemvConfig, GemvJob, Input, MatmulPath, RopeStore, Segment, GEMV_CONFIGS, GEMV_MAX_ROWS};
+use crate::backend::cuda::gpu::DeviceBuf;
+use crate::backend::cuda::CudaBackend;
 
 /// What the check found.
 pub struct SkinnyBits {

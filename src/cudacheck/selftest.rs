@@ -18,23 +18,23 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::backend::CudaBackend;
-use super::compile::{compile_phase, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
-use super::conformance::compare_backends;
-use super::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
-use super::gpu::{release_pool_memory, Gpu};
 use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
-use super::peer::MAX_VALUES;
-use super::probe::{probe, CudaInventory};
-use super::shard::RankInfo;
 use super::skinnycheck::skinny_bits;
-use super::sources::SOURCES;
 use super::step::{Dims, ToyStep};
-use super::tp::open_group;
 use super::tpcheck::{tp_check, tp_model_check};
+use crate::backend::conformance::compare_backends;
 use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::compile::{compile_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
+use crate::backend::cuda::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
+use crate::backend::cuda::gpu::{release_pool_memory, Gpu};
+use crate::backend::cuda::peer::MAX_VALUES;
+use crate::backend::cuda::probe::{probe, CudaInventory};
+use crate::backend::cuda::shard::RankInfo;
+use crate::backend::cuda::sources::SOURCES;
+use crate::backend::cuda::tp::open_group;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::nvml::Inventory;
 use crate::backend::{Backend, BackendError};
-use crate::event::EventSink;
 use crate::model::checkpoint::Checkpoint;
 
 /// One line of the closing table.
@@ -90,17 +90,17 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 
 /// NVML's used-memory figure per GPU (empty when NVML is absent).
 pub fn nvml_used() -> Vec<u64> {
-    let Ok(nvml) = nvml_wrapper::Nvml::init() else { return Vec::new() };
-    let n = nvml.device_count().unwrap_or(0);
-    (0..n).filter_map(|i| nvml.device_by_index(i).ok()?.memory_info().ok().map(|m| m.used)).collect()
+    let Ok(nvml) = Inventory::open() else { return Vec::new() };
+    (0..nvml.count().unwrap_or(0)).filter_map(|i| nvml.reading(i).ok().map(|g| g.memory_used_bytes)).collect()
 }
 
 /// What to check beyond the always-run sections.
-pub struct CheckOptions<'a> {
-    pub out: Option<&'a Path>,
+pub struct Options {
+    /// Folder for cuda-check.json.
+    pub out: Option<PathBuf>,
     /// A large checkpoint (the GPU script writes an 8B-shaped one) for the decode, start-up
     /// and step-cost figures.
-    pub large_model: Option<&'a Path>,
+    pub large_model: Option<PathBuf>,
     pub new_tokens: usize,
     /// Run only these sections (besides probe, kernel-compile and teardown).
     pub sections: Option<Vec<String>>,
@@ -135,17 +135,12 @@ fn exit_on_interrupt() -> anyhow::Result<()> {
 }
 
 /// The `cuda-check` subcommand.
-pub fn command(args: &crate::cli::CudaCheckArgs) -> anyhow::Result<i32> {
+pub fn command(opts: &Options) -> anyhow::Result<i32> {
     exit_on_interrupt()?;
-    run(&CheckOptions {
-        out: args.out.as_deref(),
-        large_model: args.large_model.as_deref(),
-        new_tokens: args.new_tokens,
-        sections: args.sections.clone(),
-    })
+    run(opts)
 }
 
-pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
+pub fn run(opts: &Options) -> anyhow::Result<i32> {
     let mut r = Report { sections: serde_json::Map::new(), rows: Vec::new(), only: opts.sections.clone() };
     let baseline = nvml_used();
     let inventory = match probe() {
@@ -169,7 +164,7 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
         Ok(json!({ "modules": modules.len(), "cold_s": cold }))
     });
     if modules.is_empty() {
-        return finish(r, opts.out);
+        return finish(r, opts.out.as_deref());
     }
     let gpus = if inventory.gpus.len() >= 2 && inventory.nccl_present { inventory.gpus.len() } else { 1 };
     let (mut contexts_only, mut context_baseline) = (Vec::new(), Vec::new());
@@ -181,7 +176,7 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
         Err(e) => r.row("open GPU 0", format!("error: {e}"), Some(false)),
         Ok(backend) => gpu_sections(&mut r, Arc::new(backend), &modules, opts),
     }
-    if let Some(dir) = opts.large_model {
+    if let Some(dir) = opts.large_model.as_deref() {
         r.section("large-model-engine", |r| verdicts(r, large_model_engine(&modules, dir, compile_s, opts.new_tokens)?));
     }
     if gpus >= 2 {
@@ -217,7 +212,7 @@ pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
                    "contexts_before_the_group": contexts_only,
                    "compared_with": "context_baseline: NVML once every GPU's CUDA context, and with 2+ GPUs one tensor-parallel group, was opened and closed" }))
     });
-    finish(r, opts.out)
+    finish(r, opts.out.as_deref())
 }
 
 /// Slack for NVML comparisons: kernels that cuBLAS loads lazily on first use stay in the
@@ -293,7 +288,7 @@ fn decode_read_bytes(dir: &Path) -> anyhow::Result<u64> {
 }
 
 /// The sections that share one backend on GPU 0.
-fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledModule], opts: &CheckOptions<'_>) {
+fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledModule], opts: &Options) {
     let mut gbps = 0.0;
     r.section("conformance", |r| conformance(r, &backend));
     r.section("graphs", |r| graphs(r, &backend));
@@ -320,7 +315,7 @@ fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledMo
         verdicts(r, spec_equality(engine_backend, &small, 48)?)
     });
     let _ = std::fs::remove_dir_all(&small);
-    if let Some(dir) = opts.large_model {
+    if let Some(dir) = opts.large_model.as_deref() {
         let floor_gbps = gbps;
         r.section("large-model-steps", |r| {
             anyhow::ensure!(floor_gbps > 0.0, "the HBM floor needs the bandwidth section in the same run");
@@ -370,12 +365,12 @@ fn compile_twice(r: &mut Report, inventory: &CudaInventory) -> anyhow::Result<(V
     let dir = std::env::temp_dir().join(format!("specdeck-cuda-check-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cache = PtxCache::new(&dir);
-    let (sink, _rx) = EventSink::channel();
+    let compile = || compile_then(SOURCES, &target, Some(&cache), &|_| {}, |_| Ok(())).map_err(|e| anyhow::anyhow!(e.to_string()));
     let t0 = Instant::now();
-    compile_phase(SOURCES, &target, Some(&cache), &sink).map_err(|f| anyhow::anyhow!(f.message))?;
+    compile()?;
     let cold = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let modules = compile_phase(SOURCES, &target, Some(&cache), &sink).map_err(|f| anyhow::anyhow!(f.message))?;
+    let (modules, _) = compile()?;
     let warm = t1.elapsed().as_secs_f64();
     let all_cached = modules.iter().all(|m| m.from_cache);
     let _ = std::fs::remove_dir_all(&dir);

@@ -15,10 +15,10 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::backend::CudaBackend;
-use super::compile::CompiledModule;
-use super::shard::RankInfo;
 use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::compile::CompiledModule;
+use crate::backend::cuda::shard::RankInfo;
+use crate::backend::cuda::CudaBackend;
 use crate::backend::{AttnWindow, Backend, BackendError, Mask};
 use crate::engine::kv::KvCache;
 use crate::engine::lifecycle::Engine;

@@ -1,0 +1,122 @@
+//! Every `SPECDECK_*` environment knob, read here once per process and nowhere else. The
+//! knobs are for the GPU machine's A/B runs and profiling (`scripts/gpu/README.md` lists
+//! how the scripts use them); a launch records the ones that were set in its event log
+//! (`engine::device`), so a recording says what it ran under.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The knobs' values, each as the code that uses it wants it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Knobs {
+    /// `SPECDECK_CUDA_INCLUDE` (colon-separated folders): where NVRTC looks for
+    /// `cuda_bf16.h` first, before `$CUDA_HOME/include` and `/usr/local/cuda/include`.
+    pub cuda_include: Vec<PathBuf>,
+    /// `SPECDECK_PTX_CACHE`: the folder of the compiled-PTX cache, instead of
+    /// `$XDG_CACHE_HOME/specdeck/ptx` or `~/.cache/specdeck/ptx`.
+    pub ptx_cache: Option<PathBuf>,
+    /// `SPECDECK_PDL=0` turns this off: kernels launch with programmatic dependent launch
+    /// allowed (on Hopper and later).
+    pub pdl: bool,
+    /// `SPECDECK_SKIP_KERNELS=rmsnorm,attention` (prefixes of kernel names): those kernels
+    /// are never launched. A profiling knob only: their outputs are then wrong.
+    pub skip_kernels: Vec<String>,
+    /// `SPECDECK_GEMV=t1_u2` (say): every skinny matmul uses that configuration instead of
+    /// the fastest one timed alone.
+    pub gemv: Option<String>,
+    /// `SPECDECK_PEER_ALLREDUCE=0` turns this off: small tensor-parallel all-reduces go
+    /// through peer memory rather than NCCL.
+    pub peer_allreduce: bool,
+    /// `SPECDECK_FUSED_RESIDUAL=0` turns this off: the residual add rides inside the
+    /// row-parallel matmul at tp = 1 rather than being a launch of its own.
+    pub fused_residual: bool,
+    /// `SPECDECK_NVML=off` turns this off: preflight judges against this machine's GPUs
+    /// as NVML lists them.
+    pub nvml: bool,
+    /// The knobs that were set, as `NAME=value`, in the order above.
+    set: Vec<String>,
+}
+
+impl Knobs {
+    /// This process's knobs, read from the environment on first use.
+    pub fn get() -> &'static Knobs {
+        static KNOBS: OnceLock<Knobs> = OnceLock::new();
+        KNOBS.get_or_init(|| Knobs::from_lookup(|name| std::env::var_os(name)))
+    }
+
+    /// The knobs as `lookup` (an environment) gives them.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Knobs {
+        let mut env = Reader { lookup, set: Vec::new() };
+        let cuda_include = env.text("SPECDECK_CUDA_INCLUDE").map_or(Vec::new(), |list| std::env::split_paths(&list).collect());
+        let ptx_cache = env.os("SPECDECK_PTX_CACHE").map(PathBuf::from);
+        let pdl = env.text("SPECDECK_PDL").is_none_or(|v| v != "0");
+        let skip_kernels =
+            env.text("SPECDECK_SKIP_KERNELS").map_or(Vec::new(), |v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect());
+        let gemv = env.text("SPECDECK_GEMV");
+        let peer_allreduce = env.text("SPECDECK_PEER_ALLREDUCE").is_none_or(|v| v != "0");
+        let fused_residual = env.text("SPECDECK_FUSED_RESIDUAL").is_none_or(|v| v != "0");
+        let nvml = !env.text("SPECDECK_NVML").is_some_and(|v| v.eq_ignore_ascii_case("off"));
+        Knobs { cuda_include, ptx_cache, pdl, skip_kernels, gemv, peer_allreduce, fused_residual, nvml, set: env.set }
+    }
+
+    /// The knobs that were set, `NAME=value` each, for the event log; `None` when none was.
+    pub fn describe_set(&self) -> Option<String> {
+        (!self.set.is_empty()).then(|| self.set.join(" "))
+    }
+}
+
+/// Reads knobs and notes the ones that are set.
+struct Reader<F> {
+    lookup: F,
+    set: Vec<String>,
+}
+
+impl<F: Fn(&str) -> Option<OsString>> Reader<F> {
+    fn os(&mut self, name: &str) -> Option<OsString> {
+        let value = (self.lookup)(name)?;
+        self.set.push(format!("{name}={}", value.to_string_lossy()));
+        Some(value)
+    }
+
+    /// A knob read as text: a value that is not UTF-8 counts as unset, as `std::env::var`
+    /// has it.
+    fn text(&mut self, name: &str) -> Option<String> {
+        self.os(name)?.into_string().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn knobs(vars: &[(&str, &str)]) -> Knobs {
+        Knobs::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| OsString::from(v)))
+    }
+
+    #[test]
+    fn unset_knobs_keep_the_defaults_and_record_nothing() {
+        let k = knobs(&[]);
+        assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.nvml);
+        assert_eq!((k.cuda_include.len(), k.skip_kernels.len(), k.ptx_cache.clone(), k.gemv.clone()), (0, 0, None, None));
+        assert_eq!(k.describe_set(), None);
+    }
+
+    #[test]
+    fn set_knobs_are_parsed_and_recorded_in_table_order() {
+        let k = knobs(&[
+            ("SPECDECK_SKIP_KERNELS", "rmsnorm,,attention"),
+            ("SPECDECK_PDL", "0"),
+            ("SPECDECK_NVML", "OFF"),
+            ("SPECDECK_CUDA_INCLUDE", "/a:/b"),
+            ("SPECDECK_FUSED_RESIDUAL", "1"),
+        ]);
+        assert_eq!(k.skip_kernels, ["rmsnorm", "attention"]);
+        assert_eq!(k.cuda_include, [PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce);
+        assert_eq!(
+            k.describe_set().as_deref(),
+            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_NVML=OFF")
+        );
+    }
+}
