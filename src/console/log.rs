@@ -138,12 +138,11 @@ impl LogView {
         match action {
             Action::Search => self.open_search(),
             Action::SearchNext | Action::SearchPrev => {
-                if !self.jump(*action == Action::SearchNext) {
-                    return Some(match &self.search {
-                        Some(q) => format!("no more matches for {q:?}"),
-                        None => "press / to search the log".to_string(),
-                    });
-                }
+                let found = self.jump(*action == Action::SearchNext);
+                return (!found).then(|| match &self.search {
+                    Some(q) => format!("no more matches for {q:?}"),
+                    None => "press / to search the log".to_string(),
+                });
             }
             Action::ToggleFollow => self.toggle_follow(),
             Action::CycleLevel => self.cycle_level(),

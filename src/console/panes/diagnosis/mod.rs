@@ -116,10 +116,6 @@ impl Diagnosis {
     pub fn shown(&self) -> Option<&Finding> {
         self.findings.get(self.selected)
     }
-
-    pub fn file(&self, path: &str) -> Option<&SourceFile> {
-        self.files.get(path)
-    }
 }
 
 #[cfg(test)]
@@ -138,13 +134,13 @@ mod tests {
         let text = "{\n  \"hidden_size\": 8,\n  \"max_position_embeddings\": 262144\n}";
         d.on_file_loaded("t/config.json".into(), Ok(text.into()));
         d.on_file_loaded("d/config.json".into(), Err("gone".into()));
-        match d.file("t/config.json") {
+        match d.files.get("t/config.json") {
             Some(SourceFile::Loaded { lines, marks }) => {
                 assert_eq!(lines.len(), 4);
                 assert_eq!(marks.get("/max_position_embeddings"), Some(&Some(3)));
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(d.file("d/config.json"), Some(&SourceFile::Failed("gone".into())));
+        assert_eq!(d.files.get("d/config.json"), Some(&SourceFile::Failed("gone".into())));
     }
 }
