@@ -405,25 +405,10 @@ impl State {
                 self.notice = Some(format!("layout: {}", self.screen.layout().name));
                 Vec::new()
             }
-            Action::Search => {
-                self.log.open_search();
-                Vec::new()
-            }
-            Action::SearchNext | Action::SearchPrev => {
-                if !self.log.jump(action == Action::SearchNext) {
-                    self.notice = Some(match self.log.search() {
-                        Some(q) => format!("no more matches for {q:?}"),
-                        None => "press / to search the log".to_string(),
-                    });
+            Action::Search | Action::SearchNext | Action::SearchPrev | Action::ToggleFollow | Action::CycleLevel | Action::Cancel => {
+                if let Some(notice) = self.log.on_action(&action) {
+                    self.notice = Some(notice);
                 }
-                Vec::new()
-            }
-            Action::ToggleFollow => {
-                self.log.toggle_follow();
-                Vec::new()
-            }
-            Action::CycleLevel => {
-                self.log.cycle_level();
                 Vec::new()
             }
             Action::ScrollUp | Action::ScrollDown | Action::PageUp | Action::PageDown | Action::ScrollTop | Action::ScrollBottom => {
@@ -445,10 +430,6 @@ impl State {
                 } else {
                     self.send_prompt()
                 }
-            }
-            Action::Cancel => {
-                self.log.cancel_search();
-                Vec::new()
             }
             Action::Edit(request) => {
                 let prompt_focused = self.focused_pane() == Some(PaneKind::Generate);
@@ -539,7 +520,6 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::console::panes::diagnosis::SourceFile;
     use crate::event::GenerationStats;
     use crate::finding::{Evidence, Remedy, Side};
 
@@ -622,38 +602,12 @@ mod tests {
         assert_eq!(s.phases.relaunch(), Some(ReadyInfo { attempt: 3, elapsed_s: 0.5, reused_target: true }));
     }
 
-    #[test]
-    fn loaded_files_mark_the_evidence_lines() {
-        let mut s = state(live());
-        failed_launch(&mut s);
-        let text = "{\n  \"hidden_size\": 8,\n  \"max_position_embeddings\": 262144\n}";
-        s.apply(Input::FileLoaded { path: "t/config.json".into(), text: Ok(text.into()) });
-        s.apply(Input::FileLoaded { path: "d/config.json".into(), text: Err("gone".into()) });
-        match s.diagnosis.file("t/config.json") {
-            Some(SourceFile::Loaded { lines, marks }) => {
-                assert_eq!(lines.len(), 4);
-                assert_eq!(marks.get("/max_position_embeddings"), Some(&Some(3)));
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(s.diagnosis.file("d/config.json"), Some(&SourceFile::Failed("gone".into())));
-    }
-
     /// What sending a prompt does: the prompt goes on the stream, the request to the engine.
     fn prompt_sent(text: &str, max_new_tokens: usize) -> Vec<Effect> {
         vec![
             Effect::Emit(Event::Prompt { text: text.into(), max_new_tokens }),
             Effect::Generate(GenerateParams::greedy(text, max_new_tokens)),
         ]
-    }
-
-    #[test]
-    fn a_replayed_prompt_fills_the_input_and_starts_the_generation() {
-        let mut s = state(Options { engine_attached: false, ..Options::default() });
-        s.apply(ev(3.0, Event::Prompt { text: "To be".into(), max_new_tokens: 8 }));
-        let generation = s.generate.generation();
-        assert_eq!((s.generate.prompt(), generation.prompt.as_str(), generation.sent_t), ("To be", "To be", 3.0));
-        assert!(generation.active);
     }
 
     #[test]

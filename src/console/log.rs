@@ -132,6 +132,26 @@ impl LogView {
         self.refilter();
     }
 
+    /// Answer one of the log's own keys (search, follow, level filter); returns a notice
+    /// for the status bar when a search jump finds nothing.
+    pub fn on_action(&mut self, action: &Action) -> Option<String> {
+        match action {
+            Action::Search => self.open_search(),
+            Action::SearchNext | Action::SearchPrev => {
+                let found = self.jump(*action == Action::SearchNext);
+                return (!found).then(|| match &self.search {
+                    Some(q) => format!("no more matches for {q:?}"),
+                    None => "press / to search the log".to_string(),
+                });
+            }
+            Action::ToggleFollow => self.toggle_follow(),
+            Action::CycleLevel => self.cycle_level(),
+            Action::Cancel => self.cancel_search(),
+            _ => {}
+        }
+        None
+    }
+
     /// Move the view by a scroll key.
     pub fn scroll(&mut self, action: &Action) {
         match action {

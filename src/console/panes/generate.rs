@@ -246,3 +246,16 @@ fn draw_histogram(pane: &Pane<'_>, hist: &[u64], rows: usize, area: ratatui::lay
         .collect();
     Paragraph::new(lines).render(area, buf);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replayed_prompt_fills_the_input_and_starts_the_generation() {
+        let mut g = Generate::new(None);
+        g.on_prompt(3.0, "To be".into());
+        assert_eq!((g.prompt(), g.generation.prompt.as_str(), g.generation.sent_t), ("To be", "To be", 3.0));
+        assert!(g.generation.active);
+    }
+}

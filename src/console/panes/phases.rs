@@ -121,10 +121,6 @@ impl Phases {
         self.records.is_empty()
     }
 
-    pub fn counters(&self) -> &[Counter] {
-        &self.counters
-    }
-
     pub fn cold_start(&self) -> Option<ReadyInfo> {
         self.cold_start
     }

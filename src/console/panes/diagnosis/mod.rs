@@ -116,8 +116,31 @@ impl Diagnosis {
     pub fn shown(&self) -> Option<&Finding> {
         self.findings.get(self.selected)
     }
+}
 
-    pub fn file(&self, path: &str) -> Option<&SourceFile> {
-        self.files.get(path)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::PhaseId;
+    use crate::finding::{Evidence, Severity};
+
+    #[test]
+    fn loaded_files_mark_the_evidence_lines() {
+        let mut d = Diagnosis::default();
+        let finding = Finding::new("context-length-exceeds-draft", Severity::Error, PhaseId::DrafterInit, "too long")
+            .with_evidence(Evidence::new(Side::Target, "t/config.json", "/max_position_embeddings", 262144))
+            .with_evidence(Evidence::new(Side::Draft, "d/config.json", "/max_position_embeddings", 131072));
+        assert_eq!(d.on_finding(finding), ["t/config.json", "d/config.json"]);
+        let text = "{\n  \"hidden_size\": 8,\n  \"max_position_embeddings\": 262144\n}";
+        d.on_file_loaded("t/config.json".into(), Ok(text.into()));
+        d.on_file_loaded("d/config.json".into(), Err("gone".into()));
+        match d.files.get("t/config.json") {
+            Some(SourceFile::Loaded { lines, marks }) => {
+                assert_eq!(lines.len(), 4);
+                assert_eq!(marks.get("/max_position_embeddings"), Some(&Some(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(d.files.get("d/config.json"), Some(&SourceFile::Failed("gone".into())));
     }
 }
