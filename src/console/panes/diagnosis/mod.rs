@@ -121,7 +121,7 @@ impl Diagnosis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::PhaseId;
+    use crate::phase::PhaseId;
     use crate::finding::{Evidence, Severity};
 
     #[test]
