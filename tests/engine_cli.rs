@@ -143,6 +143,39 @@ fn bench_aggregates_and_compares_with_target_only() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("prompts.jsonl: line 1: no \"prompt\" string"));
 }
 
+/// `generate` and `bench` run every preflight rule (as `check` and `launch` do) and stop at
+/// the first error before anything loads: here the drafter reads target hidden states wider
+/// than the target's, and the target's checkpoint lacks a tensor, which only its load would
+/// find (exit 2 at target-load).
+#[test]
+fn generate_and_bench_stop_at_a_hidden_size_mismatch_before_anything_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, eagle) = (dir.path().join("target"), dir.path().join("eagle"));
+    let t = TinyLlama::new(Family::Qwen2, 31);
+    let w = t.write_edited(&target, |t| drop(t.remove("model.norm.weight"))).unwrap();
+    TinyEagle3::new(32).write(&eagle, &t, &w).unwrap();
+    let config = eagle.join("config.json");
+    let mut draft: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    draft["target_hidden_size"] = (t.hidden * 2).into();
+    std::fs::write(&config, draft.to_string()).unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"w5 w9\"}\n").unwrap();
+
+    let pair = ["--model-path", path(&target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", path(&eagle)];
+    for command in [&["generate", "--prompt", "w5 w9", "--json"][..], &["bench", "--prompts", path(&prompts), "--json"]] {
+        let out = specdeck(&[command, &pair[..]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {err}", command[0]);
+        assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+        let message = format!(
+            "error[hidden-size-mismatch] at warmup\n  The drafter expects target hidden states of width {} (/target_hidden_size), but the",
+            t.hidden * 2
+        );
+        assert!(err.starts_with(&message), "{}: {err}", command[0]);
+        assert!(!err.contains("target-load") && !err.contains("model.norm.weight"), "{}: {err}", command[0]);
+    }
+}
+
 #[test]
 fn the_handle_runs_launch_generate_and_shutdown_as_events() {
     let p = pair();

@@ -18,6 +18,7 @@ use super::layout::{Layout, PaneKind};
 use super::log::LogView;
 use crate::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseId, PhaseState, ProgressUnit, TimedEvent};
 use crate::finding::{exit_code, Finding, Severity, Side, SpecChange};
+use crate::preflight::apply;
 use crate::spec::LaunchSpec;
 
 // Inputs are moved through the loop one at a time, never stored in bulk: boxing the large
@@ -492,12 +493,9 @@ impl State {
     }
 
     fn on_launch_failed(&mut self, t: f64, phase: PhaseId) -> Vec<Effect> {
-        let remedy = self
-            .findings
-            .iter()
-            .flat_map(|f| f.remedies.iter())
-            .find(|r| self.options.apply.contains(&r.id) && !self.spec.applied.contains(&r.id))
-            .cloned();
+        // `--apply` ids are looked up as every command looks them up, once a launch reports them.
+        let mut pending = self.options.apply.iter().filter(|id| !self.spec.applied.contains(id));
+        let remedy = pending.find_map(|id| apply::offered(&self.findings, id).ok()).cloned();
         if let Some(remedy) = remedy {
             let line = format!("applying {} (--apply)", remedy.id);
             let mut effects = vec![Effect::Emit(Event::Log { level: LogLevel::Info, source: "console".into(), line })];

@@ -1,10 +1,9 @@
 //! The speculative decoding engine: Llama-family targets, EAGLE-3 and STANDALONE drafters,
 //! chain and tree drafting, greedy and rejection-sampling verification, written once over
 //! the `backend::Backend` seam. `lifecycle` runs a launch phase by phase as events;
-//! `handle` puts the engine on its own thread for the console; `commands` are the headless
-//! `generate` and `bench`.
+//! `handle` puts the engine on its own thread for the console; `ranks::engine_for` runs it
+//! in the caller's thread (the headless `generate` and `bench` of src/commands/).
 
-pub mod commands;
 pub mod drafter;
 pub mod eagle3;
 pub mod handle;

@@ -135,14 +135,9 @@ fn exit_on_interrupt() -> anyhow::Result<()> {
 }
 
 /// The `cuda-check` subcommand.
-pub fn command(args: &crate::cli::CudaCheckArgs) -> anyhow::Result<i32> {
+pub fn command(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
     exit_on_interrupt()?;
-    run(&CheckOptions {
-        out: args.out.as_deref(),
-        large_model: args.large_model.as_deref(),
-        new_tokens: args.new_tokens,
-        sections: args.sections.clone(),
-    })
+    run(opts)
 }
 
 pub fn run(opts: &CheckOptions<'_>) -> anyhow::Result<i32> {
