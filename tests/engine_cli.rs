@@ -86,7 +86,8 @@ fn chat_applies_the_template_and_cuda_is_refused_clearly() {
     let cuda = specdeck(&["generate", "--model-path", path(&p.target), "--prompt", "w5", "--device", "cuda"]);
     assert_eq!(cuda.status.code(), Some(1));
     let err = String::from_utf8_lossy(&cuda.stderr);
-    assert!(err.contains("[cuda-unavailable] in preflight: --device cuda, but libcuda.so.1 was not found"), "{err}");
+    assert!(err.starts_with("error[cuda-unavailable] at preflight\n  --device cuda, but libcuda.so.1 was not found"), "{err}");
+    assert!(err.contains("\n  fixes (specdeck generate --apply ID):\n    1. use-cpu-device [--device]\n"), "{err}");
 }
 
 #[test]
@@ -96,8 +97,9 @@ fn a_bad_checkpoint_exits_2_naming_the_tensor() {
     let out = specdeck(&["generate", "--model-path", path(dir.path()), "--prompt", "w5", "--json"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("[unreadable-input] in target-load"), "{err}");
-    assert!(err.contains("no tensor named model.norm.weight"), "{err}");
+    let dir = path(dir.path());
+    let finding = format!("error[unreadable-input] at target-load\n  {dir}: no tensor named model.norm.weight\n\n    target {dir}\n");
+    assert!(err.starts_with(&finding), "{err}");
 }
 
 #[test]
@@ -236,7 +238,8 @@ fn apply_takes_a_remedy_from_the_preflight_finding() {
     let refused = specdeck(&args);
     assert_eq!(refused.status.code(), Some(1));
     let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(err.contains("error [context-length-exceeds-draft] in drafter-init"), "{err}");
+    assert!(err.starts_with("error[context-length-exceeds-draft] at drafter-init\n  The target's context length (512)"), "{err}");
+    assert!(err.contains("\n  fixes (specdeck generate --apply ID):\n    1. clamp-context-length [--context-length]\n"), "{err}");
     args.extend(["--apply", "clamp-context-length"]);
     assert!(!ids(&json_of(&specdeck(&args))["tokens"]).is_empty());
 }
