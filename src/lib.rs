@@ -3,13 +3,14 @@
 //! remedies; the engine lifecycle; the console as a pure function of events.
 
 pub mod backend;
-pub mod cli;
+pub mod commands;
 pub mod console;
 pub mod cudacheck;
 pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod finding;
+pub mod finding_text;
 pub mod knobs;
 pub mod model;
 pub mod phase;

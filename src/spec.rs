@@ -153,135 +153,229 @@ pub struct LaunchSpec {
     pub extra_flags: Vec<(String, Option<String>)>,
 }
 
-/// The switches (flags without a value) specdeck acts on, by their SGLang name.
-pub const SWITCHES: &[&str] = &["--enable-deterministic-inference"];
+/// One launch flag specdeck acts on: its SGLang name, the other spellings SGLang accepts, its
+/// help, and how it sets, shows and clears its field of `LaunchSpec`. `FLAGS` is the one table
+/// that `set_flag`, the pasted-command parser and the command line (src/commands/flags.rs) read.
+pub struct FlagDef {
+    /// The canonical name, `--context-length`.
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    /// The value's placeholder in `--help` (`DIR`); empty for a switch, which takes no value.
+    pub value_name: &'static str,
+    /// The line `--help` shows; empty for none.
+    pub help: &'static str,
+    /// Set the field from a value, or say what value was expected.
+    set: fn(&mut LaunchSpec, &str) -> Result<(), &'static str>,
+    /// The value set, as a command line spells it (empty for a switch that is on); `None` at
+    /// the default.
+    get: fn(&LaunchSpec) -> Option<String>,
+    /// Back to the default.
+    clear: fn(&mut LaunchSpec),
+}
 
-/// The flags `LaunchSpec::set_flag` understands, by their canonical SGLang name.
-pub const KNOWN_FLAGS: &[&str] = &[
-    "--model-path",
-    "--speculative-draft-model-path",
-    "--speculative-algorithm",
-    "--tp-size",
-    "--context-length",
-    "--speculative-num-steps",
-    "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens",
-    "--dtype",
-    "--mem-fraction-static",
-    "--cuda-graph-max-bs",
-    "--max-running-requests",
-    "--gpu-memory-gib",
-    "--device",
-];
+impl FlagDef {
+    pub fn is_switch(&self) -> bool {
+        self.value_name.is_empty()
+    }
 
-/// Alternative spellings SGLang accepts, mapped to the canonical flag.
-fn canonical_flag(flag: &str) -> &str {
-    match flag {
-        "--model" => "--model-path",
-        "--speculative-draft-model" | "--speculative-draft" => "--speculative-draft-model-path",
-        "--tp" | "--tensor-parallel-size" => "--tp-size",
-        other => other,
+    fn is_called(&self, flag: &str) -> bool {
+        self.name == flag || self.aliases.contains(&flag)
     }
 }
 
-fn parse_num<T: std::str::FromStr>(flag: &str, value: &str, expected: &'static str) -> Result<T, SpecError> {
-    value.trim().parse().map_err(|_| SpecError::BadValue { flag: flag.to_string(), expected, value: value.to_string() })
+impl fmt::Debug for FlagDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+fn text(value: &str) -> Result<String, &'static str> {
+    Ok(value.to_string())
+}
+
+fn num<T: std::str::FromStr>(value: &str, expected: &'static str) -> Result<T, &'static str> {
+    value.trim().parse().map_err(|_| expected)
+}
+
+/// A switch's value: none (on), or an explicit `--flag=true|false|1|0`.
+fn switch(value: &str) -> Result<bool, &'static str> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err("true or false"),
+    }
+}
+
+const INTEGER: &str = "an integer";
+const POSITIVE: &str = "a positive integer";
+
+/// The flags `LaunchSpec::set_flag` understands, in the order `LaunchSpec::flags` lists them.
+pub const FLAGS: &[FlagDef] = &[
+    FlagDef {
+        name: "--model-path",
+        aliases: &["--model"],
+        value_name: "DIR",
+        help: "",
+        set: |s, v| text(v).map(|v| s.model_path = Some(v)),
+        get: |s| s.model_path.clone(),
+        clear: |s| s.model_path = None,
+    },
+    FlagDef {
+        name: "--speculative-draft-model-path",
+        aliases: &["--speculative-draft-model", "--speculative-draft"],
+        value_name: "DIR",
+        help: "",
+        set: |s, v| text(v).map(|v| s.draft_model_path = Some(v)),
+        get: |s| s.draft_model_path.clone(),
+        clear: |s| s.draft_model_path = None,
+    },
+    FlagDef {
+        name: "--speculative-algorithm",
+        aliases: &[],
+        value_name: "ALGO",
+        help: "EAGLE3, EAGLE, STANDALONE or NONE",
+        set: |s, v| Algorithm::parse(v).ok_or("EAGLE3, EAGLE, STANDALONE or NONE").map(|a| s.speculative_algorithm = Some(a)),
+        get: |s| s.speculative_algorithm.map(|a| a.name().to_string()),
+        clear: |s| s.speculative_algorithm = None,
+    },
+    FlagDef {
+        name: "--tp-size",
+        aliases: &["--tp", "--tensor-parallel-size"],
+        value_name: "N",
+        help: "",
+        set: |s, v| num(v, POSITIVE).map(|n| s.tp_size = Some(n)),
+        get: |s| s.tp_size.map(|v| v.to_string()),
+        clear: |s| s.tp_size = None,
+    },
+    FlagDef {
+        name: "--context-length",
+        aliases: &[],
+        value_name: "TOKENS",
+        help: "",
+        set: |s, v| num(v, POSITIVE).map(|n| s.context_length = Some(n)),
+        get: |s| s.context_length.map(|v| v.to_string()),
+        clear: |s| s.context_length = None,
+    },
+    FlagDef {
+        name: "--speculative-num-steps",
+        aliases: &[],
+        value_name: "S",
+        help: "",
+        set: |s, v| num(v, INTEGER).map(|n| s.speculative_num_steps = Some(n)),
+        get: |s| s.speculative_num_steps.map(|v| v.to_string()),
+        clear: |s| s.speculative_num_steps = None,
+    },
+    FlagDef {
+        name: "--speculative-eagle-topk",
+        aliases: &[],
+        value_name: "K",
+        help: "",
+        set: |s, v| num(v, INTEGER).map(|n| s.speculative_eagle_topk = Some(n)),
+        get: |s| s.speculative_eagle_topk.map(|v| v.to_string()),
+        clear: |s| s.speculative_eagle_topk = None,
+    },
+    FlagDef {
+        name: "--speculative-num-draft-tokens",
+        aliases: &[],
+        value_name: "N",
+        help: "",
+        set: |s, v| num(v, INTEGER).map(|n| s.speculative_num_draft_tokens = Some(n)),
+        get: |s| s.speculative_num_draft_tokens.map(|v| v.to_string()),
+        clear: |s| s.speculative_num_draft_tokens = None,
+    },
+    FlagDef {
+        name: "--dtype",
+        aliases: &[],
+        value_name: "DTYPE",
+        help: "",
+        set: |s, v| text(v).map(|v| s.dtype = Some(v)),
+        get: |s| s.dtype.clone(),
+        clear: |s| s.dtype = None,
+    },
+    FlagDef {
+        name: "--mem-fraction-static",
+        aliases: &[],
+        value_name: "F",
+        help: "",
+        set: |s, v| num(v, "a fraction such as 0.85").map(|n| s.mem_fraction_static = Some(n)),
+        get: |s| s.mem_fraction_static.map(|v| v.to_string()),
+        clear: |s| s.mem_fraction_static = None,
+    },
+    FlagDef {
+        name: "--cuda-graph-max-bs",
+        aliases: &[],
+        value_name: "B",
+        help: "",
+        set: |s, v| num(v, INTEGER).map(|n| s.cuda_graph_max_bs = Some(n)),
+        get: |s| s.cuda_graph_max_bs.map(|v| v.to_string()),
+        clear: |s| s.cuda_graph_max_bs = None,
+    },
+    FlagDef {
+        name: "--max-running-requests",
+        aliases: &[],
+        value_name: "N",
+        help: "",
+        set: |s, v| num(v, INTEGER).map(|n| s.max_running_requests = Some(n)),
+        get: |s| s.max_running_requests.map(|v| v.to_string()),
+        clear: |s| s.max_running_requests = None,
+    },
+    FlagDef {
+        name: "--gpu-memory-gib",
+        aliases: &[],
+        value_name: "GIB",
+        help: "GPU memory per device for the budget when NVML has no GPU to ask",
+        set: |s, v| num(v, "a number of GiB").map(|n| s.gpu_memory_gib = Some(n)),
+        get: |s| s.gpu_memory_gib.map(|v| v.to_string()),
+        clear: |s| s.gpu_memory_gib = None,
+    },
+    FlagDef {
+        name: "--device",
+        aliases: &[],
+        value_name: "DEVICE",
+        help: "auto (CUDA when present, else CPU), cpu or cuda",
+        set: |s, v| Device::parse(v).ok_or("auto, cpu or cuda").map(|d| s.device = d),
+        get: |s| (s.device != Device::Auto).then(|| s.device.name().to_string()),
+        clear: |s| s.device = Device::Auto,
+    },
+    FlagDef {
+        name: "--enable-deterministic-inference",
+        aliases: &[],
+        value_name: "",
+        help: "Batch-invariant matmuls everywhere, prefill included (SGLang's switch): output no longer depends on a step's \
+               row count or, over 2 GPUs, on the tensor-parallel split",
+        set: |s, v| switch(v).map(|on| s.deterministic = on),
+        get: |s| s.deterministic.then(String::new),
+        clear: |s| s.deterministic = false,
+    },
+];
+
+/// The flag `flag` names, by its canonical name or an alias.
+pub fn find_flag(flag: &str) -> Option<&'static FlagDef> {
+    FLAGS.iter().find(|def| def.is_called(flag))
 }
 
 impl LaunchSpec {
     /// Set one flag by its SGLang name. Unknown flags are kept in `extra_flags`.
     pub fn set_flag(&mut self, flag: &str, value: &str) -> Result<(), SpecError> {
-        let flag = canonical_flag(flag);
-        match flag {
-            "--model-path" => self.model_path = Some(value.to_string()),
-            "--speculative-draft-model-path" => self.draft_model_path = Some(value.to_string()),
-            "--speculative-algorithm" => {
-                self.speculative_algorithm = Some(Algorithm::parse(value).ok_or_else(|| SpecError::BadValue {
-                    flag: flag.to_string(),
-                    expected: "EAGLE3, EAGLE, STANDALONE or NONE",
-                    value: value.to_string(),
-                })?)
-            }
-            "--tp-size" => self.tp_size = Some(parse_num(flag, value, "a positive integer")?),
-            "--context-length" => self.context_length = Some(parse_num(flag, value, "a positive integer")?),
-            "--speculative-num-steps" => self.speculative_num_steps = Some(parse_num(flag, value, "an integer")?),
-            "--speculative-eagle-topk" => self.speculative_eagle_topk = Some(parse_num(flag, value, "an integer")?),
-            "--speculative-num-draft-tokens" => self.speculative_num_draft_tokens = Some(parse_num(flag, value, "an integer")?),
-            "--dtype" => self.dtype = Some(value.to_string()),
-            "--mem-fraction-static" => self.mem_fraction_static = Some(parse_num(flag, value, "a fraction such as 0.85")?),
-            "--cuda-graph-max-bs" => self.cuda_graph_max_bs = Some(parse_num(flag, value, "an integer")?),
-            "--max-running-requests" => self.max_running_requests = Some(parse_num(flag, value, "an integer")?),
-            "--gpu-memory-gib" => self.gpu_memory_gib = Some(parse_num(flag, value, "a number of GiB")?),
-            "--enable-deterministic-inference" => {
-                self.deterministic = match value.trim().to_ascii_lowercase().as_str() {
-                    "" | "1" | "true" => true,
-                    "0" | "false" => false,
-                    _ => return Err(SpecError::BadValue { flag: flag.to_string(), expected: "true or false", value: value.to_string() }),
-                }
-            }
-            "--device" => {
-                self.device = Device::parse(value).ok_or_else(|| SpecError::BadValue {
-                    flag: flag.to_string(),
-                    expected: "auto, cpu or cuda",
-                    value: value.to_string(),
-                })?
-            }
-            other => {
-                self.extra_flags.retain(|(f, _)| f != other);
-                self.extra_flags.push((other.to_string(), Some(value.to_string())));
-            }
-        }
-        Ok(())
+        let Some(def) = find_flag(flag) else {
+            self.extra_flags.retain(|(f, _)| f != flag);
+            self.extra_flags.push((flag.to_string(), Some(value.to_string())));
+            return Ok(());
+        };
+        (def.set)(self, value).map_err(|expected| SpecError::BadValue { flag: def.name.to_string(), expected, value: value.to_string() })
     }
 
     pub fn unset_flag(&mut self, flag: &str) {
-        match canonical_flag(flag) {
-            "--model-path" => self.model_path = None,
-            "--speculative-draft-model-path" => self.draft_model_path = None,
-            "--speculative-algorithm" => self.speculative_algorithm = None,
-            "--tp-size" => self.tp_size = None,
-            "--context-length" => self.context_length = None,
-            "--speculative-num-steps" => self.speculative_num_steps = None,
-            "--speculative-eagle-topk" => self.speculative_eagle_topk = None,
-            "--speculative-num-draft-tokens" => self.speculative_num_draft_tokens = None,
-            "--dtype" => self.dtype = None,
-            "--mem-fraction-static" => self.mem_fraction_static = None,
-            "--cuda-graph-max-bs" => self.cuda_graph_max_bs = None,
-            "--max-running-requests" => self.max_running_requests = None,
-            "--gpu-memory-gib" => self.gpu_memory_gib = None,
-            "--device" => self.device = Device::Auto,
-            "--enable-deterministic-inference" => self.deterministic = false,
-            other => self.extra_flags.retain(|(f, _)| f != other),
+        match find_flag(flag) {
+            Some(def) => (def.clear)(self),
+            None => self.extra_flags.retain(|(f, _)| f != flag),
         }
     }
 
-    /// The flags that are set, as (canonical flag, value) pairs in `KNOWN_FLAGS` order.
+    /// The flags that are set, as (canonical flag, value) pairs in `FLAGS` order; a switch
+    /// that is on has an empty value, which the command line leaves out.
     pub fn flags(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        let mut push = |flag: &'static str, v: Option<String>| {
-            if let Some(v) = v {
-                out.push((flag, v));
-            }
-        };
-        push("--model-path", self.model_path.clone());
-        push("--speculative-draft-model-path", self.draft_model_path.clone());
-        push("--speculative-algorithm", self.speculative_algorithm.map(|a| a.name().to_string()));
-        push("--tp-size", self.tp_size.map(|v| v.to_string()));
-        push("--context-length", self.context_length.map(|v| v.to_string()));
-        push("--speculative-num-steps", self.speculative_num_steps.map(|v| v.to_string()));
-        push("--speculative-eagle-topk", self.speculative_eagle_topk.map(|v| v.to_string()));
-        push("--speculative-num-draft-tokens", self.speculative_num_draft_tokens.map(|v| v.to_string()));
-        push("--dtype", self.dtype.clone());
-        push("--mem-fraction-static", self.mem_fraction_static.map(|v| v.to_string()));
-        push("--cuda-graph-max-bs", self.cuda_graph_max_bs.map(|v| v.to_string()));
-        push("--max-running-requests", self.max_running_requests.map(|v| v.to_string()));
-        push("--gpu-memory-gib", self.gpu_memory_gib.map(|v| v.to_string()));
-        if self.device != Device::Auto {
-            push("--device", Some(self.device.name().to_string()));
-        }
-        // A switch: an empty value, which the command line leaves out.
-        push("--enable-deterministic-inference", self.deterministic.then(String::new));
-        out
+        FLAGS.iter().filter_map(|def| (def.get)(self).map(|v| (def.name, v))).collect()
     }
 
     /// The tensor-parallel size (SGLang's default is 1).
@@ -358,11 +452,11 @@ impl LaunchSpec {
                 }
                 None => (w, None),
             };
-            match value {
-                Some(v) => spec.set_flag(flag, &v)?,
-                None if SWITCHES.contains(&canonical_flag(flag)) => spec.set_flag(flag, "")?,
-                None if KNOWN_FLAGS.contains(&canonical_flag(flag)) => return Err(SpecError::MissingValue { flag: flag.to_string() }),
-                None => spec.extra_flags.push((flag.to_string(), None)),
+            match (value, find_flag(flag)) {
+                (Some(v), _) => spec.set_flag(flag, &v)?,
+                (None, Some(def)) if def.is_switch() => spec.set_flag(flag, "")?,
+                (None, Some(_)) => return Err(SpecError::MissingValue { flag: flag.to_string() }),
+                (None, None) => spec.extra_flags.push((flag.to_string(), None)),
             }
         }
         Ok(spec)

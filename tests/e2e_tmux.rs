@@ -164,7 +164,7 @@ fn without_a_tty_the_demo_prints_the_diagnosis_and_the_apply_hint() {
     let out = run(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("error context-length-exceeds-draft"), "{stdout}");
+    assert!(stdout.contains("\nerror[context-length-exceeds-draft] at drafter-init\n"), "{stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("pass --apply clamp-context-length"));
     let out = run(&["--apply", "clamp-context-length"]);
     let stdout = String::from_utf8_lossy(&out.stdout);

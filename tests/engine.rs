@@ -653,9 +653,8 @@ fn drafter_init_mirrors_sglangs_context_check() {
 #[test]
 fn a_preflight_error_stops_before_any_weights_move() {
     let (_f, s) = short_drafter_pair();
-    let preflight = specdeck::engine::commands::preflight_fn();
     let (mut eng, mut rx) = engine();
-    let outcome = eng.launch(&s, &*preflight);
+    let outcome = eng.launch(&s, &specdeck::preflight::check_spec);
     let events = drain(&mut rx);
     assert!(matches!(outcome, LaunchOutcome::Failed(ref f) if f.id == context::ID));
     assert_eq!(states(&events), ["preflight:started", "preflight:failed"]);

@@ -88,7 +88,8 @@ fn chat_applies_the_template_and_cuda_is_refused_clearly() {
     let cuda = specdeck(&["generate", "--model-path", path(&p.target), "--prompt", "w5", "--device", "cuda"]);
     assert_eq!(cuda.status.code(), Some(1));
     let err = String::from_utf8_lossy(&cuda.stderr);
-    assert!(err.contains("[cuda-unavailable] in preflight: --device cuda, but libcuda.so.1 was not found"), "{err}");
+    assert!(err.starts_with("error[cuda-unavailable] at preflight\n  --device cuda, but libcuda.so.1 was not found"), "{err}");
+    assert!(err.contains("\n  fixes (specdeck generate --apply ID):\n    1. use-cpu-device [--device]\n"), "{err}");
 }
 
 #[test]
@@ -98,8 +99,9 @@ fn a_bad_checkpoint_exits_2_naming_the_tensor() {
     let out = specdeck(&["generate", "--model-path", path(dir.path()), "--prompt", "w5", "--json"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("[unreadable-input] in target-load"), "{err}");
-    assert!(err.contains("no tensor named model.norm.weight"), "{err}");
+    let dir = path(dir.path());
+    let finding = format!("error[unreadable-input] at target-load\n  {dir}: no tensor named model.norm.weight\n\n    target {dir}\n");
+    assert!(err.starts_with(&finding), "{err}");
 }
 
 #[test]
@@ -143,6 +145,39 @@ fn bench_aggregates_and_compares_with_target_only() {
     let bad = specdeck(&["bench", "--model-path", path(&p.target), "--prompts", path(&prompts)]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("prompts.jsonl: line 1: no \"prompt\" string"));
+}
+
+/// `generate` and `bench` run every preflight rule (as `check` and `launch` do) and stop at
+/// the first error before anything loads: here the drafter reads target hidden states wider
+/// than the target's, and the target's checkpoint lacks a tensor, which only its load would
+/// find (exit 2 at target-load).
+#[test]
+fn generate_and_bench_stop_at_a_hidden_size_mismatch_before_anything_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, eagle) = (dir.path().join("target"), dir.path().join("eagle"));
+    let t = TinyLlama::new(Family::Qwen2, 31);
+    let w = t.write_edited(&target, |t| drop(t.remove("model.norm.weight"))).unwrap();
+    TinyEagle3::new(32).write(&eagle, &t, &w).unwrap();
+    let config = eagle.join("config.json");
+    let mut draft: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    draft["target_hidden_size"] = (t.hidden * 2).into();
+    std::fs::write(&config, draft.to_string()).unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"w5 w9\"}\n").unwrap();
+
+    let pair = ["--model-path", path(&target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", path(&eagle)];
+    for command in [&["generate", "--prompt", "w5 w9", "--json"][..], &["bench", "--prompts", path(&prompts), "--json"]] {
+        let out = specdeck(&[command, &pair[..]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {err}", command[0]);
+        assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+        let message = format!(
+            "error[hidden-size-mismatch] at warmup\n  The drafter expects target hidden states of width {} (/target_hidden_size), but the",
+            t.hidden * 2
+        );
+        assert!(err.starts_with(&message), "{}: {err}", command[0]);
+        assert!(!err.contains("target-load") && !err.contains("model.norm.weight"), "{}: {err}", command[0]);
+    }
 }
 
 #[test]
@@ -205,7 +240,8 @@ fn apply_takes_a_remedy_from_the_preflight_finding() {
     let refused = specdeck(&args);
     assert_eq!(refused.status.code(), Some(1));
     let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(err.contains("error [context-length-exceeds-draft] in drafter-init"), "{err}");
+    assert!(err.starts_with("error[context-length-exceeds-draft] at drafter-init\n  The target's context length (512)"), "{err}");
+    assert!(err.contains("\n  fixes (specdeck generate --apply ID):\n    1. clamp-context-length [--context-length]\n"), "{err}");
     args.extend(["--apply", "clamp-context-length"]);
     assert!(!ids(&json_of(&specdeck(&args))["tokens"]).is_empty());
 }

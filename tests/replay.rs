@@ -614,8 +614,14 @@ fn stdin_and_headless_output() {
     let log = read("testdata/logs/sglang-new/draft-tokens-steps.log");
     let (code, out, _) = specdeck(&["replay", "-", "--headless"], Some(&log));
     assert_eq!(code, 1);
-    assert!(out.contains("error speculative-args in preflight"), "{out}");
-    assert!(out.contains("fix draft-tokens-steps-plus-1: --speculative-num-draft-tokens 6"), "{out}");
+    assert!(out.contains("  line 15    error[speculative-args] at preflight\n"), "{out}");
+    let fixes = [
+        "  fixes (--apply ID):",
+        "    1. draft-tokens-steps-plus-1 [--speculative-num-draft-tokens]",
+        "       With topk 1, draft tokens = steps + 1: --speculative-num-draft-tokens 6.",
+        "         --speculative-num-draft-tokens 6",
+    ];
+    assert!(out.contains(&fixes.map(|l| format!("{}{l}\n", " ".repeat(20))).concat()), "{out}");
     assert!(out.contains("replay of <stdin>: sglang (sglang 0.5.23 wording)"), "{out}");
     assert!(out.contains("final: failed (exit 1)"), "{out}");
 }

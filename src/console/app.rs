@@ -23,6 +23,7 @@ use super::screen::Screen;
 use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
 use crate::finding::{exit_code, Finding, Severity};
 use crate::phase::PhaseId;
+use crate::preflight::apply;
 use crate::spec::{LaunchSpec, SpecChange};
 
 // Inputs are moved through the loop one at a time, never stored in bulk: boxing the large
@@ -329,13 +330,9 @@ impl State {
     }
 
     fn on_launch_failed(&mut self, t: f64, phase: PhaseId) -> Vec<Effect> {
-        let remedy = self
-            .diagnosis
-            .findings()
-            .iter()
-            .flat_map(|f| f.remedies.iter())
-            .find(|r| self.options.apply.contains(&r.id) && !self.spec.applied.contains(&r.id))
-            .cloned();
+        // `--apply` ids are looked up as every command looks them up, once a launch reports them.
+        let mut pending = self.options.apply.iter().filter(|id| !self.spec.applied.contains(id));
+        let remedy = pending.find_map(|id| apply::offered(&self.diagnosis.findings(), id).ok()).cloned();
         if let Some(remedy) = remedy {
             let line = format!("applying {} (--apply)", remedy.id);
             let mut effects = vec![Effect::Emit(Event::Log { level: LogLevel::Info, source: "console".into(), line })];

@@ -7,7 +7,7 @@ use super::app::State;
 use super::panes::fmt_secs;
 use super::run::Frontend;
 use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
-use crate::finding::{Finding, Severity};
+use crate::finding_text::{self, Paint};
 use crate::spec::SpecChange;
 
 pub struct Printer<W: Write, E: Write> {
@@ -33,24 +33,6 @@ impl<W: Write, E: Write> Printer<W, E> {
         }
         Ok(())
     }
-}
-
-/// The diagnosis as text: the finding, its evidence and its numbered remedies.
-pub fn finding_text(f: &Finding) -> String {
-    let severity = match f.severity {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
-        Severity::Info => "info",
-    };
-    let mut out = format!("{severity} {} (fails at {})\n  {}\n", f.id, f.phase, f.message);
-    for e in &f.evidence {
-        out.push_str(&format!("  {:<7} {}  {} = {}\n", e.side.name(), e.file, e.key, e.value));
-    }
-    for (i, r) in f.remedies.iter().enumerate() {
-        let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
-        out.push_str(&format!("  remedy {}: {}  ({})\n    {}\n", i + 1, r.id, changes.join("; "), r.description));
-    }
-    out
 }
 
 impl<W: Write, E: Write> Frontend for Printer<W, E> {
@@ -87,7 +69,7 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
             }
             Event::Finding(f) => {
                 self.end_line()?;
-                write!(self.out, "{}", finding_text(f))?;
+                write!(self.out, "{}", finding_text::text(f, Paint { color: false }, None))?;
             }
             Event::RemedyApplied { id, changes } => {
                 self.end_line()?;

@@ -2,11 +2,11 @@
 //! chain and tree drafting, greedy and rejection-sampling verification, written once over
 //! the `backend::Backend` seam. `plan` resolves a launch once; `lifecycle` runs it phase by
 //! phase as events; `handle` puts the engine on its own thread for the console; `ranks` runs
-//! one engine per tensor-parallel rank; `request` holds what all three are asked and answer;
-//! `commands` are the headless `generate` and `bench`.
+//! one engine per tensor-parallel rank (`ranks::engine_for` in the caller's thread serves the
+//! headless `generate` and `bench` of src/commands/); `request` holds what all three are asked
+//! and answer.
 
 pub mod capture;
-pub mod commands;
 pub mod compile;
 pub mod device;
 pub mod drafter;

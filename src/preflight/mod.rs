@@ -12,7 +12,6 @@ pub mod apply;
 pub mod architecture;
 pub mod aux_layers;
 pub mod capture;
-pub mod command;
 pub mod context;
 pub mod draft_layers;
 pub mod draft_vocab;

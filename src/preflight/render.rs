@@ -1,175 +1,13 @@
-//! Human text for a check: each finding with its target and draft evidence side by side, the
-//! offending keys highlighted, and its remedies numbered with their keys and changes.
-//! ANSI styling is the caller's choice (`Paint::for_stdout`: a TTY and no `NO_COLOR`).
+//! Human text for a check: what was checked and applied, each finding in the one text form
+//! (`finding_text`), and a summary line with the exit status.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 
-use crossterm::style::{Color, Stylize};
-
-use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::finding::Severity;
+use crate::finding_text::{self, Paint};
 use crate::preflight::apply::Applied;
 use crate::preflight::report::Report;
 use crate::spec::LaunchSpec;
-
-/// Text wider than this is wrapped; evidence columns wider than this stack instead.
-const WIDTH: usize = 100;
-const GAP: &str = "  │  ";
-
-/// Whether (and how) to style text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Paint {
-    pub color: bool,
-}
-
-impl Paint {
-    /// Colour only for a terminal, and never when `NO_COLOR` is set (no-color.org).
-    pub fn for_stdout() -> Paint {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Paint { color: std::io::stdout().is_terminal() && !no_color }
-    }
-
-    fn styled(self, text: &str, color: Color, bold: bool) -> String {
-        match (self.color, bold) {
-            (false, _) => text.to_string(),
-            (true, true) => text.with(color).bold().to_string(),
-            (true, false) => text.with(color).to_string(),
-        }
-    }
-
-    fn severity(self, s: Severity) -> String {
-        let color = match s {
-            Severity::Error => Color::Red,
-            Severity::Warning => Color::Yellow,
-            Severity::Info => Color::Cyan,
-        };
-        self.styled(s.name(), color, true)
-    }
-
-    /// An offending key.
-    fn key(self, key: &str) -> String {
-        self.styled(key, Color::Magenta, true)
-    }
-
-    fn dim(self, text: &str) -> String {
-        self.styled(text, Color::DarkGrey, false)
-    }
-}
-
-/// A line of a column: its plain width and its styled text.
-struct Cell {
-    width: usize,
-    text: String,
-}
-
-impl Cell {
-    fn plain(text: String) -> Cell {
-        Cell { width: text.chars().count(), text }
-    }
-}
-
-/// The distinct files of some evidence, in order.
-fn files<'a>(evidence: &[&'a Evidence]) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for e in evidence {
-        if !out.contains(&e.file.as_str()) {
-            out.push(&e.file);
-        }
-    }
-    out
-}
-
-/// One side's evidence as `key = value` lines, under its label; when the side cites several
-/// files, each run of lines is headed by the file's name.
-fn column(label: &str, evidence: &[&Evidence], paint: Paint) -> Vec<Cell> {
-    let several = files(evidence).len() > 1;
-    let mut cells = vec![Cell::plain(label.to_string())];
-    let mut file = None;
-    for e in evidence {
-        if several && file != Some(&e.file) {
-            file = Some(&e.file);
-            let name = std::path::Path::new(&e.file).file_name().map_or(e.file.clone(), |n| n.to_string_lossy().into_owned());
-            cells.push(Cell { width: name.chars().count() + 1, text: format!("{}:", paint.dim(&name)) });
-        }
-        let key = if e.key.is_empty() { "(whole file)" } else { e.key.as_str() };
-        let value = e.value.to_string();
-        cells.push(Cell { width: 2 + key.chars().count() + 3 + value.chars().count(), text: format!("  {} = {value}", paint.key(key)) });
-    }
-    cells
-}
-
-fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
-    let of = |side: Side| -> Vec<&Evidence> { f.evidence.iter().filter(|e| e.side == side).collect() };
-    let (target, draft) = (of(Side::Target), of(Side::Draft));
-    for (side, evidence) in [(Side::Target, &target), (Side::Draft, &draft)] {
-        if !evidence.is_empty() {
-            let _ = writeln!(out, "    {:<7}{}", side.name(), paint.dim(&files(evidence).join(", ")));
-        }
-    }
-    let left = column("target", &target, paint);
-    let right = column("draft", &draft, paint);
-    let left_width = left.iter().map(|c| c.width).max().unwrap_or(0);
-    let right_width = right.iter().map(|c| c.width).max().unwrap_or(0);
-    let side_by_side = !target.is_empty() && !draft.is_empty() && 4 + left_width + GAP.chars().count() + right_width <= WIDTH;
-    if side_by_side {
-        for i in 0..left.len().max(right.len()) {
-            let (l, r) = (left.get(i), right.get(i));
-            let pad = left_width - l.map_or(0, |c| c.width);
-            let _ = writeln!(out, "    {}{}{GAP}{}", l.map_or("", |c| c.text.as_str()), " ".repeat(pad), r.map_or("", |c| c.text.as_str()));
-        }
-    } else {
-        // Stacked: the file legend above already labels each side.
-        let both = !target.is_empty() && !draft.is_empty();
-        for (cells, present) in [(left, !target.is_empty()), (right, !draft.is_empty())] {
-            for c in cells.iter().skip(usize::from(!both)).filter(|_| present) {
-                let _ = writeln!(out, "    {}", c.text);
-            }
-        }
-    }
-    for side in [Side::Launch, Side::Log] {
-        for e in of(side) {
-            let _ = writeln!(out, "    {:<7}{} = {}  {}", side.name(), paint.key(&e.key), e.value, paint.dim(&format!("({})", e.file)));
-        }
-    }
-}
-
-/// Word-wrap `text` to `WIDTH`, each line indented by `indent` spaces.
-fn wrap(out: &mut String, text: &str, indent: usize) {
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && indent + line.chars().count() + 1 + word.chars().count() > WIDTH {
-            let _ = writeln!(out, "{}{line}", " ".repeat(indent));
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        let _ = writeln!(out, "{}{line}", " ".repeat(indent));
-    }
-}
-
-pub fn finding(out: &mut String, f: &Finding, paint: Paint) {
-    let _ = writeln!(out, "{}[{}] at {}", paint.severity(f.severity), paint.key(&f.id), f.phase);
-    wrap(out, &f.message, 2);
-    if !f.evidence.is_empty() {
-        out.push('\n');
-        evidence_block(out, f, paint);
-    }
-    if !f.remedies.is_empty() {
-        let _ = writeln!(out, "\n  fixes (specdeck check --apply ID):");
-        for (i, r) in f.remedies.iter().enumerate() {
-            let _ = writeln!(out, "    {}. {} [{}]", i + 1, paint.key(&r.id), r.key);
-            wrap(out, &r.description, 7);
-            for c in &r.changes {
-                let _ = writeln!(out, "         {}", c.describe());
-            }
-        }
-    }
-    out.push('\n');
-}
 
 /// The whole report: what was checked, what was applied, each finding, and a summary line.
 pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Paint) -> String {
@@ -186,7 +24,8 @@ pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Pain
     }
     out.push('\n');
     for f in &report.findings {
-        finding(&mut out, f, paint);
+        out.push_str(&finding_text::text(f, paint, Some("specdeck check")));
+        out.push('\n');
     }
     let count = |s: Severity, one: &str, many: &str| {
         let n = report.count(s);
@@ -198,42 +37,4 @@ pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Pain
     }
     let _ = writeln!(out, "{}: exit {}", totals.join(", "), report.exit);
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::phase::PhaseId;
-
-    fn finding() -> Finding {
-        Finding::new("vocab-mismatch", Severity::Error, PhaseId::DrafterInit, "Vocabularies differ.")
-            .with_evidence(Evidence::new(Side::Target, "t/config.json", "/vocab_size", 256))
-            .with_evidence(Evidence::new(Side::Draft, "d/config.json", "/vocab_size", 300))
-    }
-
-    #[test]
-    fn evidence_sits_side_by_side_without_colour() {
-        let mut out = String::new();
-        super::finding(&mut out, &finding(), Paint { color: false });
-        assert_eq!(
-            out,
-            "error[vocab-mismatch] at drafter-init\n  Vocabularies differ.\n\n    target t/config.json\n    draft  d/config.json\n    \
-             target               │  draft\n      /vocab_size = 256  │    /vocab_size = 300\n\n"
-        );
-    }
-
-    #[test]
-    fn colour_highlights_the_keys_and_severity() {
-        let mut out = String::new();
-        super::finding(&mut out, &finding(), Paint { color: true });
-        let key = "/vocab_size".with(Color::Magenta).bold().to_string();
-        assert!(key.starts_with('\u{1b}'), "{key:?}");
-        assert_eq!(out.matches(&key).count(), 2, "{out}");
-        assert!(out.starts_with(&"error".with(Color::Red).bold().to_string()), "{out}");
-        // Columns stay aligned: padding counts the visible width, not the escape codes.
-        let plain = |s: &str| s.split('\u{1b}').map(|p| p.split_once('m').map_or(p, |(_, t)| t)).collect::<String>();
-        let mut uncoloured = String::new();
-        super::finding(&mut uncoloured, &finding(), Paint { color: false });
-        assert_eq!(plain(&out), uncoloured);
-    }
 }

@@ -1,34 +1,43 @@
-//! `specdeck replay LOG [--follow] [--json] [--speed X]`, headless. (On a TTY the console
-//! will show the same events; until it does, a TTY gets this output too.)
+//! `specdeck replay LOG [--follow] [--json] [--speed X]`, headless: the timeline as it is
+//! rebuilt, then the summary, or the report as JSON. (On a TTY the console shows the same
+//! events instead: src/commands/replay.rs.)
 
 use std::io::{self, Write};
 
 use anyhow::bail;
 
-use crate::cli::ReplayArgs;
-
 use super::print::{render_event, render_summary};
 use super::report::Outcome;
 use super::{run, ReplayOptions, Source};
 
+/// How a headless replay reads and prints.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadlessOptions {
+    /// Keep reading as the file grows.
+    pub follow: bool,
+    /// Relative to the recorded times; 0 = as fast as possible.
+    pub speed: f64,
+    /// The report as JSON instead of the timeline text.
+    pub json: bool,
+}
+
 /// Runs the command; returns the exit status (0 ready, 1 failed, 3 incomplete).
-pub fn command(args: &ReplayArgs) -> anyhow::Result<i32> {
-    if !(args.speed >= 0.0 && args.speed.is_finite()) {
-        bail!("--speed: expected a number ≥ 0 (0 = as fast as possible), got {}", args.speed);
+pub fn command(source: &Source, headless: &HeadlessOptions) -> anyhow::Result<i32> {
+    let HeadlessOptions { follow, speed, json } = *headless;
+    if !(speed >= 0.0 && speed.is_finite()) {
+        bail!("--speed: expected a number ≥ 0 (0 = as fast as possible), got {speed}");
     }
-    let source = Source::parse(&args.log);
-    let opts = ReplayOptions { follow: args.follow, speed: args.speed, logs: false };
+    let opts = ReplayOptions { follow, speed, logs: false };
     let mut stdout = io::stdout().lock();
     // Write errors (a closed pipe) are not the replay's failure: the exit status still is.
-    if args.json {
+    if json {
         // Following, the answer is known once the launch is ready or has failed.
-        let follow = args.follow;
-        let report = run(&source, &opts, &mut |_, _| {}, &mut |r| follow && r.outcome() != Outcome::Incomplete)?;
+        let report = run(source, &opts, &mut |_, _| {}, &mut |r| follow && r.outcome() != Outcome::Incomplete)?;
         let _ = writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?);
         return Ok(report.outcome.exit_code());
     }
     let report = run(
-        &source,
+        source,
         &opts,
         &mut |line, ev| {
             if let Some(text) = render_event(line, &ev) {

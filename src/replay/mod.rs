@@ -38,7 +38,7 @@ use anyhow::Context;
 
 use crate::event::{EventSink, TimedEvent};
 
-pub use command::command;
+pub use command::{command, HeadlessOptions};
 pub use detect::Format;
 pub use diagnose::UNRECOGNIZED;
 pub use report::{Outcome, PhaseSpan, ReplayReport, ReportBuilder};

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use crate::event::{Event, PhaseState, TimedEvent};
 use crate::finding::Finding;
+use crate::finding_text::{self, Paint};
 
 use super::report::ReplayReport;
 
@@ -34,15 +35,18 @@ pub fn render_event(line: u64, ev: &TimedEvent) -> Option<String> {
     }
 }
 
+/// The finding in the one text form (`finding_text`), its lines after the first indented
+/// under the event's time and line.
 fn render_finding(f: &Finding) -> String {
-    let mut s = format!("{} {} in {}\n{INDENT}{}", f.severity.name(), f.id, f.phase, f.message);
-    for e in &f.evidence {
-        let value = e.value.as_str().map_or_else(|| e.value.to_string(), str::to_string);
-        let _ = write!(s, "\n{INDENT}{} {} {}: {}", e.side.name(), e.file, e.key, value.trim());
-    }
-    for r in &f.remedies {
-        let changes: Vec<String> = r.changes.iter().map(|c| c.describe()).collect();
-        let _ = write!(s, "\n{INDENT}fix {}: {}", r.id, changes.join(", "));
+    let text = finding_text::text(f, Paint { color: false }, None);
+    let mut lines = text.lines();
+    let mut s = lines.next().unwrap_or_default().to_string();
+    for line in lines {
+        s.push('\n');
+        if !line.is_empty() {
+            s.push_str(INDENT);
+            s.push_str(line);
+        }
     }
     s
 }

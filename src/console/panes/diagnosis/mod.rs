@@ -121,8 +121,8 @@ impl Diagnosis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::phase::PhaseId;
     use crate::finding::{Evidence, Severity};
+    use crate::phase::PhaseId;
 
     #[test]
     fn loaded_files_mark_the_evidence_lines() {

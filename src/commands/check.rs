@@ -1,19 +1,33 @@
 //! `specdeck check`: build the launch spec (flags on top of a pasted command line), apply
 //! `--apply` remedies, run every rule, print text or JSON, and return the exit status.
 
-use crate::cli::CheckArgs;
+use clap::Args;
+
+use super::flags::LaunchFlags;
+use crate::finding_text::Paint;
 use crate::preflight::apply::{apply_all, ApplyError};
 use crate::preflight::check_spec;
-use crate::preflight::render::{self, Paint};
+use crate::preflight::render;
 use crate::preflight::report::Report;
 use crate::spec::LaunchSpec;
 
 /// Exit status for inputs that cannot be judged (also an unknown `--apply` id).
 const EXIT_UNREADABLE: i32 = 2;
 
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    flags: LaunchFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// A whole pasted launch command (`-- SGLANG_X=1 python3 -m sglang.launch_server ...`).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
-    let pasted = LaunchSpec::from_words(&args.command)?;
-    let mut spec = args.flags.to_spec(pasted)?;
+    let mut spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
     let applied = match apply_all(&mut spec, &args.flags.apply, check_spec) {
         Ok(applied) => applied,
         Err(e @ ApplyError::Unknown { .. }) => {

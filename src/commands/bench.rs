@@ -1,139 +1,38 @@
-//! The headless `generate` and `bench` commands: launch the engine in this thread, serve
-//! prompts, print figures (JSON with `--json`).
+//! `specdeck bench`: launch the engine in this thread, generate greedily from every prompt
+//! of a file, and print the figures (tokens/s, accept lengths, phase times; on the CPU the
+//! machine's memory bandwidth and the target-only floor it sets).
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
+use clap::Args;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::cli::{BenchArgs, GenerateArgs, LaunchFlags};
-use crate::engine::ranks::{engine_for, Serve};
-use crate::engine::request::{GenerateRequest, LaunchOutcome, PreflightFn};
+use super::flags::LaunchFlags;
+use super::in_process::{launch_spec, phase_seconds, phases_json, start};
+use crate::engine::ranks::Serve;
+use crate::engine::request::GenerateRequest;
 use crate::engine::spec_decode::Generation;
-use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseTimer};
-use crate::finding::{exit_code, Finding};
-use crate::model::config::ModelConfig;
-use crate::phase::PhaseId;
-use crate::preflight::context;
-use crate::spec::{Algorithm, LaunchSpec};
+use crate::spec::Algorithm;
 
-/// The preflight the engine runs: the context-length rule over both configs. (The full rule
-/// set, `preflight::check_spec`, replaces it when the preflight module lands.)
-pub fn preflight_fn() -> PreflightFn {
-    Arc::new(|spec: &LaunchSpec| {
-        let (Some(t), Some(d)) = (&spec.model_path, &spec.draft_model_path) else { return Vec::new() };
-        if spec.speculative_algorithm.unwrap_or(Algorithm::None) == Algorithm::None {
-            return Vec::new();
-        }
-        let (Ok(target), Ok(draft)) = (ModelConfig::load_dir(Path::new(t)), ModelConfig::load_dir(Path::new(d))) else {
-            // Unreadable configs are reported by the load phases, with the file named.
-            return Vec::new();
-        };
-        context::check(&target, &draft, spec).ok().flatten().into_iter().collect()
-    })
-}
-
-/// Build the spec from flags and apply `--apply FIX_ID` remedies offered by preflight.
-fn launch_spec(flags: &LaunchFlags, preflight: &PreflightFn) -> anyhow::Result<LaunchSpec> {
-    let mut spec = flags.to_spec(LaunchSpec::default())?;
-    for id in &flags.apply {
-        let findings = preflight(&spec);
-        let remedy = findings
-            .iter()
-            .find_map(|f| f.remedy(id))
-            .ok_or_else(|| anyhow!("--apply {id}: no finding offers this remedy for this launch"))?
-            .clone();
-        spec.apply_remedy(id, &remedy.changes)?;
-    }
-    Ok(spec)
-}
-
-/// Seconds per phase that ran, in order, from the launch's events; log lines go to stderr.
-fn phase_seconds(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
-    let mut timer = PhaseTimer::default();
-    while let Ok(ev) = rx.try_recv() {
-        if let Event::Log { level, source, line } = &ev.event {
-            if *level >= LogLevel::Info {
-                eprintln!("specdeck: {source}: {line}");
-            }
-        }
-        timer.observe(&ev);
-    }
-    timer.ended
-}
-
-fn phases_json(phases: &[(PhaseId, f64)]) -> Value {
-    phases.iter().map(|(p, s)| json!({"phase": p.name(), "seconds": s})).collect()
-}
-
-fn print_finding(f: &Finding) {
-    eprintln!("specdeck: {} [{}] in {}: {}", f.severity.name(), f.id, f.phase, f.message);
-    for e in &f.evidence {
-        eprintln!("    {} {} {} = {}", e.side.name(), e.file, e.key, e.value);
-    }
-}
-
-/// A launched engine (the CPU reference, one GPU, or one rank per GPU with `--tp-size`), or
-/// the exit status of a failed launch (after printing why).
-fn start(spec: &LaunchSpec, preflight: &PreflightFn) -> Result<(Box<dyn Serve>, EventReceiver), i32> {
-    let (sink, mut rx) = EventSink::channel();
-    let mut engine = match engine_for(spec, &sink) {
-        Ok(e) => e,
-        Err(f) => {
-            phase_seconds(&mut rx);
-            print_finding(&f);
-            return Err(exit_code(std::slice::from_ref(&f)).max(1));
-        }
-    };
-    if matches!(engine.launch(spec, preflight), LaunchOutcome::Ready { .. }) {
-        return Ok((engine, rx));
-    }
-    drop(engine);
-    let mut findings: Vec<Finding> = Vec::new();
-    while let Ok(ev) = rx.try_recv() {
-        if let Event::Finding(f) = ev.event {
-            print_finding(&f);
-            findings.push(f);
-        }
-    }
-    Err(exit_code(&findings).max(1))
-}
-
-pub fn generate(args: &GenerateArgs) -> anyhow::Result<i32> {
-    let preflight = preflight_fn();
-    let spec = launch_spec(&args.flags, &preflight)?;
-    let (mut engine, mut rx) = match start(&spec, &preflight) {
-        Ok(e) => e,
-        Err(code) => return Ok(code),
-    };
-    let req = GenerateRequest {
-        prompt: args.prompt.clone(),
-        max_new_tokens: args.max_new_tokens,
-        chat: args.chat,
-        temperature: args.temperature,
-        seed: args.seed,
-    };
-    let g = engine.generate_with(&req, true)?;
-    let phases = phase_seconds(&mut rx);
-    let text = engine.decode(&g.tokens)?;
-    if args.json {
-        let out = json!({
-            "tokens": g.tokens,
-            "text": text,
-            "accept_lengths": g.accept_lengths,
-            "mean_accept_length": g.mean_accept_length(),
-            "tokens_per_s": g.tokens_per_s(),
-            "phases": phases_json(&phases),
-        });
-        println!("{out}");
-    } else {
-        println!("{text}");
-        eprintln!("{} tokens, {:.2} tokens/s, mean accept length {:.2}", g.tokens.len(), g.tokens_per_s(), g.mean_accept_length());
-    }
-    Ok(0)
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    flags: LaunchFlags,
+    /// JSONL file with one prompt per line (`{"prompt": ...}`).
+    #[arg(long, value_name = "FILE.jsonl")]
+    prompts: PathBuf,
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 64)]
+    max_new_tokens: usize,
+    /// Also run target-only and check the outputs are identical.
+    #[arg(long)]
+    compare_target_only: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
@@ -217,7 +116,7 @@ fn run_all(
 
 /// Read bandwidth of this machine: the best of several parallel passes over a buffer far
 /// larger than the caches, in bytes per second.
-pub fn memory_bandwidth() -> f64 {
+fn memory_bandwidth() -> f64 {
     const LEN: usize = 64 << 20; // 256 MiB of f32, 8× this machine's L3
     let data: Vec<f32> = (0..LEN).into_par_iter().map(|i| (i % 7) as f32).collect();
     let mut best = 0.0f64;
@@ -231,12 +130,11 @@ pub fn memory_bandwidth() -> f64 {
     best
 }
 
-pub fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
-    let preflight = preflight_fn();
-    let spec = launch_spec(&args.flags, &preflight)?;
+pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
+    let spec = launch_spec(&args.flags)?;
     let prompts = read_prompts(&args.prompts)?;
     let bandwidth_before = memory_bandwidth();
-    let (mut engine, mut rx) = match start(&spec, &preflight) {
+    let (mut engine, mut rx) = match start(&spec, "specdeck bench") {
         Ok(e) => e,
         Err(code) => return Ok(code),
     };

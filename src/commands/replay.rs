@@ -1,0 +1,40 @@
+//! `specdeck replay LOG`: the console on a TTY (the same panes a live launch shows, fed by
+//! the replay producer), else the headless timeline or `--json`.
+
+use clap::Args;
+
+use crate::console::session::{has_tty, run_session, SessionConfig};
+use crate::event::LogLevel;
+use crate::replay::{self, HeadlessOptions, ReplayOptions, Source};
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// The log file, or - for standard input.
+    log: String,
+    /// Keep reading as the file grows (survives truncation and rotation).
+    #[arg(long)]
+    follow: bool,
+    /// Print JSON instead of the timeline text.
+    #[arg(long)]
+    json: bool,
+    /// Replay speed relative to the recorded times (0 = as fast as possible).
+    #[arg(long, default_value_t = 0.0)]
+    speed: f64,
+}
+
+pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
+    let source = Source::parse(&args.log);
+    if args.json || headless || !has_tty() {
+        return replay::command(&source, &HeadlessOptions { follow: args.follow, speed: args.speed, json: args.json });
+    }
+    let opts = ReplayOptions { follow: args.follow, speed: args.speed, logs: true };
+    let config = SessionConfig { max_new_tokens: 64, ..SessionConfig::default() };
+    run_session(config, move |sink| {
+        std::thread::spawn(move || {
+            if let Err(e) = replay::produce(&source, &opts, &sink) {
+                sink.log(LogLevel::Error, "replay", format!("{e:#}"));
+            }
+        });
+        Ok(None)
+    })
+}
