@@ -17,10 +17,10 @@ use specdeck::console::layout::Layout;
 use specdeck::console::panes;
 use specdeck::console::run::read_source;
 use specdeck::console::theme::Theme;
+use specdeck::engine::context;
 use specdeck::event::{Event, GpuSample, LogLevel, PhaseState, ProgressUnit, TimedEvent};
 use specdeck::model::config::ModelConfig;
 use specdeck::phase::PhaseId;
-use specdeck::preflight::context;
 use specdeck::spec::LaunchSpec;
 
 const FRAMES: usize = 2000;

@@ -9,11 +9,11 @@
 use std::time::Instant;
 
 use specdeck::backend::cpu::CpuBackend;
+use specdeck::engine::context;
 use specdeck::engine::lifecycle::Engine;
 use specdeck::engine::request::LaunchOutcome;
 use specdeck::event::{Event, EventReceiver, EventSink, PhaseTimer};
 use specdeck::finding::Finding;
-use specdeck::preflight::context;
 use specdeck::spec::{Algorithm, LaunchSpec};
 
 const ROUNDS: usize = 15;

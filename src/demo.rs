@@ -135,7 +135,7 @@ mod tests {
         let pair = extract_to(base.path(), DEMO_FILES).unwrap();
         let target = crate::model::config::ModelConfig::load_dir(&pair.target).unwrap();
         let draft = crate::model::config::ModelConfig::load_dir(&pair.draft).unwrap();
-        let finding = crate::preflight::context::check(&target, &draft, &pair.spec()).unwrap().unwrap();
+        let finding = crate::engine::context::check(&target, &draft, &pair.spec()).unwrap().unwrap();
         assert_eq!(finding.id, "context-length-exceeds-draft");
         assert_eq!(finding.evidence[0].value, 262144);
         assert_eq!(finding.evidence[1].value, 131072);

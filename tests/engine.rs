@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use specdeck::backend::cpu::CpuBackend;
 use specdeck::backend::{AttnWindow, Backend, Mask};
+use specdeck::engine::context;
 use specdeck::engine::lifecycle::Engine;
 use specdeck::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel, Logits};
 use specdeck::engine::request::LaunchOutcome;
@@ -20,7 +21,6 @@ use specdeck::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use specdeck::model::checkpoint::Checkpoint;
 use specdeck::model::config::ModelConfig;
 use specdeck::phase::PhaseId;
-use specdeck::preflight::context;
 use specdeck::spec::{Algorithm, Device, LaunchSpec};
 use specdeck::testkit::{TensorData, TinyEagle3, TinyLlama, TinyStandalone};
 

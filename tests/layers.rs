@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Layers from the bottom; a file may name files of its own layer or of a lower one.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("core", &["phase", "spec", "finding", "event", "knobs"]),
+    ("core", &["phase", "spec", "finding", "finding_text", "event", "knobs"]),
     ("model", &["model"]),
     ("backend", &["backend"]),
     ("engine", &["engine", "telemetry", "recorder"]),

@@ -13,6 +13,7 @@ use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
 use crate::backend::{Backend, BackendError};
 use crate::engine::capture::capture_phase;
 use crate::engine::compile::kernel_compile_phase;
+use crate::engine::context;
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::Eagle3Drafter;
 use crate::engine::findings::{error_finding, BACKEND_ERROR, DEVICE_UNAVAILABLE};
@@ -32,7 +33,6 @@ use crate::finding::{Evidence, Finding, Severity, Side};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::tokenizer::{TextStream, TextTokenizer};
 use crate::phase::PhaseId;
-use crate::preflight::context;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
 /// Tokens per prefill forward: most prompts take one forward, with one set of launches. On

@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod compile;
+pub mod context;
 pub mod device;
 pub mod drafter;
 pub mod eagle3;

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::engine::context::{self, TargetContext};
 use crate::engine::eagle3::Eagle3Config;
 use crate::engine::findings::{error_finding, missing_flag, UNSUPPORTED_ALGORITHM};
 use crate::engine::graph_sizes::DEFAULT_MAX_BS;
@@ -20,7 +21,6 @@ use crate::engine::EngineError;
 use crate::finding::{Evidence, Finding, Severity, Side};
 use crate::model::config::ModelConfig;
 use crate::phase::PhaseId;
-use crate::preflight::context::{self, TargetContext};
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
 /// The CPU reference caps its KV cache (and so prompt + output) at this many tokens.

@@ -27,11 +27,11 @@
 
 use serde_json::{json, Value};
 
+use crate::engine::context::target_context;
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::model::config::{ConfigError, ModelConfig};
 use crate::phase::PhaseId;
 use crate::preflight::architecture::DraftFamily;
-use crate::preflight::context::target_context;
 use crate::preflight::gpu::GIB;
 use crate::preflight::inputs::ModelFiles;
 use crate::preflight::parallel::{set_tp, splits_evenly};

@@ -12,7 +12,6 @@ pub mod apply;
 pub mod architecture;
 pub mod aux_layers;
 pub mod capture;
-pub mod context;
 pub mod draft_layers;
 pub mod draft_vocab;
 pub mod dtype;
@@ -33,6 +32,7 @@ pub mod vocab;
 
 use serde_json::Value;
 
+use crate::engine::context;
 use crate::finding::{Evidence, Finding, Side};
 use crate::model::config::Field;
 use crate::spec::{Algorithm, LaunchSpec};

@@ -4,9 +4,9 @@
 
 use serde_json::json;
 
+use crate::engine::context::{ALLOW, CLAMP};
 use crate::finding::Remedy;
 use crate::phase::PhaseId;
-use crate::preflight::context::{ALLOW, CLAMP};
 use crate::spec::{SpecChange, ALLOW_LONGER_CONTEXT_ENV};
 
 use super::rules::{Ctx, Engine, C, M, N};

@@ -15,7 +15,7 @@ use super::rules::{failure, rule, Engine, Failure, FramePhase, Rule, C, M, N};
 const S: Engine = Engine::Sglang;
 
 /// The draft-context finding, as `check` names it.
-pub const CONTEXT_DRAFT_ID: &str = crate::preflight::context::ID;
+pub const CONTEXT_DRAFT_ID: &str = crate::engine::context::ID;
 
 /// `[2025-04-16 14:22:53 TP3] message` (milliseconds with `SGLANG_LOG_MS`).
 pub fn header(line: &str) -> Option<Header<'_>> {

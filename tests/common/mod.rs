@@ -4,11 +4,11 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use specdeck::console::{EngineControl, GenerateParams};
+use specdeck::engine::context;
 use specdeck::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseState, ProgressUnit, TimedEvent};
 use specdeck::finding::Finding;
 use specdeck::model::config::ModelConfig;
 use specdeck::phase::PhaseId;
-use specdeck::preflight::context;
 use specdeck::spec::{Algorithm, LaunchSpec};
 use specdeck::telemetry::no_gpu_note;
 use tokio::sync::mpsc::UnboundedSender;

@@ -4,7 +4,8 @@
 //! `is_draft_model=True`): the draft is built with the target's context length, and when
 //! that exceeds the draft's derived length SGLang raises unless
 //! `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN` is truthy. The engine runs the same check at
-//! drafter-init, so `check` and a live launch report the identical finding.
+//! drafter-init, so `check` and a live launch report the identical finding; the rule lives with
+//! the engine, whose launch plan derives the context once, and preflight runs it early.
 
 use serde_json::json;
 
