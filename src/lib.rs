@@ -5,13 +5,13 @@
 pub mod backend;
 pub mod commands;
 pub mod console;
-pub mod cudacheck;
+pub(crate) mod cudacheck;
 pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod finding;
-pub mod finding_text;
-pub mod knobs;
+pub(crate) mod finding_text;
+pub(crate) mod knobs;
 pub mod model;
 pub mod phase;
 pub mod preflight;

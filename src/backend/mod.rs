@@ -50,12 +50,12 @@
 //! findings. `kernels`: what a kernel compilation reports; `conformance`: any backend's
 //! ops compared with the CPU reference; `nvml`: the GPU inventory, NVML opened in one place.
 
-pub mod conformance;
+pub(crate) mod conformance;
 pub mod cpu;
 pub mod cuda;
-pub mod kernels;
-pub mod nvml;
-pub mod rope;
+pub(crate) mod kernels;
+pub(crate) mod nvml;
+pub(crate) mod rope;
 
 use crate::model::checkpoint::{CheckpointError, TensorView};
 use kernels::{CompileProgress, KernelCompileError, KernelsReady};

@@ -332,7 +332,7 @@ impl State {
     fn on_launch_failed(&mut self, t: f64, phase: PhaseId) -> Vec<Effect> {
         // `--apply` ids are looked up as every command looks them up, once a launch reports them.
         let mut pending = self.options.apply.iter().filter(|id| !self.spec.applied.contains(id));
-        let remedy = pending.find_map(|id| apply::offered(&self.diagnosis.findings(), id).ok()).cloned();
+        let remedy = pending.find_map(|id| apply::offered(self.diagnosis.findings(), id).ok()).cloned();
         if let Some(remedy) = remedy {
             let line = format!("applying {} (--apply)", remedy.id);
             let mut effects = vec![Effect::Emit(Event::Log { level: LogLevel::Info, source: "console".into(), line })];

@@ -4,18 +4,18 @@
 
 pub mod action;
 pub mod app;
-pub mod engine;
-pub mod excerpt;
+pub(crate) mod engine;
+pub(crate) mod excerpt;
 pub mod headless;
 pub mod keymap;
 pub mod layout;
-pub mod log;
+pub(crate) mod log;
 pub mod panes;
 pub mod run;
-pub mod screen;
-pub mod session;
+pub(crate) mod screen;
+pub(crate) mod session;
 pub mod terminal;
-pub mod text;
+pub(crate) mod text;
 pub mod theme;
 
 pub use engine::{EngineControl, GenerateParams};

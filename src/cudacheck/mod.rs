@@ -11,10 +11,10 @@
 //! The op-by-op comparison of two backends is backend-generic and lives beside the
 //! backend trait (`backend::conformance`).
 
-pub mod modelcheck;
-pub mod selftest;
-pub mod skinnycheck;
-pub mod step;
-pub mod tpcheck;
+pub(crate) mod modelcheck;
+pub(crate) mod selftest;
+pub(crate) mod skinnycheck;
+pub(crate) mod step;
+pub(crate) mod tpcheck;
 
 pub use selftest::{command, Options};

@@ -6,28 +6,28 @@
 //! headless `generate` and `bench` of src/commands/); `request` holds what all three are asked
 //! and answer.
 
-pub mod capture;
-pub mod compile;
+pub(crate) mod capture;
+pub(crate) mod compile;
 pub mod context;
-pub mod device;
+pub(crate) mod device;
 pub mod drafter;
 pub mod eagle3;
-pub mod findings;
-pub mod graph_sizes;
+pub(crate) mod findings;
+pub(crate) mod graph_sizes;
 pub mod handle;
-pub mod kv;
+pub(crate) mod kv;
 pub mod lifecycle;
 pub mod llama;
-pub mod memory;
-pub mod plan;
-pub mod rank_vote;
-pub mod ranks;
+pub(crate) mod memory;
+pub(crate) mod plan;
+pub(crate) mod rank_vote;
+pub(crate) mod ranks;
 pub mod request;
 pub mod spec_decode;
-pub mod tp;
+pub(crate) mod tp;
 #[cfg(test)]
-pub mod tp_emulation;
-pub mod tree;
+pub(crate) mod tp_emulation;
+pub(crate) mod tree;
 pub mod verify;
 pub mod weights;
 

@@ -809,7 +809,6 @@ impl Backend for CudaBackend {
         // Any error ending the step means its kernels did not run (a capture that failed or
         // a replay that diverged skips them); the book is back to eager, so run them now.
         if bracketed && self.graphs.end(&self.gpu).is_err() {
-            self.graphs.count_fallback();
             step();
         }
     }

@@ -89,10 +89,6 @@ impl PtxCache {
         std::env::temp_dir().join("specdeck-ptx")
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The cache key: a SHA-256 over the format version, the target and the program text.
     pub fn key(program_text: &str, target: &CompileTarget) -> String {
         let mut h = Sha256::new();

@@ -45,8 +45,6 @@ pub enum Gate {
 }
 
 pub struct Graphs {
-    /// Steps that `graph_step` had to run again eagerly.
-    fallbacks: std::sync::atomic::AtomicU64,
     book: Mutex<GraphBook>,
     graphs: Mutex<HashMap<String, CudaGraph>>,
     /// Per-step values of the step under way, staged on the host.
@@ -92,7 +90,6 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Graphs {
     pub fn new(gpu: &Gpu) -> Result<Graphs, BackendError> {
         Ok(Graphs {
-            fallbacks: Default::default(),
             book: Mutex::new(GraphBook::new(ARENA_LEN)),
             graphs: Mutex::default(),
             staged: Mutex::new(vec![0; ARENA_LEN]),
@@ -206,15 +203,6 @@ impl Graphs {
 
     pub fn captured(&self) -> usize {
         locked(&self.graphs).len()
-    }
-
-    pub fn count_fallback(&self) {
-        self.fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Graph steps that ran eagerly after their graph could not be used.
-    pub fn fallbacks(&self) -> u64 {
-        self.fallbacks.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

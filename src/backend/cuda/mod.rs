@@ -13,18 +13,18 @@
 //!
 //! The GPU self-checks (`specdeck cuda-check`) are in `cudacheck`, above the engine.
 
-pub mod backend;
-pub mod chunked;
-pub mod compile;
-pub mod gemm;
-pub mod gpu;
-pub mod graph;
-pub mod graph_book;
-pub mod nccl;
-pub mod peer;
+pub(crate) mod backend;
+pub(crate) mod chunked;
+pub(crate) mod compile;
+pub(crate) mod gemm;
+pub(crate) mod gpu;
+pub(crate) mod graph;
+pub(crate) mod graph_book;
+pub(crate) mod nccl;
+pub(crate) mod peer;
 pub mod probe;
-pub mod shard;
-pub mod sources;
-pub mod tp;
+pub(crate) mod shard;
+pub(crate) mod sources;
+pub(crate) mod tp;
 
 pub use backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};

@@ -99,7 +99,8 @@ impl KernelSource {
     }
 }
 
-/// The source that defines kernel `function`, if any.
+/// The source that defines kernel `function`, if any (the tests look kernels up by name).
+#[cfg(test)]
 pub fn source_of(function: &str) -> Option<&'static KernelSource> {
     SOURCES.iter().find(|s| s.functions.contains(&function))
 }

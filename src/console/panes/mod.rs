@@ -2,13 +2,13 @@
 //! from its own state where it has one (each pane's file holds its state beside its
 //! drawing; `pane.rs` what they all draw with).
 
-pub mod diagnosis;
-pub mod generate;
-pub mod gpus;
+pub(crate) mod diagnosis;
+pub(crate) mod generate;
+pub(crate) mod gpus;
 mod help;
 mod log;
 mod pane;
-pub mod phases;
+pub(crate) mod phases;
 mod status;
 
 use ratatui::buffer::Buffer;
