@@ -22,7 +22,7 @@ use specdeck::engine::weights::Loader;
 use specdeck::model::checkpoint::Checkpoint;
 use specdeck::model::config::ModelConfig;
 use specdeck::model::convert::{convert_gguf, OutDtype};
-use specdeck::model::gguf::{parse_header, GgufFile};
+use specdeck::model::gguf::{parse_header, GgufFile, MAX_METADATA_ELEMENTS};
 use specdeck::preflight::check_with_gpus;
 use specdeck::preflight::gpu::GpuInventory;
 use specdeck::spec::{Algorithm, LaunchSpec};
@@ -183,7 +183,7 @@ fn a_gguf_block_count_past_its_tensors_is_refused_before_any_allocation() {
     assert_eq!(
         e,
         format!(
-            "{}: llama.block_count = 4294967295: exceeds what this engine loads (the file holds 1 layers of blk.N tensors)",
+            "{}: llama.block_count = 4294967295: exceeds what this engine loads (the file holds 1 layer of blk.N tensors)",
             input.display()
         )
     );
@@ -535,4 +535,33 @@ fn a_gguf_that_is_too_short_for_its_tensor_count_is_refused_by_open() {
     std::fs::write(&p, bytes).unwrap();
     let e = GgufFile::open(&p).err().unwrap().to_string();
     assert!(e.starts_with(&format!("{}: truncated: the tensor count (1099511627776 items)", p.display())), "{e}");
+}
+
+#[test]
+fn gguf_metadata_arrays_are_capped_in_all_not_only_by_the_file_size() {
+    // Two u8 arrays that together pass the cap by one: 8 MiB of file, which parsed would
+    // have been 256 MiB of values.
+    let half = MAX_METADATA_ELEMENTS / 2;
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes()); // version
+    bytes.extend(0u64.to_le_bytes()); // tensors
+    bytes.extend(2u64.to_le_bytes()); // metadata keys
+    for (key, n) in [("a.first", half), ("a.second", half + 1)] {
+        bytes.extend((key.len() as u64).to_le_bytes());
+        bytes.extend(key.as_bytes());
+        bytes.extend(9u32.to_le_bytes()); // an array
+        bytes.extend(0u32.to_le_bytes()); // of u8
+        bytes.extend((n as u64).to_le_bytes());
+        bytes.resize(bytes.len() + n, 1);
+    }
+    let start = Instant::now();
+    let e = parse_header(Path::new("big.gguf"), &bytes).err().unwrap().to_string();
+    assert!(start.elapsed() < BOUND);
+    assert_eq!(
+        e,
+        format!(
+            "big.gguf: metadata key \"a.second\": an array of {} elements takes the metadata past 8388608 array elements in all",
+            half + 1
+        )
+    );
 }

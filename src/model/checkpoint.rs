@@ -97,14 +97,15 @@ fn describe_st_error(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String {
     match e {
         E::HeaderTooSmall => format!("file is {file_len} bytes, too short for a header"),
         E::InvalidHeaderLength => "the header length runs past the end of the file (truncated?)".into(),
-        E::MetadataIncompleteBuffer | E::InvalidOffset(_) | E::TensorInvalidInfo | E::ValidationOverflow | E::MisalignedSlice => {
+        E::MetadataIncompleteBuffer => {
+            let length = "tensor data does not match the file length (truncated or padded file)";
             match tensor_at_fault(bytes) {
-                Some(why) => why,
-                None if matches!(e, E::MetadataIncompleteBuffer) => {
-                    "tensor data does not match the file length (truncated or padded file)".into()
-                }
-                None => e.to_string(),
+                Some(why) => format!("{length}: {why}"),
+                None => length.into(),
             }
+        }
+        E::InvalidOffset(_) | E::TensorInvalidInfo | E::ValidationOverflow | E::MisalignedSlice => {
+            tensor_at_fault(bytes).unwrap_or_else(|| e.to_string())
         }
         other => other.to_string(),
     }

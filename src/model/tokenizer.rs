@@ -52,10 +52,12 @@ fn token_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// Token ids as u32; an id past u32::MAX is no token (never truncated into another id).
 fn ids_of(v: Option<&Value>) -> Vec<u32> {
+    let id = |v: &Value| v.as_u64().and_then(|x| u32::try_from(x).ok());
     match v {
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
-        Some(v) => v.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(id).collect(),
+        Some(v) => id(v).into_iter().collect(),
         None => Vec::new(),
     }
 }

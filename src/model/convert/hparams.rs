@@ -174,7 +174,10 @@ impl Hparams {
             return Err(out_of_range(
                 "block_count",
                 n_layers.to_string(),
-                format!("exceeds what this engine loads (the file holds {holds} layers of blk.N tensors)"),
+                format!(
+                    "exceeds what this engine loads (the file holds {holds} layer{} of blk.N tensors)",
+                    if holds == 1 { "" } else { "s" }
+                ),
             ));
         }
         let embed = g

@@ -16,7 +16,7 @@ use memmap2::Mmap;
 use crate::model::open;
 
 pub use dequant::{dequantize, is_supported, DequantError, SUPPORTED};
-pub use parse::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAGIC};
+pub use parse::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAGIC, MAX_METADATA_ELEMENTS};
 pub use permute::{unpermute_rows, PermuteError};
 pub use types::GgmlType;
 pub use value::{Value, ValueType};
