@@ -311,7 +311,7 @@ impl ModelConfig {
         for key in CONTEXT_LENGTH_KEYS {
             if let Some(f) = self.u64(key)? {
                 let scaled = factor * f.value as f64;
-                if !(scaled >= 0.0 && scaled < U64_LIMIT) {
+                if !(0.0..U64_LIMIT).contains(&scaled) {
                     let pointer = self.rope_scaling().map(|s| format!("{}/factor", s.pointer)).unwrap_or_default();
                     return Err(self.out_of_range(
                         &pointer,
