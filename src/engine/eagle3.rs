@@ -13,7 +13,8 @@ use crate::backend::{AttnGeometry, AttnWindow, Backend, Mask, RopeTable, Shard};
 use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, Drafter, TopK};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{
-    layer_bytes, rope_from_config, AttnInput, Capacity, Layer, LayerScratch, LayerShape, LayerStep, LlamaModel, StepInputs,
+    check_tensor_size, head_dim, layer_bytes, required, rope_from_config, AttnInput, Capacity, Layer, LayerScratch, LayerShape, LayerStep,
+    LlamaModel, StepInputs,
 };
 use crate::engine::weights::Loader;
 use crate::engine::EngineError;
@@ -55,23 +56,40 @@ impl Eagle3Config {
                 return Err(unsupported(cfg, key, "false (EAGLE3.1 / speculators variants are not supported)"));
             }
         }
-        let hidden = cfg.require_u64("hidden_size")?.value as usize;
-        let heads = cfg.require_u64("num_attention_heads")?.value as usize;
+        let hidden = required(cfg, "hidden_size")?;
+        let heads = required(cfg, "num_attention_heads")?;
         let kv_heads = cfg.num_key_value_heads()?.map(|f| f.value as usize).unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if kv_heads == 0 || heads % kv_heads != 0 {
             return Err(unsupported(cfg, "/num_key_value_heads", "a divisor of num_attention_heads"));
         }
-        let head_dim = cfg.head_dim()?.unwrap_or((hidden / heads) as u64) as usize;
+        let head_dim = head_dim(cfg, hidden, heads)?;
+        let target_hidden = match cfg.positive_u64("target_hidden_size")? {
+            Some(_) => required(cfg, "target_hidden_size")?,
+            None => hidden,
+        };
+        let (intermediate, vocab) = (required(cfg, "intermediate_size")?, required(cfg, "vocab_size")?);
+        let draft_vocab = match cfg.positive_u64("draft_vocab_size")? {
+            Some(_) => Some(required(cfg, "draft_vocab_size")?),
+            None => None,
+        };
+        // The fused layer reads 2 × hidden; fc reads 3 target hidden states.
+        check_tensor_size(
+            cfg,
+            &[("num_attention_heads", heads), ("head_dim", head_dim), ("hidden_size", hidden), ("2 (the fused input)", 2)],
+        )?;
+        check_tensor_size(cfg, &[("intermediate_size", intermediate), ("hidden_size", hidden)])?;
+        check_tensor_size(cfg, &[("vocab_size", vocab), ("hidden_size", hidden)])?;
+        check_tensor_size(cfg, &[("target_hidden_size", target_hidden), ("hidden_size", hidden), ("3 (captured layers)", 3)])?;
         Ok(Eagle3Config {
             file: cfg.file_name(),
             hidden,
-            target_hidden: cfg.target_hidden_size()?.map(|f| f.value as usize).unwrap_or(hidden),
+            target_hidden,
             heads,
             kv_heads,
             head_dim,
-            intermediate: cfg.require_u64("intermediate_size")?.value as usize,
-            vocab: cfg.require_u64("vocab_size")?.value as usize,
-            draft_vocab: cfg.draft_vocab_size()?.map(|f| f.value as usize),
+            intermediate,
+            vocab,
+            draft_vocab,
             eps: cfg.rms_norm_eps()? as f32,
             rope: rope_from_config(cfg, head_dim)?,
             fc_bias: cfg.bool("bias").map(|f| f.value).unwrap_or(false),

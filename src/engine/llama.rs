@@ -37,12 +37,44 @@ pub struct LlamaConfig {
     pub tie_embeddings: bool,
 }
 
-fn required(cfg: &ModelConfig, key: &str) -> Result<usize, ConfigError> {
+pub(crate) fn required(cfg: &ModelConfig, key: &str) -> Result<usize, ConfigError> {
     let f = cfg.require_u64(key)?;
     if f.value == 0 {
         return Err(cfg.wrong_type(&f.pointer, &Value::from(0), "a positive integer"));
     }
-    Ok(f.value as usize)
+    usize::try_from(f.value)
+        .map_err(|_| cfg.out_of_range(&f.pointer, f.value, format!("exceeds what this engine addresses ({})", usize::MAX)))
+}
+
+/// The most elements one weight may have: Rust's largest allocation (isize::MAX bytes) of
+/// f32, the widest element the backends hold.
+const MAX_TENSOR_ELEMENTS: u128 = isize::MAX as u128 / 4;
+
+/// Refuse sizes whose product (one weight's element count) no allocation could hold, so
+/// the shapes built from them never overflow; the error names the first key.
+pub(crate) fn check_tensor_size(cfg: &ModelConfig, dims: &[(&str, usize)]) -> Result<(), ConfigError> {
+    let elements = dims.iter().try_fold(1u128, |acc, (_, d)| acc.checked_mul(*d as u128));
+    if elements.is_some_and(|e| e <= MAX_TENSOR_ELEMENTS) {
+        return Ok(());
+    }
+    let (key, value) = dims[0];
+    let factors: Vec<String> = dims.iter().map(|(k, d)| format!("{k} {d}")).collect();
+    Err(cfg.out_of_range(
+        &cfg.locate(key).unwrap_or_else(|| format!("/{key}")),
+        value,
+        format!(
+            "exceeds what this engine loads: {} make a weight of more than {MAX_TENSOR_ELEMENTS} elements (isize::MAX bytes of f32)",
+            factors.join(" × ")
+        ),
+    ))
+}
+
+/// `head_dim` when given (at least 1), else hidden / heads.
+pub(crate) fn head_dim(cfg: &ModelConfig, hidden: usize, heads: usize) -> Result<usize, ConfigError> {
+    match cfg.positive_u64("head_dim")? {
+        Some(f) => Ok(f.value as usize),
+        None => Ok(hidden / heads),
+    }
 }
 
 /// The model's RoPE from `rope_theta` (default 10000) and `rope_scaling`/`rope_parameters`.
@@ -118,7 +150,11 @@ impl LlamaConfig {
             let f = cfg.value("num_key_value_heads").map(|f| (f.pointer, f.value)).unwrap_or(("/num_key_value_heads".into(), Value::Null));
             return Err(cfg.wrong_type(&f.0, &f.1, "a divisor of num_attention_heads"));
         }
-        let head_dim = cfg.head_dim()?.unwrap_or((hidden / heads) as u64) as usize;
+        let head_dim = head_dim(cfg, hidden, heads)?;
+        let (intermediate, vocab) = (required(cfg, "intermediate_size")?, required(cfg, "vocab_size")?);
+        check_tensor_size(cfg, &[("num_attention_heads", heads), ("head_dim", head_dim), ("hidden_size", hidden)])?;
+        check_tensor_size(cfg, &[("intermediate_size", intermediate), ("hidden_size", hidden)])?;
+        check_tensor_size(cfg, &[("vocab_size", vocab), ("hidden_size", hidden)])?;
         let bias_default = family == Family::Qwen2;
         Ok(LlamaConfig {
             family,
@@ -127,8 +163,8 @@ impl LlamaConfig {
             heads,
             kv_heads,
             head_dim,
-            intermediate: required(cfg, "intermediate_size")?,
-            vocab: required(cfg, "vocab_size")?,
+            intermediate,
+            vocab,
             eps: cfg.rms_norm_eps()? as f32,
             rope: rope_from_config(cfg, head_dim)?,
             qkv_bias: cfg.bool("attention_bias").map(|f| f.value).unwrap_or(bias_default),
@@ -396,6 +432,7 @@ pub struct LlamaModel<B: Backend> {
 impl<B: Backend> LlamaModel<B> {
     pub fn load(backend: Arc<B>, config: LlamaConfig, ld: &mut Loader<'_, B>, cap: Capacity) -> Result<Self, BackendError> {
         let c = &config;
+        ld.check_layers("model.layers.", "num_hidden_layers", c.layers)?;
         let embed = Arc::new(ld.weight("model.embed_tokens.weight", &[c.vocab, c.hidden], Shard::Replicated)?);
         let shape = layer_shape(c);
         let local = shape.for_rank(backend.tp_world())?;

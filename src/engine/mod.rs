@@ -56,9 +56,9 @@ impl EngineError {
     pub fn location(&self) -> Option<(String, String)> {
         let path = |p: &std::path::Path| p.display().to_string();
         match self {
-            EngineError::Config(ConfigError::Missing { file, key } | ConfigError::WrongType { file, key, .. }) => {
-                Some((path(file), key.clone()))
-            }
+            EngineError::Config(
+                ConfigError::Missing { file, key } | ConfigError::WrongType { file, key, .. } | ConfigError::OutOfRange { file, key, .. },
+            ) => Some((path(file), key.clone())),
             EngineError::Config(ConfigError::Io { file, .. } | ConfigError::Json { file, .. } | ConfigError::NotAnObject { file }) => {
                 Some((path(file), String::new()))
             }

@@ -45,6 +45,12 @@ impl<'a, B: Backend> Loader<'a, B> {
         }
     }
 
+    /// Refuse a config's layer count that the checkpoint's tensors cannot back, before any
+    /// allocation it would size.
+    pub fn check_layers(&self, prefix: &str, key: &str, layers: usize) -> Result<(), BackendError> {
+        Ok(self.ck.check_layers(prefix, key, layers as u64)?)
+    }
+
     /// An integer tensor of `len` entries, read to the host (EAGLE-3's `d2t`).
     pub fn host_i64(&mut self, name: &str, len: usize) -> Result<Vec<i64>, BackendError> {
         let view = self.ck.view(name)?;
@@ -84,7 +90,9 @@ impl<'a, B: Backend> Loader<'a, B> {
 /// The checkpoint file and tensor an error is about, when it names one.
 pub fn error_location(e: &BackendError) -> Option<(String, String)> {
     match e {
-        BackendError::Load(CheckpointError::MissingTensor { dir, name }) => Some((dir.display().to_string(), name.clone())),
+        BackendError::Load(CheckpointError::MissingTensor { dir, name } | CheckpointError::ExceedsCheckpoint { dir, key: name, .. }) => {
+            Some((dir.display().to_string(), name.clone()))
+        }
         BackendError::Load(CheckpointError::WrongShape { file, name, .. })
         | BackendError::Load(CheckpointError::WrongDtype { file, name, .. }) => Some((file.display().to_string(), name.clone())),
         _ => None,

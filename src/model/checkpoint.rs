@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors};
 
+use crate::model::open;
+
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,10 @@ pub enum CheckpointError {
     WrongDtype { file: PathBuf, name: String, dtype: String, expected: &'static str },
     #[error("{file}: tensor {name} has shape {actual:?}, expected {expected:?}")]
     WrongShape { file: PathBuf, name: String, actual: Vec<usize>, expected: Vec<usize> },
+    /// A config size that asks for more than the checkpoint has (checked before anything
+    /// is allocated from it).
+    #[error("{dir}: {key} {value} exceeds what this engine loads (the checkpoint holds {holds})")]
+    ExceedsCheckpoint { dir: PathBuf, key: String, value: u64, holds: String },
 }
 
 /// Where a tensor lives and what it is.
@@ -51,13 +57,13 @@ pub struct SafetensorsFile {
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<SafetensorsFile, CheckpointError> {
         let io = |source| CheckpointError::Io { file: path.to_path_buf(), source };
-        let file = File::open(path).map_err(io)?;
+        let file: File = open::open_regular(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         // SAFETY: the map is read-only and the model files are never written by us; a file
         // changed underneath a running engine is the same hazard every mmap loader accepts.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
         let (header_len, metadata) = SafeTensors::read_metadata(&mmap)
-            .map_err(|e| CheckpointError::BadHeader { file: path.to_path_buf(), reason: describe_st_error(&e, len) })?;
+            .map_err(|e| CheckpointError::BadHeader { file: path.to_path_buf(), reason: describe_st_error(&e, &mmap) })?;
         Ok(SafetensorsFile { path: path.to_path_buf(), len, mmap, header_len, metadata })
     }
 
@@ -85,14 +91,58 @@ impl SafetensorsFile {
     }
 }
 
-fn describe_st_error(e: &safetensors::SafeTensorError, file_len: u64) -> String {
+fn describe_st_error(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String {
     use safetensors::SafeTensorError as E;
+    let file_len = bytes.len();
     match e {
         E::HeaderTooSmall => format!("file is {file_len} bytes, too short for a header"),
         E::InvalidHeaderLength => "the header length runs past the end of the file (truncated?)".into(),
-        E::MetadataIncompleteBuffer => "tensor data does not match the file length (truncated or padded file)".into(),
+        E::MetadataIncompleteBuffer => {
+            let length = "tensor data does not match the file length (truncated or padded file)";
+            match tensor_at_fault(bytes) {
+                Some(why) => format!("{length}: {why}"),
+                None => length.into(),
+            }
+        }
+        E::InvalidOffset(_) | E::TensorInvalidInfo | E::ValidationOverflow | E::MisalignedSlice => {
+            tensor_at_fault(bytes).unwrap_or_else(|| e.to_string())
+        }
         other => other.to_string(),
     }
+}
+
+/// Which tensor's entry in a (length-checked, JSON-valid) header is wrong, and how: the
+/// safetensors crate reports most layout errors without the name.
+fn tensor_at_fault(bytes: &[u8]) -> Option<String> {
+    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let data_len = bytes.len().checked_sub(8)?.checked_sub(n)? as u128;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(bytes.get(8..8 + n)?).ok()?;
+    let mut entries = Vec::new();
+    for (name, info) in header.iter().filter(|(k, _)| *k != "__metadata__") {
+        let offsets = info.get("data_offsets")?.as_array()?;
+        let (start, end) = (offsets.first()?.as_u64()? as u128, offsets.get(1)?.as_u64()? as u128);
+        let numel = info.get("shape")?.as_array()?.iter().try_fold(1u128, |acc, d| acc.checked_mul(u128::from(d.as_u64()?)))?;
+        let dtype: Dtype = serde_json::from_value(info.get("dtype")?.clone()).ok()?;
+        entries.push((name, start, end, numel.checked_mul(dtype.bitsize() as u128)?, dtype));
+    }
+    entries.sort_by_key(|e| (e.1, e.2));
+    let mut expected_start = 0u128;
+    for (name, start, end, bits, dtype) in entries {
+        let why = if end < start {
+            format!("data_offsets [{start}, {end}] end before they start")
+        } else if end > data_len {
+            format!("data_offsets [{start}, {end}] run past the {data_len} bytes of tensor data (truncated file?)")
+        } else if start != expected_start {
+            format!("data_offsets [{start}, {end}] start at {start}, not at {expected_start} where the previous tensor ends (a gap or an overlap)")
+        } else if bits % 8 != 0 || bits / 8 != end - start {
+            format!("{dtype:?} of its shape needs {bits} bits, but data_offsets [{start}, {end}] hold {} bytes", end - start)
+        } else {
+            expected_start = end;
+            continue;
+        };
+        return Some(format!("tensor {name}: {why}"));
+    }
+    (expected_start != data_len).then(|| format!("the tensors end at byte {expected_start} of the {data_len} bytes of data (padded file?)"))
 }
 
 /// A model folder's safetensors weights (all shards).
@@ -113,14 +163,16 @@ pub struct TensorView<'a> {
 
 impl Checkpoint {
     /// True when the folder has any safetensors weights.
+    /// Anything named like a weight file counts, even a folder or a dangling link: opening it
+    /// then says what is wrong with it, rather than the folder seeming to have no weights.
     pub fn present(dir: &Path) -> bool {
-        dir.join(INDEX_FILE).is_file() || !safetensors_files(dir).unwrap_or_default().is_empty()
+        open::exists_in_any_form(&dir.join(INDEX_FILE)) || !safetensors_files(dir).unwrap_or_default().is_empty()
     }
 
     /// Open every shard of a folder (via the index when there is one). Headers only.
     pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
         let index_path = dir.join(INDEX_FILE);
-        let (paths, weight_map) = if index_path.is_file() {
+        let (paths, weight_map) = if open::exists_in_any_form(&index_path) {
             let (paths, map) = read_index(dir, &index_path)?;
             (paths, Some(map))
         } else {
@@ -157,6 +209,36 @@ impl Checkpoint {
             }
         }
         Ok(Checkpoint { dir: dir.to_path_buf(), files, tensors })
+    }
+
+    /// The stacks of numbered layers the tensors hold: for each prefix ending in `layers.`
+    /// (`model.layers.`, `language_model.model.layers.`), how many distinct `N` follow it.
+    pub fn layer_stacks(&self) -> BTreeMap<String, usize> {
+        let mut stacks: BTreeMap<String, std::collections::BTreeSet<u64>> = BTreeMap::new();
+        for name in self.tensors.keys() {
+            let parts: Vec<&str> = name.split('.').collect();
+            for (i, pair) in parts.windows(2).enumerate() {
+                if let ("layers", Ok(n)) = (pair[0], pair[1].parse::<u64>()) {
+                    stacks.entry(format!("{}.", parts[..=i].join("."))).or_default().insert(n);
+                    break;
+                }
+            }
+        }
+        stacks.into_iter().map(|(prefix, ids)| (prefix, ids.len())).collect()
+    }
+
+    /// Refuse a config's layer count the tensors cannot back (before any allocation it sizes).
+    pub fn check_layers(&self, prefix: &str, key: &str, layers: u64) -> Result<(), CheckpointError> {
+        let holds = self.layer_stacks().get(prefix).copied().unwrap_or(0);
+        if layers > holds as u64 {
+            return Err(CheckpointError::ExceedsCheckpoint {
+                dir: self.dir.clone(),
+                key: key.to_string(),
+                value: layers,
+                holds: format!("{holds} layers under {prefix}"),
+            });
+        }
+        Ok(())
     }
 
     pub fn total_bytes(&self) -> u64 {
@@ -254,11 +336,12 @@ impl TensorView<'_> {
     }
 }
 
-/// `*.safetensors` files of a folder, sorted by name.
+/// `*.safetensors` entries of a folder, sorted by name (whatever they are: `open` refuses
+/// the ones that are not regular files, by name).
 fn safetensors_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors") && p.is_file())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
         .collect();
     out.sort();
     Ok(out)
@@ -267,7 +350,8 @@ fn safetensors_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// Parse `model.safetensors.index.json`: the shard files (sorted, unique) and the name map.
 fn read_index(dir: &Path, index_path: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), CheckpointError> {
     let bad = |reason: String| CheckpointError::BadIndex { file: index_path.to_path_buf(), reason };
-    let text = std::fs::read_to_string(index_path).map_err(|source| CheckpointError::Io { file: index_path.to_path_buf(), source })?;
+    let text = open::read_text_capped(index_path, open::JSON_LIMIT)
+        .map_err(|source| CheckpointError::Io { file: index_path.to_path_buf(), source })?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| bad("no \"weight_map\" object".into()))?;
     let mut names = BTreeMap::new();

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::model::open;
+
 /// A value read from a config, with the JSON pointer it came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Field<T> {
@@ -28,7 +30,28 @@ pub enum ConfigError {
     Missing { file: PathBuf, key: String },
     #[error("{file}: {key} = {value} is not {expected}")]
     WrongType { file: PathBuf, key: String, value: String, expected: &'static str },
+    /// A number of the right type outside what can be used; `limit` says what the range is.
+    #[error("{file}: {key} {value} {limit}")]
+    OutOfRange { file: PathBuf, key: String, value: String, limit: String },
 }
+
+impl ConfigError {
+    /// The file the error is about.
+    pub fn file(&self) -> &Path {
+        match self {
+            ConfigError::Io { file, .. }
+            | ConfigError::Json { file, .. }
+            | ConfigError::NotAnObject { file }
+            | ConfigError::Missing { file, .. }
+            | ConfigError::WrongType { file, .. }
+            | ConfigError::OutOfRange { file, .. } => file,
+        }
+    }
+}
+
+/// The largest integer a config size can hold; JSON numbers past it (which serde_json reads
+/// as floats) are out of range rather than rounded down to it.
+const U64_RANGE: &str = "is out of range: sizes in config.json are integers from 0 to 18446744073709551615 (2^64 - 1)";
 
 /// SGLang's `CONTEXT_LENGTH_KEYS`, in its order of precedence.
 pub const CONTEXT_LENGTH_KEYS: [&str; 5] =
@@ -70,18 +93,17 @@ impl ModelConfig {
         Self::load_file(&dir.join("config.json"))
     }
 
+    /// Read a config file (a regular file of at most `open::JSON_LIMIT` bytes).
     pub fn load_file(file: &Path) -> Result<ModelConfig, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Io { file: file.to_path_buf(), source })?;
+        let text = open::read_text_capped(file, open::JSON_LIMIT).map_err(|source| ConfigError::Io { file: file.to_path_buf(), source })?;
         Self::from_str(file, &text)
     }
 
+    /// Parse config text. A leading UTF-8 byte-order mark (Windows editors write one) is
+    /// skipped, as Python's `json.load` with `utf-8-sig` does.
     pub fn from_str(file: &Path, text: &str) -> Result<ModelConfig, ConfigError> {
-        let root: Value = serde_json::from_str(text).map_err(|e| ConfigError::Json {
-            file: file.to_path_buf(),
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        let body = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let root: Value = serde_json::from_str(body).map_err(|e| json_error(file, body, &e))?;
         if !root.is_object() {
             return Err(ConfigError::NotAnObject { file: file.to_path_buf() });
         }
@@ -133,10 +155,28 @@ impl ModelConfig {
 
     pub fn u64(&self, key: &str) -> Result<Option<Field<u64>>, ConfigError> {
         let Some(f) = self.value(key) else { return Ok(None) };
-        match as_u64(&f.value) {
-            Some(v) => Ok(Some(Field { pointer: f.pointer, value: v })),
-            None => Err(self.wrong_type(&f.pointer, &f.value, "a non-negative integer")),
+        self.u64_at(&f.pointer, &f.value).map(|value| Some(Field { pointer: f.pointer, value }))
+    }
+
+    /// An integer value read at `pointer`: a float that is a whole number counts, one past
+    /// 2^64 - 1 is out of range (never rounded to u64::MAX).
+    pub fn u64_at(&self, pointer: &str, v: &Value) -> Result<u64, ConfigError> {
+        if let Some(x) = v.as_f64().filter(|x| v.as_u64().is_none() && *x >= U64_LIMIT) {
+            return Err(self.out_of_range(pointer, x, U64_RANGE.to_string()));
         }
+        as_u64(v).ok_or_else(|| self.wrong_type(pointer, v, "a non-negative integer"))
+    }
+
+    /// A size that must be positive (a zero count of heads or layers is no model).
+    pub fn positive_u64(&self, key: &str) -> Result<Option<Field<u64>>, ConfigError> {
+        match self.u64(key)? {
+            Some(f) if f.value == 0 => Err(self.out_of_range(&f.pointer, 0, "is out of range: it must be at least 1".into())),
+            other => Ok(other),
+        }
+    }
+
+    pub fn out_of_range(&self, pointer: &str, value: impl std::fmt::Display, limit: String) -> ConfigError {
+        ConfigError::OutOfRange { file: self.file.clone(), key: pointer.to_string(), value: value.to_string(), limit }
     }
 
     pub fn f64(&self, key: &str) -> Result<Option<Field<f64>>, ConfigError> {
@@ -270,8 +310,16 @@ impl ModelConfig {
         };
         for key in CONTEXT_LENGTH_KEYS {
             if let Some(f) = self.u64(key)? {
-                let length = (factor * f.value as f64) as u64;
-                return Ok(DerivedContext { length, source: Some(f), factor });
+                let scaled = factor * f.value as f64;
+                if !(0.0..U64_LIMIT).contains(&scaled) {
+                    let pointer = self.rope_scaling().map(|s| format!("{}/factor", s.pointer)).unwrap_or_default();
+                    return Err(self.out_of_range(
+                        &pointer,
+                        factor,
+                        format!("is out of range: times {} = {} it gives a context length past 2^64 - 1", f.pointer, f.value),
+                    ));
+                }
+                return Ok(DerivedContext { length: scaled as u64, source: Some(f), factor });
             }
         }
         Ok(DerivedContext { length: DEFAULT_CONTEXT_LENGTH, source: None, factor: 1.0 })
@@ -313,8 +361,25 @@ impl ModelConfig {
     }
 }
 
+/// 2^64 as a float: the first value a u64 cannot hold.
+const U64_LIMIT: f64 = 18446744073709551616.0;
+
+/// serde_json's error with the file named; a bare `NaN` or `Infinity` (Python's json.dump
+/// writes them) gets its own explanation, since JSON has no such numbers.
+fn json_error(file: &Path, text: &str, e: &serde_json::Error) -> ConfigError {
+    let (line, column) = (e.line(), e.column());
+    let at = text.lines().nth(line.saturating_sub(1)).and_then(|l| l.get(column.saturating_sub(1)..)).unwrap_or("");
+    let non_json =
+        ["NaN", "Infinity", "-Infinity"].into_iter().find(|w| at.starts_with(w) || at.get(1..).is_some_and(|r| r.starts_with(w)));
+    let message = match non_json {
+        Some(word) => format!("{word} is not a number in JSON (JSON has no NaN or Infinity, though Python's json.dump writes them)"),
+        None => e.to_string(),
+    };
+    ConfigError::Json { file: file.to_path_buf(), line, column, message }
+}
+
 fn as_u64(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| v.as_f64().filter(|x| *x >= 0.0 && x.fract() == 0.0).map(|x| x as u64))
+    v.as_u64().or_else(|| v.as_f64().filter(|x| *x >= 0.0 && *x < U64_LIMIT && x.fract() == 0.0).map(|x| x as u64))
 }
 
 /// Set the value at a JSON pointer, creating objects along the way.

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
 use serde_json::Value;
 
+use crate::model::open;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error("{file}: cannot load the tokenizer: {reason}")]
@@ -31,11 +33,13 @@ pub struct TextTokenizer {
     stop_ids: Vec<u32>,
 }
 
+/// An optional JSON file of the folder; present but not a regular file is an error naming it.
 fn read_json(path: &Path) -> Result<Option<Value>, TokenizerError> {
-    if !path.is_file() {
+    if !open::exists_in_any_form(path) {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| TokenizerError::Json { file: path.into(), reason: e.to_string() })?;
+    let text =
+        open::read_text_capped(path, open::JSON_LIMIT).map_err(|e| TokenizerError::Json { file: path.into(), reason: e.to_string() })?;
     serde_json::from_str(&text).map(Some).map_err(|e| TokenizerError::Json { file: path.into(), reason: e.to_string() })
 }
 
@@ -48,10 +52,12 @@ fn token_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// Token ids as u32; an id past u32::MAX is no token (never truncated into another id).
 fn ids_of(v: Option<&Value>) -> Vec<u32> {
+    let id = |v: &Value| v.as_u64().and_then(|x| u32::try_from(x).ok());
     match v {
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
-        Some(v) => v.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(id).collect(),
+        Some(v) => id(v).into_iter().collect(),
         None => Vec::new(),
     }
 }
@@ -59,8 +65,9 @@ fn ids_of(v: Option<&Value>) -> Vec<u32> {
 impl TextTokenizer {
     pub fn load_dir(dir: &Path) -> Result<TextTokenizer, TokenizerError> {
         let file = dir.join("tokenizer.json");
-        let inner =
-            tokenizers::Tokenizer::from_file(&file).map_err(|e| TokenizerError::Load { file: file.clone(), reason: e.to_string() })?;
+        let load_err = |reason: String| TokenizerError::Load { file: file.clone(), reason };
+        let bytes = open::read_capped(&file, open::TOKENIZER_LIMIT).map_err(|e| load_err(e.to_string()))?;
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| load_err(e.to_string()))?;
         let config_file = dir.join("tokenizer_config.json");
         let tk_cfg = read_json(&config_file)?.unwrap_or(Value::Null);
         let chat_template = match tk_cfg.get("chat_template") {

@@ -125,7 +125,7 @@ impl DraftKind {
         if let Some(fc) = draft.files.tensor("fc.weight") {
             // EAGLE-1/2 fuse [embedding; hidden] (2×H); EAGLE-3 fuses three target hidden states.
             let width = fc.shape.get(1).map(|w| *w as u64);
-            let doubled_hidden = cfg.hidden_size()?.map(|h| 2 * h.value);
+            let doubled_hidden = cfg.hidden_size()?.and_then(|h| h.value.checked_mul(2));
             let family = if width.is_some() && width == doubled_hidden { DraftFamily::Eagle } else { DraftFamily::Eagle3 };
             return Ok(DraftKind { family, evidence: Evidence::new(Side::Draft, fc.file, "fc.weight", json!(fc.shape)) });
         }

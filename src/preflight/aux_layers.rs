@@ -16,11 +16,12 @@ pub const ID: &str = "aux-layer-out-of-range";
 
 const IDS_POINTER: &str = "/eagle_config/eagle_aux_hidden_state_layer_ids";
 
-/// SGLang's capture indices (inputs of these layers) for an L-layer target.
-pub fn capture_layers(layer_ids: Option<&[i64]>, layers: u64) -> Vec<i64> {
-    let l = layers as i64;
+/// SGLang's capture indices (inputs of these layers) for an L-layer target. In i128, so
+/// any u64 layer count and i64 id is exact (never wrapped or saturated in a message).
+pub fn capture_layers(layer_ids: Option<&[i64]>, layers: u64) -> Vec<i128> {
+    let l = i128::from(layers);
     match layer_ids {
-        Some(ids) => ids.iter().map(|id| id.saturating_add(1)).collect(),
+        Some(ids) => ids.iter().map(|id| i128::from(*id) + 1).collect(),
         None => vec![2, l / 2, l - 3],
     }
 }
@@ -30,8 +31,8 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     let layers = ctx.target.config.require_u64("num_hidden_layers")?;
     let ids = draft.effective.eagle_aux_layer_ids()?;
     let capture = capture_layers(ids.as_ref().map(|f| f.value.as_slice()), layers.value);
-    let last = layers.value as i64 - 1;
-    let outside: Vec<i64> = capture.iter().copied().filter(|c| *c < 0 || *c > last).collect();
+    let last = i128::from(layers.value) - 1;
+    let outside: Vec<i128> = capture.iter().copied().filter(|c| *c < 0 || *c > last).collect();
     if outside.is_empty() {
         return Ok(Vec::new());
     }

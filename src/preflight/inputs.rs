@@ -9,6 +9,7 @@ use safetensors::Dtype;
 
 use crate::model::checkpoint::{Checkpoint, CheckpointError};
 use crate::model::config::{ConfigError, ModelConfig};
+use crate::model::open;
 use crate::spec::LaunchSpec;
 
 /// Why an input could not be read. Each variant names the file (or flag) and the reason.
@@ -36,20 +37,14 @@ impl InputError {
         let path = match self {
             InputError::MissingFlag { flag, .. } => return flag.to_string(),
             InputError::NoFolder { dir } | InputError::NotAFolder { dir } => dir,
-            InputError::Config(e) => match e {
-                ConfigError::Io { file, .. }
-                | ConfigError::Json { file, .. }
-                | ConfigError::NotAnObject { file }
-                | ConfigError::Missing { file, .. }
-                | ConfigError::WrongType { file, .. } => file,
-            },
+            InputError::Config(e) => e.file(),
             InputError::Checkpoint(e) => match e {
                 CheckpointError::Io { file, .. }
                 | CheckpointError::BadHeader { file, .. }
                 | CheckpointError::BadIndex { file, .. }
                 | CheckpointError::WrongDtype { file, .. }
                 | CheckpointError::WrongShape { file, .. } => file,
-                CheckpointError::MissingTensor { dir, .. } => dir,
+                CheckpointError::MissingTensor { dir, .. } | CheckpointError::ExceedsCheckpoint { dir, .. } => dir,
             },
             InputError::Json { file, .. } | InputError::Io { file, .. } => file,
         };
@@ -59,7 +54,9 @@ impl InputError {
     /// The JSON pointer or tensor name at fault; empty when the whole file is.
     pub fn key(&self) -> String {
         match self {
-            InputError::Config(ConfigError::Missing { key, .. } | ConfigError::WrongType { key, .. }) => key.clone(),
+            InputError::Config(
+                ConfigError::Missing { key, .. } | ConfigError::WrongType { key, .. } | ConfigError::OutOfRange { key, .. },
+            ) => key.clone(),
             InputError::Checkpoint(
                 CheckpointError::MissingTensor { name, .. }
                 | CheckpointError::WrongDtype { name, .. }
@@ -72,7 +69,7 @@ impl InputError {
     /// The offending value, when the error is about one.
     pub fn value(&self) -> serde_json::Value {
         match self {
-            InputError::Config(ConfigError::WrongType { value, .. }) => {
+            InputError::Config(ConfigError::WrongType { value, .. } | ConfigError::OutOfRange { value, .. }) => {
                 serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.clone()))
             }
             _ => serde_json::Value::Null,
@@ -85,9 +82,9 @@ impl InputError {
     }
 }
 
-/// Parse a JSON file, with line and column on error.
-pub fn read_json<T: serde::de::DeserializeOwned>(file: &Path) -> Result<T, InputError> {
-    let bytes = std::fs::read(file).map_err(|source| InputError::Io { file: file.to_path_buf(), source })?;
+/// Parse a JSON file (a regular file within `limit` bytes), with line and column on error.
+pub fn read_json<T: serde::de::DeserializeOwned>(file: &Path, limit: u64) -> Result<T, InputError> {
+    let bytes = open::read_capped(file, limit).map_err(|source| InputError::Io { file: file.to_path_buf(), source })?;
     serde_json::from_slice(&bytes).map_err(|e| InputError::Json {
         file: file.to_path_buf(),
         line: e.line(),
@@ -106,13 +103,22 @@ pub struct TokenizerPaths {
 }
 
 impl TokenizerPaths {
-    fn find(dir: &Path) -> TokenizerPaths {
-        let existing = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
-        TokenizerPaths {
-            tokenizer_json: existing("tokenizer.json"),
-            tokenizer_config: existing("tokenizer_config.json"),
-            generation_config: existing("generation_config.json"),
-        }
+    /// The tokenizer files present; one that is there but is not a regular file (a FIFO, a
+    /// folder, a dangling link) is an error naming it, not a file silently left out.
+    fn find(dir: &Path) -> Result<TokenizerPaths, InputError> {
+        let existing = |name: &str| -> Result<Option<PathBuf>, InputError> {
+            let path = dir.join(name);
+            if !open::exists_in_any_form(&path) {
+                return Ok(None);
+            }
+            open::check_regular(&path).map_err(|source| InputError::Io { file: path.clone(), source })?;
+            Ok(Some(path))
+        };
+        Ok(TokenizerPaths {
+            tokenizer_json: existing("tokenizer.json")?,
+            tokenizer_config: existing("tokenizer_config.json")?,
+            generation_config: existing("generation_config.json")?,
+        })
     }
 }
 
@@ -148,7 +154,7 @@ impl ModelFiles {
         }
         let config = ModelConfig::load_dir(dir)?;
         let checkpoint = if Checkpoint::present(dir) { Some(Checkpoint::open(dir)?) } else { None };
-        Ok(ModelFiles { side, dir: dir.to_path_buf(), config, checkpoint, tokenizer: TokenizerPaths::find(dir) })
+        Ok(ModelFiles { side, dir: dir.to_path_buf(), config, checkpoint, tokenizer: TokenizerPaths::find(dir)? })
     }
 
     /// A tensor's header entry and the file holding it.

@@ -12,6 +12,7 @@ pub mod apply;
 pub mod architecture;
 pub mod aux_layers;
 pub mod capture;
+pub mod divisors;
 pub mod draft_layers;
 pub mod draft_vocab;
 pub mod dtype;
@@ -24,6 +25,7 @@ pub mod render;
 pub mod report;
 pub mod rope;
 pub mod shapes;
+pub mod sizes;
 pub mod spec_args;
 pub mod tokenizer;
 pub mod tokenizer_files;
@@ -79,6 +81,7 @@ pub type RuleResult = Result<Vec<Finding>, InputError>;
 /// Every rule, in the order findings are listed within a severity.
 const RULES: &[fn(&RuleContext) -> RuleResult] = &[
     context_rule,
+    sizes::check,
     algorithm::check,
     architecture::check,
     draft_layers::check,

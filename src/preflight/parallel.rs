@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::model::config::{ConfigError, ModelConfig};
 use crate::phase::PhaseId;
-use crate::preflight::{RuleContext, RuleResult};
+use crate::preflight::{divisors, RuleContext, RuleResult};
 use crate::spec::{Algorithm, SpecChange};
 
 pub const ID: &str = "tp-divisibility";
@@ -29,26 +29,67 @@ struct Uneven {
     rule: &'static str,
 }
 
-fn uneven(cfg: &ModelConfig, tp: u64) -> Result<Vec<Uneven>, ConfigError> {
-    let mut out = Vec::new();
-    let mut test = |key: &'static str, ok: &dyn Fn(u64) -> bool, severity, rule| -> Result<(), ConfigError> {
-        if let Some(f) = cfg.u64(key)?.filter(|f| f.value > 0 && !ok(f.value)) {
-            out.push(Uneven { key, pointer: f.pointer, value: f.value, severity, rule });
+/// How TP must split a size.
+#[derive(Clone, Copy, PartialEq)]
+enum Split {
+    /// The TP size divides it.
+    Divided,
+    /// The TP size divides it, or it divides the TP size (kv heads are replicated).
+    DividedOrDivides,
+    /// SGLang pads it to a multiple of the TP size (a warning).
+    Padded,
+}
+
+const SPLITS: [(&str, Split); 5] = [
+    ("num_attention_heads", Split::Divided),
+    ("num_key_value_heads", Split::DividedOrDivides),
+    ("intermediate_size", Split::Divided),
+    ("moe_intermediate_size", Split::Divided),
+    ("vocab_size", Split::Padded),
+];
+
+impl Split {
+    fn ok(self, v: u64, tp: u64) -> bool {
+        match self {
+            Split::DividedOrDivides if v < tp => tp % v == 0,
+            _ => v % tp == 0,
         }
-        Ok(())
-    };
-    let divides = |v: u64| v % tp == 0;
-    test("num_attention_heads", &divides, Severity::Error, "must divide by the TP size")?;
-    test(
-        "num_key_value_heads",
-        &|kv| if kv >= tp { kv % tp == 0 } else { tp % kv == 0 },
-        Severity::Error,
-        "must divide by the TP size, or divide it",
-    )?;
-    test("intermediate_size", &divides, Severity::Error, "must divide by the TP size")?;
-    test("moe_intermediate_size", &divides, Severity::Error, "must divide by the TP size")?;
-    test("vocab_size", &divides, Severity::Warning, "is padded to a multiple of the TP size")?;
+    }
+
+    fn severity(self) -> Severity {
+        if self == Split::Padded {
+            Severity::Warning
+        } else {
+            Severity::Error
+        }
+    }
+
+    fn rule(self) -> &'static str {
+        match self {
+            Split::Divided => "must divide by the TP size",
+            Split::DividedOrDivides => "must divide by the TP size, or divide it",
+            Split::Padded => "is padded to a multiple of the TP size",
+        }
+    }
+}
+
+/// The sizes of a config that TP splits (zero or absent ones are not split).
+fn split_sizes(cfg: &ModelConfig) -> Result<Vec<(&'static str, String, u64, Split)>, ConfigError> {
+    let mut out = Vec::new();
+    for (key, split) in SPLITS {
+        if let Some(f) = cfg.u64(key)?.filter(|f| f.value > 0) {
+            out.push((key, f.pointer, f.value, split));
+        }
+    }
     Ok(out)
+}
+
+fn uneven(cfg: &ModelConfig, tp: u64) -> Result<Vec<Uneven>, ConfigError> {
+    Ok(split_sizes(cfg)?
+        .into_iter()
+        .filter(|(_, _, v, split)| !split.ok(*v, tp))
+        .map(|(key, pointer, value, split)| Uneven { key, pointer, value, severity: split.severity(), rule: split.rule() })
+        .collect())
 }
 
 /// The configs that TP splits: the target, and the drafter when the launch speculates.
@@ -60,14 +101,22 @@ fn split_configs<'a>(ctx: &RuleContext<'a>) -> Vec<(Side, &'a ModelConfig)> {
     out
 }
 
+/// The sizes of every config TP splits whose unevenness is an error.
+fn strict_sizes(ctx: &RuleContext) -> Result<Vec<(u64, Split)>, ConfigError> {
+    let mut out = Vec::new();
+    for (_, cfg) in split_configs(ctx) {
+        out.extend(split_sizes(cfg)?.into_iter().filter(|s| s.3 != Split::Padded).map(|(_, _, v, split)| (v, split)));
+    }
+    Ok(out)
+}
+
+fn splits(sizes: &[(u64, Split)], tp: u64) -> bool {
+    sizes.iter().all(|&(v, split)| split.ok(v, tp))
+}
+
 /// True when `tp` splits every head count and MLP width of the launch evenly.
 pub fn splits_evenly(ctx: &RuleContext, tp: u64) -> Result<bool, ConfigError> {
-    for (_, cfg) in split_configs(ctx) {
-        if uneven(cfg, tp)?.iter().any(|u| u.severity == Severity::Error) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    Ok(splits(&strict_sizes(ctx)?, tp))
 }
 
 pub fn set_tp(id: &str, tp: u64, why: String) -> Remedy {
@@ -75,14 +124,30 @@ pub fn set_tp(id: &str, tp: u64, why: String) -> Remedy {
 }
 
 /// The largest TP size below `below` (and within the GPUs present) that splits evenly.
+///
+/// A divisor search: an even split divides every "must divide" size, so the candidates are
+/// the divisors of their gcd; with none, a kv head count's divisors or the largest common
+/// multiple of them that fits. Bounded whatever the sizes and `below` are.
 fn smaller_valid_tp(ctx: &RuleContext, below: u64) -> Result<Option<u64>, ConfigError> {
     let cap = ctx.gpus.count.map(u64::from).unwrap_or(u64::MAX);
-    for t in (1..below).rev().filter(|t| *t <= cap) {
-        if splits_evenly(ctx, t)? {
-            return Ok(Some(t));
-        }
+    let limit = below.saturating_sub(1).min(cap);
+    if limit == 0 {
+        return Ok(None);
     }
-    Ok(None)
+    let sizes = strict_sizes(ctx)?;
+    let divided = sizes.iter().filter(|s| s.1 == Split::Divided).fold(0, |g, s| divisors::gcd(g, s.0));
+    let mut candidates = if divided > 0 {
+        divisors::divisors(divided)
+    } else {
+        let kv: Vec<u64> = sizes.iter().map(|s| s.0).collect();
+        let mut c: Vec<u64> = kv.iter().flat_map(|&k| divisors::divisors(k)).collect();
+        if let Some(l) = kv.iter().try_fold(1u64, |acc, &k| divisors::lcm(acc, k)) {
+            c.push(limit - limit % l);
+        }
+        c
+    };
+    candidates.retain(|t| (1..=limit).contains(t));
+    Ok(candidates.into_iter().filter(|&t| splits(&sizes, t)).max())
 }
 
 pub fn check(ctx: &RuleContext) -> RuleResult {

@@ -46,10 +46,11 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     if ctx.algorithm != Algorithm::Eagle3 || draft.files.checkpoint.is_none() {
         return Ok(findings);
     }
-    let n_aux = cfg.eagle_aux_layer_ids()?.map(|ids| ids.value.len()).unwrap_or(3) as u64;
-    let expected = [draft_hidden.value, n_aux * ht];
+    let n_aux = cfg.eagle_aux_layer_ids()?.map(|ids| ids.value.len()).unwrap_or(3) as u128;
+    // In u128: n_aux × a hostile width must be shown as the product it is, never wrapped.
+    let expected = [u128::from(draft_hidden.value), n_aux * u128::from(ht)];
     match draft.files.tensor("fc.weight") {
-        Some(fc) if fc.shape.iter().map(|d| *d as u64).ne(expected) => findings.push(
+        Some(fc) if fc.shape.iter().map(|d| *d as u128).ne(expected) => findings.push(
             finding(
                 PhaseId::DrafterLoad,
                 format!(

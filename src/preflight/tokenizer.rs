@@ -13,6 +13,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::model::open;
 use crate::phase::PhaseId;
 use crate::preflight::inputs::{read_json, InputError};
 use crate::preflight::tokenizer_files::{special_token, token_ids, vocab_summary};
@@ -31,7 +32,10 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
             let how = if (ts.entries, ts.id_space) == (ds.entries, ds.id_space) {
                 "the same number of tokens, but different token → id assignments".to_string()
             } else {
-                format!("{} tokens over {} ids against {} tokens over {} ids", ts.entries, ts.id_space, ds.entries, ds.id_space)
+                format!(
+                    "{} tokens over {} ids, against the target's {} tokens over {} ids",
+                    ds.entries, ds.id_space, ts.entries, ts.id_space
+                )
             };
             let ev = |side, file: &Path, s: &crate::preflight::tokenizer_files::VocabSummary| {
                 Evidence::new(side, file.display().to_string(), "/model/vocab", json!({"entries": s.entries, "id_space": s.id_space}))
@@ -94,7 +98,7 @@ fn compare_keys(
     keys: &[&str],
     read: impl Fn(&Value, &str) -> Option<Value>,
 ) -> Result<(), InputError> {
-    let (tv, dv): (Value, Value) = (read_json(target_file)?, read_json(draft_file)?);
+    let (tv, dv): (Value, Value) = (read_json(target_file, open::JSON_LIMIT)?, read_json(draft_file, open::JSON_LIMIT)?);
     for key in keys {
         if let (Some(a), Some(b)) = (read(&tv, key), read(&dv, key)) {
             if a != b {

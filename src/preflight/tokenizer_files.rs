@@ -14,6 +14,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::model::open;
 use crate::preflight::inputs::{read_json, InputError};
 
 /// A summary of a `tokenizer.json` vocabulary (model vocab plus added tokens).
@@ -90,7 +91,7 @@ struct TokenizerJson {
 
 /// Summarise a `tokenizer.json`.
 pub fn vocab_summary(file: &Path) -> Result<VocabSummary, InputError> {
-    let parsed: TokenizerJson = read_json(file)?;
+    let parsed: TokenizerJson = read_json(file, open::TOKENIZER_LIMIT)?;
     let mut summary = parsed.model.and_then(|m| m.vocab).map(|v| v.0).unwrap_or_default();
     for t in &parsed.added_tokens {
         summary.add(&t.content, t.id);

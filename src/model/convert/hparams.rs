@@ -88,6 +88,16 @@ pub struct Hparams {
     pub extra_stop: Vec<u64>,
 }
 
+/// ggml caps a tensor's element count at i64::MAX.
+const MAX_TENSOR_ELEMENTS: usize = i64::MAX as usize;
+
+/// The layers a GGUF's tensors hold: the distinct N of `blk.N.` names.
+fn layers_in(g: &GgufFile) -> usize {
+    let ids: std::collections::BTreeSet<u64> =
+        g.tensors().iter().filter_map(|t| t.name.strip_prefix("blk.")?.split_once('.')?.0.parse().ok()).collect();
+    ids.len()
+}
+
 /// f32 metadata as the shortest decimal that round-trips (1e-5, not 9.999999747378752e-6).
 fn tidy_f32(x: f64) -> f64 {
     (x as f32).to_string().parse().unwrap_or(x)
@@ -111,6 +121,8 @@ impl Hparams {
         let a = arch.gguf_name();
         let key = |k: &str| format!("{a}.{k}");
         let size = |k: &str| -> Result<usize, ConvertError> { Ok(g.require_u64(&key(k))? as usize) };
+        let out_of_range =
+            |k: &str, value: String, reason: String| ConvertError::Unsupported { file: g.path.clone(), key: key(k), value, reason };
         if let Some(kind) = g.str(&key("rope.scaling.type"))?.filter(|k| *k != "none") {
             return Err(ConvertError::Unsupported {
                 file: g.path.clone(),
@@ -146,6 +158,28 @@ impl Hparams {
                 reason: "a llama head_dim must be even".into(),
             });
         }
+        // Checked here, so the shapes built from these sizes never overflow.
+        for (k, n) in [("attention.head_count", heads), ("attention.head_count_kv", kv_heads)] {
+            if n.checked_mul(head_dim).and_then(|w| w.checked_mul(hidden.max(1))).is_none_or(|e| e > MAX_TENSOR_ELEMENTS) {
+                return Err(out_of_range(
+                    k,
+                    format!("{n} heads of {head_dim} over hidden {hidden}"),
+                    format!("the projection would exceed the {MAX_TENSOR_ELEMENTS} elements a tensor can hold (i64::MAX, as in ggml)"),
+                ));
+            }
+        }
+        let n_layers = size("block_count")?;
+        let holds = layers_in(g);
+        if n_layers > holds {
+            return Err(out_of_range(
+                "block_count",
+                n_layers.to_string(),
+                format!(
+                    "exceeds what this engine loads (the file holds {holds} layer{} of blk.N tensors)",
+                    if holds == 1 { "" } else { "s" }
+                ),
+            ));
+        }
         let embed = g
             .tensor("token_embd.weight")
             .ok_or_else(|| ConvertError::MissingTensor { file: g.path.clone(), tensor: "token_embd.weight".into() })?;
@@ -160,17 +194,24 @@ impl Hparams {
                 }
             }
         }
+        let rms_eps = tidy_f32(g.require_f64(&key("attention.layer_norm_rms_epsilon"))?);
+        let rope_theta = tidy_f32(g.f64(&key("rope.freq_base"))?.unwrap_or(10000.0));
+        for (k, x) in [("attention.layer_norm_rms_epsilon", rms_eps), ("rope.freq_base", rope_theta)] {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(out_of_range(k, x.to_string(), "must be a finite number above 0 (config.json cannot hold NaN or inf)".into()));
+            }
+        }
         Ok(Hparams {
             arch,
-            n_layers: size("block_count")?,
+            n_layers,
             hidden,
             ffn: size("feed_forward_length")?,
             heads,
             kv_heads,
             head_dim,
             context: g.require_u64(&key("context_length"))?,
-            rms_eps: tidy_f32(g.require_f64(&key("attention.layer_norm_rms_epsilon"))?),
-            rope_theta: tidy_f32(g.f64(&key("rope.freq_base"))?.unwrap_or(10000.0)),
+            rms_eps,
+            rope_theta,
             vocab,
             tied: g.tensor("output.weight").is_none(),
             qkv_bias: g.tensor("blk.0.attn_q.bias").is_some(),

@@ -146,14 +146,12 @@ pub fn plan<'a>(g: &'a GgufFile, hp: &Hparams) -> Result<Vec<Planned<'a>>, Conve
         seen.insert(t.name.as_str());
         out.push(Planned { hf_name, source: t, shape, unpermute_heads });
     }
-    let mut required: Vec<String> = ["token_embd.weight", "output_norm.weight"].map(String::from).to_vec();
-    for layer in 0..hp.n_layers {
-        for lt in LAYER_TENSORS.iter().filter(|lt| hp.needs(lt.needed)) {
-            required.push(format!("blk.{layer}.{}", lt.gguf));
-        }
-    }
-    if let Some(missing) = required.iter().find(|n| !seen.contains(n.as_str())) {
-        return Err(ConvertError::MissingTensor { file: g.path.clone(), tensor: missing.clone() });
+    // Walked lazily: the first absent name stops the walk, whatever block_count claims.
+    let global = ["token_embd.weight", "output_norm.weight"].map(String::from).into_iter();
+    let per_layer = (0..hp.n_layers)
+        .flat_map(|layer| LAYER_TENSORS.iter().filter(|lt| hp.needs(lt.needed)).map(move |lt| format!("blk.{layer}.{}", lt.gguf)));
+    if let Some(missing) = global.chain(per_layer).find(|n| !seen.contains(n.as_str())) {
+        return Err(ConvertError::MissingTensor { file: g.path.clone(), tensor: missing });
     }
     out.sort_by(|a, b| a.hf_name.cmp(&b.hf_name));
     Ok(out)
@@ -192,9 +190,15 @@ pub fn write_safetensors(
     let mut infos = Vec::with_capacity(planned.len());
     let mut offset = 0usize;
     for p in planned {
-        let len = p.source.n_elements as usize * dtype.size() as usize;
-        infos.push((p.hf_name.clone(), StInfo { dtype: st_dtype, shape: p.shape.clone(), data_offsets: (offset, offset + len) }));
-        offset += len;
+        let overflow = || ConvertError::Tensor {
+            file: g.path.clone(),
+            tensor: p.source.name.clone(),
+            reason: format!("of {} elements is past the {} bytes an output file can address", p.source.n_elements, usize::MAX),
+        };
+        let len = usize::try_from(p.source.n_elements).ok().and_then(|n| n.checked_mul(dtype.size() as usize)).ok_or_else(overflow)?;
+        let end = offset.checked_add(len).ok_or_else(overflow)?;
+        infos.push((p.hf_name.clone(), StInfo { dtype: st_dtype, shape: p.shape.clone(), data_offsets: (offset, end) }));
+        offset = end;
     }
     let format = HashMap::from([("format".to_string(), "pt".to_string())]);
     let metadata = Metadata::new(Some(format), infos).map_err(|e| ConvertError::Tensor {

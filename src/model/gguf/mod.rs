@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
+use crate::model::open;
+
 pub use dequant::{dequantize, is_supported, DequantError, SUPPORTED};
-pub use parse::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAGIC};
+pub use parse::{parse_header, Header, TensorInfo, DEFAULT_ALIGNMENT, MAGIC, MAX_METADATA_ELEMENTS};
 pub use permute::{unpermute_rows, PermuteError};
 pub use types::GgmlType;
 pub use value::{Value, ValueType};
@@ -52,7 +54,7 @@ pub struct GgufFile {
 impl GgufFile {
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
         let io = |source| GgufError::Io { file: path.to_path_buf(), source };
-        let file = File::open(path).map_err(io)?;
+        let file: File = open::open_regular(path).map_err(io)?;
         // SAFETY: read-only map of a file we never write; a file changed underneath us while
         // converting is the hazard every mmap loader accepts.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;

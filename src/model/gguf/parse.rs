@@ -16,6 +16,11 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_DIMS: u32 = 4;
 /// Arrays of arrays are legal; a deeper nesting than this is only seen in corrupt files.
 const MAX_ARRAY_DEPTH: usize = 4;
+/// The most array elements the metadata may hold in all. A parsed value takes 32 bytes
+/// where a u8 element took 1 in the file, so this bounds the header's memory (256 MiB) by
+/// more than the file size alone does; a 262144-token vocabulary (tokens, scores, types
+/// and merges) needs about 1.1 million.
+pub const MAX_METADATA_ELEMENTS: usize = 1 << 23;
 
 /// One tensor's description from the header.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +57,8 @@ struct Cursor<'a> {
     file: &'a Path,
     bytes: &'a [u8],
     pos: usize,
+    /// Array elements still allowed (`MAX_METADATA_ELEMENTS` in all).
+    elements_left: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -138,6 +145,12 @@ impl<'a> Cursor<'a> {
                 }
                 let elem = self.value_type(what)?;
                 let n = self.count(elem.min_size(), what)?;
+                self.elements_left = self.elements_left.checked_sub(n).ok_or_else(|| {
+                    self.invalid(
+                        what,
+                        format!("an array of {n} elements takes the metadata past {MAX_METADATA_ELEMENTS} array elements in all"),
+                    )
+                })?;
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(elem, what, depth + 1)?);
@@ -156,7 +169,7 @@ impl<'a> Cursor<'a> {
 /// Parse the header of a GGUF file whose whole contents are `bytes`; `file` names it in
 /// errors. Tensor data is bounds-checked but not read.
 pub fn parse_header(file: &Path, bytes: &[u8]) -> Result<Header, GgufError> {
-    let mut c = Cursor { file, bytes, pos: 0 };
+    let mut c = Cursor { file, bytes, pos: 0, elements_left: MAX_METADATA_ELEMENTS };
     let magic = c.array::<4>("the magic number")?;
     if &magic != MAGIC {
         return Err(GgufError::BadMagic { file: file.to_path_buf(), found: magic });
