@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::finding::{Finding, SpecChange};
 use crate::spec::LaunchSpec;
 
-/// Start-up phases, in the order a launch runs them. The names are shared by every producer.
+/// Phases, in the order a launch runs them: start-up, then serving. The names are shared by every producer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PhaseId {
@@ -25,10 +25,27 @@ pub enum PhaseId {
     DraftGraphCapture,
     Warmup,
     Ready,
+    /// After ready: requests, prefill and decode batches (and the crashes among them).
+    Serving,
 }
 
 impl PhaseId {
-    pub const ALL: [PhaseId; 10] = [
+    pub const ALL: [PhaseId; 11] = [
+        PhaseId::Preflight,
+        PhaseId::KernelCompile,
+        PhaseId::TargetLoad,
+        PhaseId::KvAlloc,
+        PhaseId::TargetGraphCapture,
+        PhaseId::DrafterLoad,
+        PhaseId::DrafterInit,
+        PhaseId::DraftGraphCapture,
+        PhaseId::Warmup,
+        PhaseId::Ready,
+        PhaseId::Serving,
+    ];
+
+    /// The start-up timeline, up to ready (what the console's phase pane lists).
+    pub const STARTUP: [PhaseId; 10] = [
         PhaseId::Preflight,
         PhaseId::KernelCompile,
         PhaseId::TargetLoad,
@@ -54,6 +71,7 @@ impl PhaseId {
             PhaseId::DraftGraphCapture => "draft-graph-capture",
             PhaseId::Warmup => "warmup",
             PhaseId::Ready => "ready",
+            PhaseId::Serving => "serving",
         }
     }
 

@@ -24,7 +24,7 @@ pub(super) fn draw(pane: &Pane<'_>, buf: &mut Buffer) {
     let width = inner.width as usize;
     let mut rows: Vec<Line> = Vec::new();
     let mut current = 0;
-    for phase in PhaseId::ALL {
+    for phase in PhaseId::STARTUP {
         let record = s.phases.get(&phase);
         if record.is_some_and(|r| r.state.is_some()) {
             current = rows.len();
