@@ -114,8 +114,10 @@ fn clean(bytes: &[u8]) -> Cow<'_, str> {
 pub fn next_record(text: &str) -> Option<usize> {
     static FINDERS: std::sync::LazyLock<[memmem::Finder<'static>; 3]> =
         std::sync::LazyLock::new(|| ["[20", " pid=", " File \""].map(memmem::Finder::new));
-    let [stamp, pid, frame] = &*FINDERS;
     let b = text.as_bytes();
+    // Every boundary has one of these bytes (`[20`, `pid=`, `File "`); most lines have none.
+    memchr::memchr3(b'[', b'=', b'"', b)?;
+    let [stamp, pid, frame] = &*FINDERS;
     let stamps = stamp.find_iter(b).filter(|&i| i > 0 && parse_datetime(&b[i + 1..]).is_some());
     let prefixes = pid.find_iter(b).filter_map(|i| {
         let open = text[..i].rfind('(')?;
@@ -214,10 +216,23 @@ fn cri_stream(s: &str) -> Option<&str> {
     rest.strip_prefix("F ").or_else(|| rest.strip_prefix("P "))
 }
 
+/// How far into a line a prefix is looked for: prefixes are short, and every line pays for
+/// the search (most lines have none).
+const PREFIX_SCAN: usize = 160;
+
+/// The start of `s` where a prefix can be, cut at a character boundary.
+fn head(s: &str) -> &str {
+    let mut end = s.len().min(PREFIX_SCAN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// `[1/8,TP1][pid=5510] `: the rank part is kept as the process (it names the TP rank).
 fn launcher_prefix(s: &str) -> Option<(&str, &str)> {
     let inner = s.strip_prefix('[')?;
-    let close = inner.find("][pid=")?;
+    let close = head(inner).find("][pid=")?;
     let rank = &inner[..close];
     let after = &inner[close + "][pid=".len()..];
     let end = after.find("] ")?;
@@ -226,7 +241,7 @@ fn launcher_prefix(s: &str) -> Option<(&str, &str)> {
 
 /// A rollout driver's `job-name >> ` (slime): one token, then ` >> `.
 fn driver_prefix(s: &str) -> Option<&str> {
-    let at = s.find(" >> ")?;
+    let at = head(s).find(" >> ")?;
     let name = &s[..at];
     (!name.is_empty() && name.len() <= 128 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-:/".contains(&b)))
         .then(|| &s[at + 4..])
@@ -246,7 +261,7 @@ fn process_prefix(s: &str) -> Option<(&str, &str)> {
         Some(inner) => (inner, true),
         None => (s, false),
     };
-    let close = inner.find(')')?;
+    let close = head(inner).find(')')?;
     if !matches!(inner.as_bytes().get(close + 1), Some(b' ') | None) {
         return None;
     }
