@@ -275,7 +275,7 @@ fn process_prefix(s: &str) -> Option<(&str, &str)> {
     let name_ok =
         name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.= ".contains(&b)) && (opened || (!name.is_empty() && !name.contains(' ')));
     let rest = inner.get(close + 2..).unwrap_or("");
-    (name_ok && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then(|| (if name.is_empty() { "pid" } else { name }, rest))
+    (name_ok && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then_some((if name.is_empty() { "pid" } else { name }, rest))
 }
 
 /// docker compose pads the service name: `llm0-1  | `, `pennyroyal-1  | `.
