@@ -603,7 +603,7 @@ def sglang_cases():
         ctx_override_fault,
         [
             finding("context-length-exceeds-draft", "warning", "drafter-init", [("clamp-context-length", ["--context-length 131072"])]),
-            finding("context-length-exceeds-draft", "error", "ready", [("clamp-context-length", ["--context-length 131072"])]),
+            finding("context-length-exceeds-draft", "error", "serving", [("clamp-context-length", ["--context-length 131072"])]),
         ],
     )
 
@@ -947,7 +947,7 @@ def sglang_cases():
         b.main("Received sigquit from a child process. It usually means the child failed.")
 
     for d in "CMN":
-        case("graph-capture-oom", d, graph_oom, [finding("memory-budget", "error", "draft-graph-capture", GRAPH_REMEDIES[d])])
+        case("graph-capture-oom", d, graph_oom, [finding("out-of-memory", "error", "draft-graph-capture", GRAPH_REMEDIES[d])])
 
     def load_oom(b):
         b.run_until("target_load")
@@ -963,7 +963,8 @@ def sglang_cases():
                 )
 
     for d in "CMN":
-        case("weights-oom", d, load_oom, [finding("memory-budget", "error", "target-load")])
+        # Twice the TP size the argument dump shows.
+        case("weights-oom", d, load_oom, lambda tp: [finding("out-of-memory", "error", "target-load", [("increase-tp-size", [f"--tp-size {tp * 2}"])])])
 
     def killed(b):
         b.run_until("target_load")
@@ -1002,7 +1003,7 @@ def sglang_cases():
         b.decode(2, 2.2)
         b.scheduler_crash(stack(b.d, "runtime")[:4] + [("sglang/srt/speculative/eagle_worker.py", 900, "_detect_nan_if_needed", "raise ValueError(\"Detected errors during sampling! NaN in the logits.\")")], ["ValueError: Detected errors during sampling! NaN in the logits."])
 
-    case("nan-logits", "C", nan, [finding("nan-logits", "error", "ready")])
+    case("nan-logits", "C", nan, [finding("nan-logits", "error", "serving")])
 
     # §1.4-M quantization
     def quant_mismatch(b):
@@ -1041,20 +1042,20 @@ def sglang_cases():
         input_token_num, context_len = 140000, 131072
         b.main(f"The input ({input_token_num} tokens) is longer than the model's context length ({context_len} tokens).")
 
-    case("request-too-long", "N", too_long, [finding("request-too-long", "warning", "ready")], final="ready")
+    case("request-too-long", "N", too_long, [finding("request-too-long", "warning", "serving")], final="ready")
 
     def input_too_long(b):
         b.run_until("end")
         b.ranks(f"Input length ({140000} tokens) exceeds the maximum allowed length ({131072} tokens). Use a shorter input or enable --allow-auto-truncate.", rank0=True)
 
-    case("input-exceeds-max", "CN", input_too_long, [finding("request-too-long", "warning", "ready")], final="ready")
+    case("input-exceeds-max", "CN", input_too_long, [finding("request-too-long", "warning", "serving")], final="ready")
 
     def bare_fault(b):
         b.run_until("end")
         b.decode(2, 2.5)
         b.scheduler_crash(stack(b.d, "runtime"), ["RuntimeError: CUDA error: an illegal memory access was encountered"])
 
-    case("illegal-memory-access", "CMN", bare_fault, [finding("unrecognized-failure", "error", "ready")])
+    case("illegal-memory-access", "CMN", bare_fault, [finding("illegal-memory-access", "error", "serving", [("cuda-launch-blocking", ["CUDA_LAUNCH_BLOCKING=1"])])])
 
     def token_map_tp(b):
         b.run_until("end")
@@ -1064,7 +1065,7 @@ def sglang_cases():
         "token-map-with-tp",
         "C",
         token_map_tp,
-        [finding("draft-vocab-map", "error", "ready", [("tp-size-1", ["--tp-size 1"])])],
+        [finding("draft-vocab-map", "error", "serving", [("tp-size-1", ["--tp-size 1"])])],
         speculative_token_map="thunlp/LLaMA3-Instruct-8B-FR-Spec/freq_32768.pt",
         tp_size=2,
         speculative_algorithm="EAGLE",
@@ -1074,9 +1075,10 @@ def sglang_cases():
     # §1.3: an error replay cannot pin down, and the scheduler dying without a traceback
     def unknown(b):
         b.run_until("draft_capture_begin")
-        b.scheduler_crash(stack(b.d, "draft_capture")[:-1], ["RuntimeError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error"])
+        b.scheduler_crash(stack(b.d, "draft_capture")[:-1], ["RuntimeError: Triton Error [CUDA]: invalid argument"])
 
-    case("unrecognized-error", "CMN", unknown, [finding("unrecognized-failure", "error", "draft-graph-capture")])
+    # An error no rule knows, raised inside draft graph capture.
+    case("unrecognized-error", "CMN", unknown, [finding("cuda-graph-capture-failed", "error", "draft-graph-capture", [("lower-cuda-graph-max-bs", ["--cuda-graph-max-bs 4"]), ("disable-cuda-graph", ["--disable-cuda-graph "])])])
 
     def dead(b):
         b.run_until("kv")
@@ -1403,7 +1405,7 @@ def vllm_cases():
         override_fault,
         [
             finding("context-length-exceeds-draft", "warning", "drafter-init", [("clamp-max-model-len", ["--max-model-len 2048"])]),
-            finding("context-length-exceeds-draft", "error", "ready", [("clamp-max-model-len", ["--max-model-len 2048"])]),
+            finding("context-length-exceeds-draft", "error", "serving", [("clamp-max-model-len", ["--max-model-len 2048"])]),
         ],
     )
 
@@ -1479,7 +1481,7 @@ def vllm_cases():
         b.run_until("kv")
         b.crash(
             vstack("kv")[:5] + [("vllm/v1/worker/gpu_worker.py", 250, "determine_available_memory", "self.model_runner.profile_run()"), ("vllm/distributed/device_communicators/pynccl.py", 100, "all_reduce", None)],
-            ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"],
+            ["RuntimeError: Triton Error [CUDA]: invalid argument"],
         )
 
     case("unrecognized-error", "V10 V33", unknown, [finding("unrecognized-failure", "error", "kv-alloc")])
@@ -1524,6 +1526,14 @@ def messages():
         ("-", "    assert tp_size % self.total_num_kv_heads == 0"),
         ("hidden-size-mismatch", "SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX disabled: draft hidden size %d != target hidden size %d (the stash holds verify hiddens)." % (2048, 7168)),
         ("unsupported-architecture", f"ValueError: Model architectures {['LlamaForCausalLM']} failed to be inspected. Please check the logs for more details."),
+        # Text every engine prints (torch, CUDA, NCCL, Python), read in an SGLang log.
+        ("-", "Prefill batch, #new-seq: 1, #new-token: 48, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0"),
+        ("cuda-graph-capture-failed", "Exception: Capture cuda graph failed: RuntimeError: bitmask must have the same batch size as logits"),
+        ("nccl-error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5"),
+        ("nccl-error", "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."),
+        ("unrecognized-failure", "Fatal Python error: Segmentation fault"),
+        ("unrecognized-failure", "RuntimeError: CUDA error: misaligned address"),
+        ("out-of-memory", "RuntimeError: CUDA error: out of memory"),
     ]
     speculative_max_model_len, target_max_model_len, n_predict, vocab_size = 200000, 131072, 2, 128256
     vl = [
@@ -1540,8 +1550,11 @@ def messages():
         ("speculative-args", "NotImplementedError: Unsupported speculative method: '%s'" % "medusa2"),
         ("vocab-mismatch", f"AssertionError: Expected logits to have shape (*, {vocab_size}), but got torch.Size([4, 32000])"),
         ("memory-budget", "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."),
+        ("-", "Available routes are:"),
+        ("-", "Route: /v1/chat/completions, Methods: POST"),
     ]
-    return [("sglang",) + m for m in sg] + [("vllm",) + m for m in vl]
+    llamacpp = [("-", "main: server is listening on http://127.0.0.1:8080 - starting the main loop")]
+    return [("sglang",) + m for m in sg] + [("vllm",) + m for m in vl] + [("llama.cpp",) + m for m in llamacpp]
 
 
 def main():
@@ -1550,6 +1563,8 @@ def main():
     manifest = []
 
     def write(dialect, name, tp, lines, findings, final):
+        # Expectations that depend on the rank count are given as a function of it.
+        findings = findings(tp) if callable(findings) else findings
         folder = os.path.join(ROOT, DIALECT_DIRS[dialect])
         os.makedirs(folder, exist_ok=True)
         fname = f"{name}.log" if tp == 1 else f"{name}.tp{tp}.log"

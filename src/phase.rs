@@ -1,9 +1,9 @@
-//! The start-up phases a launch runs, by the names every producer of events and findings
+//! The phases a launch runs (start-up, then serving), by the names every producer of events and findings
 //! shares (a live launch, a replayed log, `check`).
 
 use serde::{Deserialize, Serialize};
 
-/// Start-up phases, in the order a launch runs them. The names are shared by every producer.
+/// Phases, in the order a launch runs them: start-up, then serving. The names are shared by every producer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PhaseId {
@@ -17,10 +17,13 @@ pub enum PhaseId {
     DraftGraphCapture,
     Warmup,
     Ready,
+    /// After ready: requests, prefill and decode batches (and the crashes among them).
+    Serving,
 }
 
 impl PhaseId {
-    pub const ALL: [PhaseId; 10] = [
+    /// The start-up timeline, up to ready (what the console's phase pane lists).
+    pub const STARTUP: [PhaseId; 10] = [
         PhaseId::Preflight,
         PhaseId::KernelCompile,
         PhaseId::TargetLoad,
@@ -32,6 +35,16 @@ impl PhaseId {
         PhaseId::Warmup,
         PhaseId::Ready,
     ];
+
+    pub const ALL: [PhaseId; 11] = {
+        let mut all = [PhaseId::Serving; 11];
+        let mut i = 0;
+        while i < 10 {
+            all[i] = PhaseId::STARTUP[i];
+            i += 1;
+        }
+        all
+    };
 
     /// The stable kebab-case name (the JSON form).
     pub fn name(self) -> &'static str {
@@ -46,6 +59,7 @@ impl PhaseId {
             PhaseId::DraftGraphCapture => "draft-graph-capture",
             PhaseId::Warmup => "warmup",
             PhaseId::Ready => "ready",
+            PhaseId::Serving => "serving",
         }
     }
 

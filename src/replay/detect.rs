@@ -1,9 +1,9 @@
-//! Which log this is: our JSONL event log, an SGLang log or a vLLM log; and, from the
-//! wording of its markers, which engine version wrote it.
+//! Which log this is: our JSONL event log, an SGLang, vLLM, TRT-LLM or llama.cpp log; and,
+//! from the wording of its markers, which engine version wrote it.
 
 use serde::Serialize;
 
-use super::header::Header;
+use super::header::{Header, HeaderShape};
 use super::rules::{Dialects, Engine, C, M, N, V010, V033};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -12,6 +12,11 @@ pub enum Format {
     Jsonl,
     Sglang,
     Vllm,
+    /// TRT-LLM and llama.cpp: named, and read with the rules every engine shares.
+    #[serde(rename = "trtllm")]
+    TrtLlm,
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
     /// Nothing engine-specific seen (yet): read with SGLang's rules, the primary engine.
     Unknown,
 }
@@ -22,6 +27,8 @@ impl Format {
             Format::Jsonl => "jsonl",
             Format::Sglang => "sglang",
             Format::Vllm => "vllm",
+            Format::TrtLlm => "trtllm",
+            Format::LlamaCpp => "llama.cpp",
             Format::Unknown => "unknown",
         }
     }
@@ -30,7 +37,8 @@ impl Format {
     pub fn engine(self) -> Engine {
         match self {
             Format::Vllm => Engine::Vllm,
-            _ => Engine::Sglang,
+            Format::TrtLlm | Format::LlamaCpp => Engine::Any,
+            Format::Jsonl | Format::Sglang | Format::Unknown => Engine::Sglang,
         }
     }
 }
@@ -49,6 +57,13 @@ static SIGNATURES: &[(&str, Format)] = &[
     ("Capturing CUDA graphs (", Format::Vllm),
     ("EngineCore failed to start", Format::Vllm),
     ("vLLM API server version", Format::Vllm),
+    ("/vllm_ascend/", Format::Vllm),
+    ("/tensorrt_llm/", Format::TrtLlm),
+    ("[TRT-LLM]", Format::TrtLlm),
+    ("trtllm-serve", Format::TrtLlm),
+    ("llama_model_loader: ", Format::LlamaCpp),
+    ("slot print_timing: ", Format::LlamaCpp),
+    ("srv  update_slots: ", Format::LlamaCpp),
 ];
 
 /// vLLM's process names, as its `(Name pid=N)` prefix shows them.
@@ -66,9 +81,11 @@ pub enum Confidence {
 /// The format one line points to.
 pub fn line_format(header: &Header, process: Option<&str>, text: &str) -> Option<(Format, Confidence)> {
     match header.engine {
-        Some(Engine::Sglang) => return Some((Format::Sglang, Confidence::Firm)),
-        Some(Engine::Vllm) => return Some((Format::Vllm, Confidence::Firm)),
-        _ => {}
+        Some(HeaderShape::Sglang) => return Some((Format::Sglang, Confidence::Firm)),
+        Some(HeaderShape::Vllm) => return Some((Format::Vllm, Confidence::Firm)),
+        Some(HeaderShape::TrtLlm) => return Some((Format::TrtLlm, Confidence::Firm)),
+        Some(HeaderShape::LlamaCpp) => return Some((Format::LlamaCpp, Confidence::Firm)),
+        None => {}
     }
     if let Some(p) = process {
         if p.starts_with("SGLang") {
@@ -103,7 +120,12 @@ impl VersionVotes {
 
     /// The wordings with the most votes among `engine`'s, as bits.
     pub fn best(&self, engine: Engine) -> Dialects {
-        let range = if engine == Engine::Vllm { 3..5 } else { 0..3 };
+        let range = match engine {
+            Engine::Sglang => 0..3,
+            Engine::Vllm => 3..5,
+            // No wordings are told apart for the other engines.
+            Engine::Any => return 0,
+        };
         let top = self.votes[range.clone()].iter().copied().max().unwrap_or(0);
         if top == 0 {
             return 0;

@@ -1,19 +1,23 @@
-//! Failures both engines print (torch, CUDA, tqdm, registry text) and the findings a replay
-//! builds: from a rule, from a traceback's hint, for a CUDA device fault, and
-//! `unrecognized-failure` when nothing pins the cause down.
+//! Failures every engine prints (torch, CUDA, NCCL, tqdm, Python, registry text) and the
+//! findings a replay builds: from a rule, from a traceback's hint, for a CUDA device fault or
+//! a graph capture that raised, and `unrecognized-failure` when nothing pins the cause down.
 
 use regex::Captures;
 
 use crate::finding::Severity::Error;
 use crate::finding::{Evidence, Finding, Side};
 use crate::phase::PhaseId::{self, *};
+use crate::spec::{LaunchSpec, ALLOW_LONGER_CONTEXT_ENV};
 
+use super::detect::Format;
 use super::remedies as fix;
 use super::rules::Action::*;
-use super::rules::{expand, failure, rule, Ctx, Engine, Failure, Rule};
+use super::rules::{expand, failure, rule, Ctx, Engine, Failure, Fault, Rule};
 use super::traceback::Traceback;
 
 pub const UNRECOGNIZED: &str = "unrecognized-failure";
+pub const GRAPH_CAPTURE_FAILED: &str = "cuda-graph-capture-failed";
+pub const ILLEGAL_MEMORY_ACCESS: &str = "illegal-memory-access";
 
 const A: Engine = Engine::Any;
 
@@ -52,12 +56,22 @@ static SHAPES: Failure = failure(
     fix::none,
 );
 static OUT_OF_MEMORY: Failure = failure(
-    "memory-budget",
+    "out-of-memory",
     Error,
     None,
     "CUDA ran out of GPU memory. Weights shrink per GPU with a larger --tp-size; the KV pool with a smaller \
-     --mem-fraction-static; CUDA graphs with a smaller --cuda-graph-max-bs.",
+     --mem-fraction-static; CUDA graphs with a smaller --cuda-graph-max-bs (vLLM: --tensor-parallel-size, \
+     --gpu-memory-utilization).",
     fix::out_of_memory,
+);
+static NCCL: Failure = failure(
+    "nccl-error",
+    Error,
+    None,
+    "A collective operation failed in NCCL ($err). Common causes: a GPU peer-to-peer path the driver or topology \
+     does not support, a rank that died first, or a network fabric error on multi-node runs. NCCL_DEBUG=INFO \
+     makes NCCL log which transport failed.",
+    fix::nccl_debug,
 );
 static TOKEN_MAP_TP: Failure = failure(
     "draft-vocab-map",
@@ -124,11 +138,21 @@ pub static RULES: &[Rule] = &[
         0,
     ),
     rule(A, "CUDA out of memory", "", Fail(&OUT_OF_MEMORY), 0),
+    rule(A, "CUDA error: out of memory", "", Fail(&OUT_OF_MEMORY), 0),
     rule(A, "OutOfMemoryError", "", Fail(&OUT_OF_MEMORY), 0),
-    rule(A, "index out of bounds", "", DeviceFault, 0),
-    rule(A, "an illegal memory access was encountered", "", DeviceFault, 0),
-    rule(A, "device-side assert triggered", "", DeviceFault, 0),
-    rule(A, "IndexCheckKernel: Index out of range", "", DeviceFault, 0),
+    rule(A, "index out of bounds", "", DeviceFault(Fault::Assert), 0),
+    rule(A, "an illegal memory access was encountered", "", DeviceFault(Fault::IllegalAccess), 0),
+    rule(A, "device-side assert triggered", "", DeviceFault(Fault::Assert), 0),
+    rule(A, "IndexCheckKernel: Index out of range", "", DeviceFault(Fault::Assert), 0),
+    // torch's text around any NCCL result, and its watchdog's timeout.
+    rule(A, "NCCL error", r"(?P<err>NCCL error.*)", Fail(&NCCL), 0),
+    rule(A, "Watchdog caught collective operation timeout", r"(?P<err>Watchdog caught collective operation timeout.*)", Fail(&NCCL), 0),
+    // Fatal lines that end the process without a Python exception of their own.
+    rule(A, "Fatal Python error: ", "", Crash("the Python interpreter aborted (Fatal Python error)"), 0),
+    rule(A, "CUDA error: ", "", Crash("a CUDA error was raised"), 0),
+    rule(A, " Assertion `", r"Assertion `.*` failed", DeviceFault(Fault::Assert), 0),
+    // Ready on the server's own word, for the engines without a table of their own.
+    rule(A, "Application startup complete.", "", ServerReady, 0),
 ];
 
 pub fn log_evidence(file: &str, line: u64, text: &str) -> Evidence {
@@ -172,8 +196,9 @@ pub fn unexplained_device_fault(file: &str, phase: PhaseId, line: u64, text: &st
     f
 }
 
-/// `unrecognized-failure` for a traceback (or crash line) nothing explained.
-pub fn unrecognized(file: &str, phase: PhaseId, tb: Option<&Traceback>, crash: Option<(u64, &str, &str)>) -> Finding {
+/// `unrecognized-failure` for a traceback (or crash line) nothing explained. `place` is the
+/// phase and whether the log showed it.
+pub fn unrecognized(file: &str, (phase, known): (PhaseId, bool), tb: Option<&Traceback>, crash: Option<(u64, &str, &str)>) -> Finding {
     let mut evidence = Vec::new();
     let mut message = match tb.and_then(|t| t.exception.as_ref()) {
         Some((line, text)) => {
@@ -204,6 +229,9 @@ pub fn unrecognized(file: &str, phase: PhaseId, tb: Option<&Traceback>, crash: O
     if let Some(note) = tb.and_then(|t| t.note) {
         message.push_str(&format!(" ({note}.)"));
     }
+    if !known {
+        message.push_str(" The log shows no start-up line, so the phase is taken to be serving.");
+    }
     message.push_str(" No confident fix: read the lines cited.");
     // A cut-short traceback's last line is often its deepest frame: cite each line once.
     evidence.dedup_by(|a, b| a.key == b.key);
@@ -212,9 +240,85 @@ pub fn unrecognized(file: &str, phase: PhaseId, tb: Option<&Traceback>, crash: O
     f
 }
 
+/// A traceback whose deepest engine frames are in CUDA graph capture, with no error line
+/// specdeck knows: the capture raised. `batch_sizes`: what the log says was being captured.
+pub fn graph_capture_failed(
+    file: &str,
+    phase: PhaseId,
+    tb: &Traceback,
+    batch_sizes: Option<&str>,
+    spec: &LaunchSpec,
+    format: Format,
+) -> Finding {
+    let which = if phase == DraftGraphCapture { "the draft's" } else { "the target's" };
+    let error = match &tb.exception {
+        Some((_, text)) => format!("with {}", text.trim()),
+        None => "(the traceback is cut before its error line)".to_string(),
+    };
+    let at = batch_sizes.map(|bs| format!(" while capturing batch size {bs}")).unwrap_or_default();
+    let engine_note = match format.engine() {
+        Engine::Any => format!(" This is a {} log: specdeck offers no flag change for this engine.", format.name()),
+        _ => String::new(),
+    };
+    let frame = tb.deepest_engine_frame();
+    let mut f = Finding::new(
+        GRAPH_CAPTURE_FAILED,
+        Error,
+        phase,
+        format!(
+            "CUDA graph capture of {which} forward raised{at} {error}. Capture runs each batch size once before serving; \
+             capturing fewer sizes or none (eager decode, slower) starts the server while the cause is looked into.{}{engine_note}",
+            frame.map(|fr| format!(" Deepest engine frame: {} in {}.", short_path(&fr.path), fr.func)).unwrap_or_default()
+        ),
+    );
+    if let Some((line, text)) = &tb.exception {
+        f.evidence.push(log_evidence(file, *line, text));
+    }
+    if let Some(fr) = frame {
+        f.evidence.push(log_evidence(file, fr.line, &fr.text));
+    }
+    f.evidence.push(log_evidence(file, tb.start.0, &tb.start.1));
+    f.evidence.dedup_by(|a, b| a.key == b.key);
+    let max_bs = batch_sizes.and_then(|list| list.split(',').filter_map(|b| b.trim().parse::<u32>().ok()).max());
+    f.remedies = fix::graph_capture(format.engine(), max_bs.or(spec.cuda_graph_max_bs));
+    f
+}
+
+/// `illegal memory access` with no earlier line to explain it. With speculative decoding on,
+/// the known cause is a draft whose context is shorter than the requests.
+pub fn illegal_memory_access(file: &str, (phase, _): (PhaseId, bool), line: u64, text: &str, speculative: bool, format: Format) -> Finding {
+    let draft = if !speculative {
+        String::new()
+    } else if format == Format::Vllm {
+        " With speculative decoding on, check the drafter's max_position_embeddings against --max-model-len: a \
+         request longer than the draft's positions indexes past its rotary cache."
+            .to_string()
+    } else {
+        format!(
+            " With speculative decoding on, check the draft context: a target context longer than the drafter's, \
+             allowed by {ALLOW_LONGER_CONTEXT_ENV}=1, lets a long request index past the draft's rotary cache and KV \
+             (SGLang PR #9388); the warning naming both lengths is printed at draft start-up."
+        )
+    };
+    let mut f = Finding::new(
+        ILLEGAL_MEMORY_ACCESS,
+        Error,
+        phase,
+        format!(
+            "A CUDA kernel made an illegal memory access in {phase}: {}. CUDA reports it at the next synchronisation, so \
+             the frame shown may not be the kernel at fault; CUDA_LAUNCH_BLOCKING=1 makes the error surface at the \
+             kernel that caused it.{draft}",
+            text.trim()
+        ),
+    );
+    f.evidence.push(log_evidence(file, line, text));
+    f.remedies = fix::launch_blocking();
+    f
+}
+
 /// `…/site-packages/sglang/srt/speculative/eagle_worker.py` → `sglang/srt/speculative/eagle_worker.py`.
 fn short_path(path: &str) -> &str {
-    ["/sglang/", "/vllm/"].iter().find_map(|root| path.rfind(root).map(|i| &path[i + 1..])).unwrap_or(path)
+    super::traceback::ENGINE_ROOTS.iter().find_map(|root| path.rfind(root).map(|i| &path[i + 1..])).unwrap_or(path)
 }
 
 /// Captures of `pattern` on `text` (for re-reading a line a rule matched earlier).
@@ -237,7 +341,7 @@ mod tests {
         ] {
             tb.push(n, text, &classify(text));
         }
-        let f = unrecognized("x.log", TargetGraphCapture, Some(&tb), None);
+        let f = unrecognized("x.log", (TargetGraphCapture, true), Some(&tb), None);
         assert_eq!(f.id, UNRECOGNIZED);
         assert_eq!(f.phase, TargetGraphCapture);
         assert!(f.message.contains("RuntimeError: something new"), "{}", f.message);

@@ -1,9 +1,11 @@
 //! Bytes to clean lines: split on `\n` with bounded memory, split tqdm's `\r` redraws, drop
-//! ANSI escapes, decode lossily, and strip the prefixes that log shippers put in front.
+//! ANSI escapes (also pasted as the text `^[[1;36m`, with `^M` for `\r`), decode lossily, and
+//! strip the prefixes that log shippers put in front.
 
 use std::borrow::Cow;
 
 use memchr::memchr;
+use memchr::memmem;
 
 use super::clock::parse_datetime;
 
@@ -57,6 +59,13 @@ impl LineSplitter {
 /// Calls `f` with each displayed state of a raw line: tqdm redraws a bar with `\r`, and each
 /// redraw is a state of its own. ANSI escapes are removed and bad UTF-8 replaced.
 pub fn for_each_segment(raw: &[u8], f: &mut dyn FnMut(&str)) {
+    if memchr(b'^', raw).is_some() && (memmem::find(raw, b"^[[").is_some() || memmem::find(raw, b"^M").is_some()) {
+        return segments(&unescape_pasted(raw), f);
+    }
+    segments(raw, f)
+}
+
+fn segments(raw: &[u8], f: &mut dyn FnMut(&str)) {
     let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
     if memchr(b'\r', raw).is_none() {
         return f(&clean(raw));
@@ -66,6 +75,30 @@ pub fn for_each_segment(raw: &[u8], f: &mut dyn FnMut(&str)) {
     }
 }
 
+/// A paste that shows control characters as text (`cat -v`, some terminals): `^[` is ESC and
+/// `^M` a carriage return again.
+fn unescape_pasted(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match (raw[i], raw.get(i + 1)) {
+            (b'^', Some(b'[')) if raw.get(i + 2) == Some(&b'[') => {
+                out.push(0x1b);
+                i += 2;
+            }
+            (b'^', Some(b'M')) => {
+                out.push(b'\r');
+                i += 2;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 fn clean(bytes: &[u8]) -> Cow<'_, str> {
     if memchr(0x1b, bytes).is_none() {
         // `from_utf8` has a fast path for ASCII that `from_utf8_lossy` lacks.
@@ -73,6 +106,29 @@ fn clean(bytes: &[u8]) -> Cow<'_, str> {
     }
     let stripped = strip_ansi_escapes::strip(bytes);
     Cow::Owned(String::from_utf8(stripped).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
+/// Where the next record starts inside `text` (never at 0), when a paste collapsed several
+/// onto one line: an SGLang header (`[2025-04-16 14:22:53`), a `(Name pid=N) ` prefix, or a
+/// traceback frame (`File "…", line N`) after other text.
+pub fn next_record(text: &str) -> Option<usize> {
+    static FINDERS: std::sync::LazyLock<[memmem::Finder<'static>; 3]> =
+        std::sync::LazyLock::new(|| ["[20", " pid=", " File \""].map(memmem::Finder::new));
+    let b = text.as_bytes();
+    // Every boundary has one of these bytes (`[20`, `pid=`, `File "`); most lines have none.
+    memchr::memchr3(b'[', b'=', b'"', b)?;
+    let [stamp, pid, frame] = &*FINDERS;
+    let stamps = stamp.find_iter(b).filter(|&i| i > 0 && parse_datetime(&b[i + 1..]).is_some());
+    let prefixes = pid.find_iter(b).filter_map(|i| {
+        let open = text[..i].rfind('(')?;
+        let starts_record = open > 0 && b[open - 1] == b' ' && process_prefix(&text[open..]).is_some_and(|(_, rest)| !rest.is_empty());
+        starts_record.then_some(open)
+    });
+    let frames = frame.find_iter(b).filter(|&i| {
+        let after = &text[i + 7..];
+        !text[..i].trim().is_empty() && after.split_once('"').is_some_and(|(_, rest)| rest.starts_with(", line "))
+    });
+    [stamps.min(), prefixes.min(), frames.min()].into_iter().flatten().min()
 }
 
 /// A line without the prefixes log shippers add.
@@ -85,21 +141,27 @@ pub struct Unprefixed<'a> {
     pub process: Option<&'a str>,
 }
 
-/// Strips, in any order and repeated: an RFC 3339 stamp, `kubectl --prefix`'s `[pod/x/y] `,
-/// docker compose's `name  | `, and Ray's / vLLM's `(Name pid=N) ` (`, ip=…` allowed).
+/// Strips, in any order and repeated: an RFC 3339 stamp (bare or in brackets), the
+/// container runtime's `stdout F ` after it (Kubernetes node logs), `kubectl --prefix`'s
+/// `[pod/x/y] `, docker compose's `name  | `, a rollout driver's `name >> `, Ray's / vLLM's
+/// `(Name pid=N) ` (`, ip=…` allowed; `(pid=N)` and a paste that lost the `(` too), and a
+/// launcher's `[1/8,TP1][pid=N] `.
 pub fn strip_prefixes(line: &str) -> Unprefixed<'_> {
     let mut out = Unprefixed { rest: line, shipper_time: None, process: None };
-    for _ in 0..4 {
+    for _ in 0..6 {
         let rest = out.rest;
-        if let Some((t, after)) = rfc3339(rest) {
+        if let Some((t, after)) = rfc3339(rest).or_else(|| bracketed_rfc3339(rest)) {
             out.shipper_time = Some(t);
+            out.rest = cri_stream(after).unwrap_or(after);
+        } else if let Some((rank, after)) = launcher_prefix(rest) {
+            out.process = Some(rank);
             out.rest = after;
         } else if let Some(after) = kubectl_prefix(rest) {
             out.rest = after;
         } else if let Some((name, after)) = process_prefix(rest) {
             out.process = Some(name);
             out.rest = after;
-        } else if let Some(after) = compose_prefix(rest) {
+        } else if let Some(after) = compose_prefix(rest).or_else(|| driver_prefix(rest)) {
             out.rest = after;
         } else {
             break;
@@ -109,6 +171,12 @@ pub fn strip_prefixes(line: &str) -> Unprefixed<'_> {
 }
 
 fn rfc3339(s: &str) -> Option<(f64, &str)> {
+    let (t, end) = rfc3339_stamp(s)?;
+    Some((t, s[end..].strip_prefix(' ')?))
+}
+
+/// An RFC 3339 stamp at the start of `s`: seconds since 1970 UTC and the bytes read.
+fn rfc3339_stamp(s: &str) -> Option<(f64, usize)> {
     let b = s.as_bytes();
     if b.get(10) != Some(&b'T') {
         return None;
@@ -132,8 +200,51 @@ fn rfc3339(s: &str) -> Option<(f64, &str)> {
         }
         _ => return None,
     };
-    let after = s[end..].strip_prefix(' ')?;
-    Some((t - offset, after))
+    Some((t - offset, end))
+}
+
+/// `[2025-12-18T16:24:02+08:00] ` (a rollout driver's stamp).
+fn bracketed_rfc3339(s: &str) -> Option<(f64, &str)> {
+    let inner = s.strip_prefix('[')?;
+    let (t, end) = rfc3339_stamp(inner)?;
+    Some((t, inner[end..].strip_prefix("] ")?))
+}
+
+/// The CRI log format's stream and tag after the stamp: `stdout F `, `stderr P `.
+fn cri_stream(s: &str) -> Option<&str> {
+    let rest = s.strip_prefix("stdout ").or_else(|| s.strip_prefix("stderr "))?;
+    rest.strip_prefix("F ").or_else(|| rest.strip_prefix("P "))
+}
+
+/// How far into a line a prefix is looked for: prefixes are short, and every line pays for
+/// the search (most lines have none).
+const PREFIX_SCAN: usize = 160;
+
+/// The start of `s` where a prefix can be, cut at a character boundary.
+fn head(s: &str) -> &str {
+    let mut end = s.len().min(PREFIX_SCAN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `[1/8,TP1][pid=5510] `: the rank part is kept as the process (it names the TP rank).
+fn launcher_prefix(s: &str) -> Option<(&str, &str)> {
+    let inner = s.strip_prefix('[')?;
+    let close = head(inner).find("][pid=")?;
+    let rank = &inner[..close];
+    let after = &inner[close + "][pid=".len()..];
+    let end = after.find("] ")?;
+    (after[..end].bytes().all(|b| b.is_ascii_digit()) && !rank.is_empty() && !rank.contains(' ')).then(|| (rank, &after[end + 2..]))
+}
+
+/// A rollout driver's `job-name >> ` (slime): one token, then ` >> `.
+fn driver_prefix(s: &str) -> Option<&str> {
+    let at = head(s).find(" >> ")?;
+    let name = &s[..at];
+    (!name.is_empty() && name.len() <= 128 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-:/".contains(&b)))
+        .then(|| &s[at + 4..])
 }
 
 fn kubectl_prefix(s: &str) -> Option<&str> {
@@ -142,14 +253,29 @@ fn kubectl_prefix(s: &str) -> Option<&str> {
     Some(&inner[close + 2..])
 }
 
-/// `(SGLangEngine pid=123) `, `(EngineCore_DP0 pid=9, ip=10.0.0.1) `.
+/// `(SGLangEngine pid=123) `, `(EngineCore_DP0 pid=9, ip=10.0.0.1) `, Ray's `(pid=123) `,
+/// and `RayWorkerWrapper pid=1) ` where the paste lost the `(`. A prefix alone on its line
+/// (`(RayWorkerWrapper pid=1)`) leaves an empty rest.
 fn process_prefix(s: &str) -> Option<(&str, &str)> {
-    let inner = s.strip_prefix('(')?;
-    let close = inner.find(") ")?;
-    let (name, pid) = inner[..close].split_once(" pid=")?;
+    let (inner, opened) = match s.strip_prefix('(') {
+        Some(inner) => (inner, true),
+        None => (s, false),
+    };
+    let close = head(inner).find(')')?;
+    if !matches!(inner.as_bytes().get(close + 1), Some(b' ') | None) {
+        return None;
+    }
+    let head = &inner[..close];
+    let (name, pid) = match head.strip_prefix("pid=") {
+        Some(pid) if opened => ("", pid),
+        _ => head.split_once(" pid=")?,
+    };
     let pid = pid.split(',').next()?;
-    let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.= ".contains(&b));
-    (name_ok && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then(|| (name, &inner[close + 2..]))
+    // Without the `(`, only a one-word name at the start of the line is taken as a prefix.
+    let name_ok =
+        name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.= ".contains(&b)) && (opened || (!name.is_empty() && !name.contains(' ')));
+    let rest = inner.get(close + 2..).unwrap_or("");
+    (name_ok && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then_some((if name.is_empty() { "pid" } else { name }, rest))
 }
 
 /// docker compose pads the service name: `llm0-1  | `, `pennyroyal-1  | `.
@@ -221,6 +347,79 @@ mod tests {
         assert!((p.shipper_time.unwrap() - utc).abs() < 1e-6);
         let p = strip_prefixes("[pod/sglang-0/server] [2026-01-02 03:04:05] ready");
         assert_eq!(p.rest, "[2026-01-02 03:04:05] ready");
+    }
+
+    /// The prefix styles of the real excerpts (testdata/real-logs), each from its own line.
+    #[test]
+    fn strips_the_prefixes_of_real_pastes() {
+        // sglang_6309_ray_eagle_runtime_ima.log
+        let p = strip_prefixes("(SGLangEngine pid=952, ip=10.150.236.219) [2025-11-06 01:16:21 TP0] Scheduler hit an exception: x");
+        assert_eq!((p.process, p.rest), (Some("SGLangEngine"), "[2025-11-06 01:16:21 TP0] Scheduler hit an exception: x"));
+        // vllm_ascend2667_eagle_fatal_error_first_request.log
+        let p = strip_prefixes("(EngineCore_0 pid=862715) ERROR 09-01 03:23:11 [core.py:714] EngineCore encountered a fatal error.");
+        assert_eq!((p.process, p.rest), (Some("EngineCore_0"), "ERROR 09-01 03:23:11 [core.py:714] EngineCore encountered a fatal error."));
+        // vllm_5342_v0_ray_exceed_draft_context.log: the paste lost the `(`, and a bare prefix.
+        let p = strip_prefixes("RayWorkerWrapper pid=142935) 07d92dd514d4:142935:143254 [0] transport/net_ib.cc:100 NCCL WARN x");
+        assert_eq!((p.process, p.rest), (Some("RayWorkerWrapper"), "07d92dd514d4:142935:143254 [0] transport/net_ib.cc:100 NCCL WARN x"));
+        let p = strip_prefixes("(RayWorkerWrapper pid=142935)");
+        assert_eq!((p.process, p.rest), (Some("RayWorkerWrapper"), ""));
+        // vllm_speculators266_qwen3vl_eagle3_dummy_run.log
+        let p = strip_prefixes("[1/8,TP1][pid=5510] ERROR 01-28 10:47:07.623 [forward_context.py:617] Traceback (most recent call last):");
+        assert_eq!(
+            (p.process, p.rest),
+            (Some("1/8,TP1"), "ERROR 01-28 10:47:07.623 [forward_context.py:617] Traceback (most recent call last):")
+        );
+        // sglang_slime1177_ray_prefixed_eagle3_runtime.log
+        let line = "[2025-12-18T16:24:02+08:00] leihaodi-qwen3-8b-rl-eagle3-20251218-162008s-3da56-cfcd2 >> (SGLangEngine pid=3111) \
+                    [2025-12-18 08:24:01 TP7] Scheduler hit an exception: Traceback (most recent call last):";
+        let p = strip_prefixes(line);
+        assert_eq!(
+            (p.process, p.rest),
+            (Some("SGLangEngine"), "[2025-12-18 08:24:01 TP7] Scheduler hit an exception: Traceback (most recent call last):")
+        );
+        assert!(p.shipper_time.is_some());
+        // Ray's driver-side `(pid=N)` and a Kubernetes node log (CRI format).
+        let p = strip_prefixes("(pid=4242) INFO 09-18 12:03:11 [core.py:1] x");
+        assert_eq!((p.process, p.rest), (Some("pid"), "INFO 09-18 12:03:11 [core.py:1] x"));
+        let p = strip_prefixes("2026-05-15T19:00:54.123456789Z stdout F [2026-05-15 19:00:54 TP0] Load weight begin.");
+        assert_eq!(p.rest, "[2026-05-15 19:00:54 TP0] Load weight begin.");
+        // VllmWorker's rank form.
+        let p = strip_prefixes("(VllmWorker rank=1 pid=77) INFO 09-18 12:03:11 [core.py:1] x");
+        assert_eq!((p.process, p.rest), (Some("VllmWorker rank=1"), "INFO 09-18 12:03:11 [core.py:1] x"));
+    }
+
+    /// vllm_26711_dsv32_mtp_indexer_metadata_ansi.log: colour codes and `^M` pasted as text.
+    #[test]
+    fn pasted_control_characters_are_read_as_what_they_stand_for() {
+        let raw = b"^[[1;36m(Worker_TP6 pid=100106)^[[0;0m ERROR 10-13 17:28:00 [v1/executor/multiproc_executor.py:694]     raise e^M";
+        let mut segs = Vec::new();
+        for_each_segment(raw, &mut |s| segs.push(s.to_string()));
+        assert_eq!(segs, ["(Worker_TP6 pid=100106) ERROR 10-13 17:28:00 [v1/executor/multiproc_executor.py:694]     raise e"]);
+        let mut segs = Vec::new();
+        for_each_segment(b"    ^^^^^^^^^^", &mut |s| segs.push(s.to_string()));
+        assert_eq!(segs, ["    ^^^^^^^^^^"]);
+    }
+
+    /// A traceback pasted where the newlines became spaces, and a tqdm bar that ran into the
+    /// next record (sglang_8336_eagle3_draft_graph_capture_startup.log).
+    #[test]
+    fn finds_record_boundaries_in_collapsed_lines() {
+        let line = "[2025-03-05 10:36:11 TP4] Scheduler hit an exception: Traceback (most recent call last): \
+                    File \"/sgl/sglang/srt/managers/scheduler.py\", line 1816, in run_scheduler_process scheduler = Scheduler(";
+        let at = next_record(line).unwrap();
+        assert!(line[at..].starts_with(" File \"/sgl/sglang/srt/managers/scheduler.py\""), "{}", &line[at..]);
+        let bar = "Capturing batches (bs=1 avail_mem=6.91 GB):  50%| | 1/2 [00:03<00:03,  3.33s/it][2025-07-28 11:04:21 TP1] Registering";
+        assert_eq!(&bar[next_record(bar).unwrap()..], "[2025-07-28 11:04:21 TP1] Registering");
+        let vllm = "INFO 09-18 12:03:11 [core.py:1] a (EngineCore_DP0 pid=9) INFO 09-18 12:03:12 [core.py:2] b";
+        assert_eq!(&vllm[next_record(vllm).unwrap()..], "(EngineCore_DP0 pid=9) INFO 09-18 12:03:12 [core.py:2] b");
+        for whole in [
+            "  File \"/x/sglang/srt/managers/scheduler.py\", line 3207, in run_scheduler_process",
+            "kill_process_tree called: parent_pid=1, include_parent=True, pid=1",
+            "[2025-03-05 10:36:11 TP4] Load weight begin. avail mem=61.23 GB",
+            "Capture cuda graph bs [1, 2, 4, 8]",
+        ] {
+            assert_eq!(next_record(whole), None, "{whole}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Replay: rebuild a launch's phase timeline and diagnosis from a log — our JSONL event log,
-//! an SGLang log (three wordings) or a vLLM log — as the same `TimedEvent`s a live launch
-//! emits (same phase names, same finding ids as `check`).
+//! an SGLang log (three wordings), a vLLM log, or the generic parts of a TRT-LLM or llama.cpp
+//! log — as the same `TimedEvent`s a live launch emits (same phase names, same finding ids as
+//! `check`).
 //!
 //! - `produce` streams a source (a file, `-`, or a file followed as it grows) into an
 //!   `EventSink` with the log's own times: the console's replay producer.
@@ -19,14 +20,16 @@ mod follow;
 mod header;
 mod jsonl;
 pub mod lines;
+mod llamacpp;
 pub mod print;
 mod remedies;
 pub mod report;
 mod rules;
 mod sglang;
-mod text;
+pub(crate) mod text;
 mod timeline;
 mod traceback;
+mod trtllm;
 mod vllm;
 
 use std::fs::File;

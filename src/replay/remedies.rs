@@ -155,16 +155,80 @@ pub fn graph_memory(ctx: &Ctx) -> Vec<Remedy> {
     ]
 }
 
-/// A plain CUDA out-of-memory: what helps depends on where it happened.
+/// A plain CUDA out-of-memory: what helps depends on where it happened. Weights: more GPUs
+/// to shard them (doubling the TP size the log shows). The KV pool or graphs: a smaller
+/// static fraction. Elsewhere, or when the log does not show the phase, nothing is certain.
 pub fn out_of_memory(ctx: &Ctx) -> Vec<Remedy> {
+    let vllm = ctx.engine == Engine::Vllm;
     match ctx.phase {
-        PhaseId::TargetGraphCapture | PhaseId::DraftGraphCapture => graph_memory(ctx),
+        _ if !ctx.phase_known || ctx.engine == Engine::Any => Vec::new(),
+        PhaseId::TargetLoad | PhaseId::DrafterLoad => match ctx.spec.tp_size {
+            Some(tp) => vec![set_flag("increase-tp-size", tp_flag(ctx), tp * 2, "Shard the weights over more GPUs")],
+            None => Vec::new(),
+        },
+        PhaseId::TargetGraphCapture | PhaseId::DraftGraphCapture if !vllm => graph_memory(ctx),
+        PhaseId::KvAlloc | PhaseId::TargetGraphCapture | PhaseId::DraftGraphCapture if vllm => {
+            vec![set_flag(
+                "lower-gpu-memory-utilization",
+                "--gpu-memory-utilization",
+                "0.80",
+                "Leave vLLM more headroom outside its budget",
+            )]
+        }
         PhaseId::KvAlloc => {
             let lower = ctx.spec.mem_fraction_static.map_or(0.8, |f| (f - 0.05).max(0.5));
             vec![set_flag("lower-mem-fraction-static", "--mem-fraction-static", fraction(lower), "Reserve a smaller KV pool")]
         }
         _ => Vec::new(),
     }
+}
+
+/// A graph capture that raised: capture fewer batch sizes (half the largest the log or the
+/// launch shows), or none. TRT-LLM and llama.cpp logs get none: their switches are not flags
+/// specdeck knows.
+pub fn graph_capture(engine: Engine, max_bs: Option<u32>) -> Vec<Remedy> {
+    match engine {
+        Engine::Sglang => {
+            let mut out: Vec<Remedy> = max_bs
+                .filter(|&b| b > 1)
+                .map(|b| b / 2)
+                .map(|bs| set_flag("lower-cuda-graph-max-bs", "--cuda-graph-max-bs", bs, "Capture fewer batch sizes"))
+                .into_iter()
+                .collect();
+            out.push(switch("disable-cuda-graph", "--disable-cuda-graph", "Serve without CUDA graphs (eager decode, slower)"));
+            out
+        }
+        // vLLM's capture-size flag changed name across versions; --enforce-eager did not.
+        Engine::Vllm => vec![switch("enforce-eager", "--enforce-eager", "Serve without CUDA graphs (eager decode, slower)")],
+        Engine::Any => Vec::new(),
+    }
+}
+
+/// `graph_capture` with the largest batch size the launch shows.
+pub fn graph_capture_flags(ctx: &Ctx) -> Vec<Remedy> {
+    graph_capture(ctx.engine, ctx.spec.cuda_graph_max_bs)
+}
+
+/// A flag without a value (argparse's `store_true`).
+fn switch(id: &str, flag: &str, why: &str) -> Remedy {
+    Remedy::new(id, flag, format!("{why}: {flag}."), vec![set(flag, "")])
+}
+
+/// NCCL says which transport failed only when asked.
+pub fn nccl_debug(_: &Ctx) -> Vec<Remedy> {
+    let name = "NCCL_DEBUG";
+    one("nccl-debug-info", name, format!("Relaunch with {name}=INFO so NCCL logs the transport that failed."), vec![env(name, "INFO")])
+}
+
+/// CUDA reports a kernel's fault at a later call unless launches are synchronous.
+pub fn launch_blocking() -> Vec<Remedy> {
+    let name = "CUDA_LAUNCH_BLOCKING";
+    one(
+        "cuda-launch-blocking",
+        name,
+        format!("Relaunch with {name}=1 so the error names the kernel at fault (slower; for diagnosis only)."),
+        vec![env(name, "1")],
+    )
 }
 
 pub fn eagle_topk_one(_: &Ctx) -> Vec<Remedy> {
@@ -313,7 +377,7 @@ mod tests {
     use crate::spec::LaunchSpec;
 
     fn ctx_for<'a>(caps: &'a regex::Captures<'a>, spec: &'a LaunchSpec, phase: PhaseId) -> Ctx<'a> {
-        Ctx { caps, spec, dialect: C, phase, engine: Engine::Sglang }
+        Ctx { caps, spec, dialect: C, phase, phase_known: true, engine: Engine::Sglang }
     }
 
     #[test]
@@ -337,6 +401,43 @@ mod tests {
         assert_eq!(r[0].changes, vec![set("--mem-fraction-static", "0.86")]);
         let caps = Regex::new("x").unwrap().captures("x").unwrap();
         assert!(raise_mem_fraction(&ctx_for(&caps, &spec, PhaseId::KvAlloc)).is_empty());
+    }
+
+    #[test]
+    fn out_of_memory_remedies_follow_the_phase() {
+        let caps = Regex::new("x").unwrap().captures("x").unwrap();
+        let spec = LaunchSpec { tp_size: Some(4), mem_fraction_static: Some(0.88), ..LaunchSpec::default() };
+        let ids = |phase, known, engine| {
+            let ctx = Ctx { caps: &caps, spec: &spec, dialect: C, phase, phase_known: known, engine };
+            out_of_memory(&ctx)
+                .iter()
+                .map(|r| (r.id.clone(), r.changes.iter().map(SpecChange::describe).collect::<Vec<_>>()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(PhaseId::TargetLoad, true, Engine::Sglang), [("increase-tp-size".to_string(), vec!["--tp-size 8".to_string()])]);
+        assert_eq!(
+            ids(PhaseId::DrafterLoad, true, Engine::Vllm),
+            [("increase-tp-size".to_string(), vec!["--tensor-parallel-size 8".to_string()])]
+        );
+        assert_eq!(
+            ids(PhaseId::KvAlloc, true, Engine::Sglang),
+            [("lower-mem-fraction-static".to_string(), vec!["--mem-fraction-static 0.83".to_string()])]
+        );
+        assert_eq!(ids(PhaseId::KvAlloc, true, Engine::Vllm)[0].0, "lower-gpu-memory-utilization");
+        assert_eq!(ids(PhaseId::TargetGraphCapture, true, Engine::Sglang)[0].0, "lower-mem-fraction-static");
+        assert!(ids(PhaseId::KvAlloc, false, Engine::Sglang).is_empty());
+        assert!(ids(PhaseId::Serving, true, Engine::Sglang).is_empty());
+        assert!(ids(PhaseId::KvAlloc, true, Engine::Any).is_empty());
+    }
+
+    #[test]
+    fn graph_capture_remedies_use_each_engines_flags() {
+        let describe =
+            |r: Vec<Remedy>| r.iter().map(|r| r.changes.iter().map(SpecChange::describe).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>();
+        assert_eq!(describe(graph_capture(Engine::Sglang, Some(160))), ["--cuda-graph-max-bs 80", "--disable-cuda-graph "]);
+        assert_eq!(describe(graph_capture(Engine::Sglang, Some(1))), ["--disable-cuda-graph "]);
+        assert_eq!(describe(graph_capture(Engine::Vllm, Some(512))), ["--enforce-eager "]);
+        assert!(graph_capture(Engine::Any, Some(8)).is_empty());
     }
 
     #[test]

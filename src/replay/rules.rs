@@ -1,11 +1,10 @@
 //! The shape of the engine rule tables (sglang.rs, vllm.rs, diagnose.rs) and the one
-//! Aho-Corasick prefilter that finds which rules can match a line.
+//! Aho-Corasick prefilter that finds which rules can match a line. The tables are put
+//! together where they are read (text.rs).
 //!
 //! Every rule has a literal anchor that must occur in the message. One automaton over all
 //! anchors scans each line once; only the few rules whose anchor occurred run their regex.
 //! Most lines of a long log match no anchor at all, so they cost one scan.
-
-use std::sync::OnceLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use regex::{Captures, Regex};
@@ -49,8 +48,11 @@ pub enum FramePhase {
     Graph,
     /// Config parsing: drafter-init under a draft frame, else preflight.
     Config,
-    /// Serving requests: warmup before ready, ready after.
+    /// Serving requests: warmup while the log is warming up, else serving.
     Runtime,
+    /// A frame shared by several phases (a dummy forward runs in KV profiling, in graph
+    /// capture and in warm-up): its phase counts only when no other frame of the stack maps.
+    Weak(PhaseId),
 }
 
 /// What a matched line means.
@@ -75,10 +77,13 @@ pub enum Action {
     DecodeStats,
     /// A line that only tells the wording (for the version guess); no state changes.
     Mark,
-    /// Request traffic (prefill batches, access log): warm-up before ready, and too routine
-    /// for a Log event.
+    /// Request traffic (prefill batches, access log): warm-up before ready unless it shows
+    /// real requests (then serving), and too routine for a Log event.
     Traffic,
     ServerReady,
+    /// A line only a serving server prints (a request executing, a metrics report): the
+    /// server was ready.
+    ServingLine,
     /// The server died; the cause is diagnosed elsewhere (a traceback, another rank), or,
     /// if nothing else explains it by the end, by `unrecognized-failure` with this note.
     Crash(&'static str),
@@ -89,7 +94,15 @@ pub enum Action {
     Hint(&'static Failure),
     /// A CUDA device-side assert or illegal access: the cause depends on what the log said
     /// before (see diagnose.rs).
-    DeviceFault,
+    DeviceFault(Fault),
+}
+
+/// The kinds of CUDA device fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    IllegalAccess,
+    /// A device-side assert or index check: an input out of range.
+    Assert,
 }
 
 /// What the remedy builders may look at.
@@ -101,6 +114,8 @@ pub struct Ctx<'a> {
     pub dialect: Dialects,
     /// The phase the failure was placed in.
     pub phase: PhaseId,
+    /// The phase came from the log (a frame, a marker, the rule); false when nothing said.
+    pub phase_known: bool,
     /// The engine the log is from (flag names differ).
     pub engine: Engine,
 }
@@ -155,15 +170,8 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    pub fn get() -> &'static RuleSet {
-        static SET: OnceLock<RuleSet> = OnceLock::new();
-        SET.get_or_init(|| {
-            let tables: [&'static [Rule]; 3] = [super::sglang::RULES, super::vllm::RULES, super::diagnose::RULES];
-            RuleSet::build(tables.iter().flat_map(|t| t.iter()).collect())
-        })
-    }
-
-    fn build(rules: Vec<&'static Rule>) -> RuleSet {
+    /// Compiles `rules` (table order is match order).
+    pub fn build(rules: Vec<&'static Rule>) -> RuleSet {
         let regexes = rules.iter().map(|r| Regex::new(r.pattern).unwrap_or_else(|e| panic!("rule {:?}: {e}", r.pattern))).collect();
         let mut anchors: Vec<&'static str> = Vec::new();
         let mut by_anchor: Vec<Vec<usize>> = Vec::new();
@@ -243,7 +251,7 @@ mod tests {
 
     #[test]
     fn every_rule_compiles_with_a_selective_anchor() {
-        let set = RuleSet::get();
+        let set = crate::replay::text::rule_set();
         assert!(set.rules.len() > 150, "{} rules", set.rules.len());
         for r in &set.rules {
             // Short anchors would send most lines to the regexes and defeat the prefilter.
@@ -258,7 +266,7 @@ mod tests {
     fn every_rule_matches_some_log_line() {
         use crate::replay::header::Header;
         use crate::replay::lines::{for_each_segment, strip_prefixes};
-        let set = RuleSet::get();
+        let set = crate::replay::text::rule_set();
         let mut hit = vec![false; set.rules.len()];
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
         let mut files = Vec::new();
@@ -293,7 +301,7 @@ mod tests {
 
     #[test]
     fn prefilter_picks_the_first_rule_in_table_order() {
-        let set = RuleSet::get();
+        let set = crate::replay::text::rule_set();
         let m = set
             .first_match("Load weight end. elapsed=152.31 s, type=KimiK25ForConditionalGeneration, dtype=torch.bfloat16, avail mem=52.58 GB, mem usage=41.59 GB.", |_| true)
             .unwrap();

@@ -1,12 +1,10 @@
-//! SGLang logs: the header, the rule table (phase markers and failure messages of the three
+//! SGLang logs: the rule table (phase markers and failure messages of the three
 //! wordings: classic ≤0.5.2, mid 0.5.9, new 0.5.23), and the traceback frames that place a
 //! failure in a phase. Texts are those of research/failure_catalogue.md §1.
 
 use crate::finding::Severity::{Error, Info, Warning};
 use crate::phase::PhaseId::*;
 
-use super::clock::{parse_datetime, ClockSource};
-use super::header::Header;
 use super::remedies as fix;
 use super::rules::Action::*;
 use super::rules::Edge::{Begin, End};
@@ -16,16 +14,6 @@ const S: Engine = Engine::Sglang;
 
 /// The draft-context finding, as `check` names it.
 pub const CONTEXT_DRAFT_ID: &str = crate::engine::context::ID;
-
-/// `[2025-04-16 14:22:53 TP3] message` (milliseconds with `SGLANG_LOG_MS`).
-pub fn header(line: &str) -> Option<Header<'_>> {
-    let body = line.strip_prefix('[')?;
-    let (raw, n) = parse_datetime(body.as_bytes())?;
-    let close = n + body[n..].find(']')?;
-    let tags = body[n..close].trim();
-    let message = body[close + 1..].strip_prefix(' ').unwrap_or(&body[close + 1..]);
-    Some(Header { engine: Some(S), time: Some((ClockSource::Engine, raw)), rank: (!tags.is_empty()).then_some(tags), level: None, message })
-}
 
 static CTX_DRAFT_ERROR: Failure = failure(
     CONTEXT_DRAFT_ID,
@@ -300,12 +288,21 @@ static MAX_TOTAL_TOKENS: Failure = failure(
     fix::none,
 );
 static GRAPH_OOM: Failure = failure(
-    "memory-budget",
+    "out-of-memory",
     Error,
     None,
     "CUDA graph capture ran out of memory: graphs live outside the static pool, and draft graphs grow with batch × \
      topk × steps ($err).",
     fix::graph_memory,
+);
+static GRAPH_CAPTURE: Failure = failure(
+    super::diagnose::GRAPH_CAPTURE_FAILED,
+    Error,
+    None,
+    "CUDA graph capture raised ($err). Capturing fewer batch sizes or none (eager decode, slower) starts the server \
+     while the cause is looked into; SGLang itself also suggests a smaller --mem-fraction-static and no \
+     --enable-torch-compile.",
+    fix::graph_capture_flags,
 );
 static SCHEDULER_KILLED: Failure = failure(
     "scheduler-killed",
@@ -357,7 +354,7 @@ static QUANT_MODELOPT: Failure = failure(
 static REQUEST_TOO_LONG: Failure = failure(
     "request-too-long",
     Warning,
-    Some(Ready),
+    Some(Serving),
     "A request of $n tokens exceeds the served context length ($ctx); --allow-auto-truncate truncates instead of \
      rejecting.",
     fix::none,
@@ -444,9 +441,11 @@ pub static RULES: &[Rule] = &[
     rule(S, "Application startup complete.", "", Phase(Warmup, Begin), 0),
     rule(S, "Uvicorn running on ", "", Phase(Warmup, Begin), 0),
     rule(S, "Prefill batch. ", "", Traffic, 0),
+    rule(S, "Prefill batch, ", "", Traffic, 0),
     rule(S, " HTTP/1.1\" ", "", Traffic, 0),
     rule(S, "The server is fired up and ready to roll!", "", ServerReady, C | M | N),
     rule(S, "Decode batch. ", "", DecodeStats, 0),
+    rule(S, "Decode batch, ", "", DecodeStats, 0),
     // Crashes whose cause is told elsewhere.
     rule(S, "Scheduler hit an exception: ", "", Crash("a scheduler raised an exception"), C | M | N),
     rule(S, "Received sigquit from a child process. It usually means the child failed.", "", Crash("a child process failed"), C | N),
@@ -578,13 +577,7 @@ pub static RULES: &[Rule] = &[
     ),
     rule(S, " is larger than the profiled value ", r"max_total_tokens=(?P<want>\d+) is larger than the profiled value (?P<got>\d+)", Fail(&MAX_TOTAL_TOKENS), 0),
     rule(S, "Capture cuda graph failed: ", r"Capture cuda graph failed: (?P<err>.*(?:out of memory|OutOfMemory).*)", Fail(&GRAPH_OOM), 0),
-    rule(
-        S,
-        "Capture cuda graph failed: ",
-        "",
-        Crash("CUDA graph capture failed; SGLang suggests a smaller --mem-fraction-static, a smaller --cuda-graph-max-bs (-decode in 0.5.23), or no --enable-torch-compile"),
-        0,
-    ),
+    rule(S, "Capture cuda graph failed: ", r"Capture cuda graph failed: (?P<err>.*)", Fail(&GRAPH_CAPTURE), 0),
     // dtype, quantization, runtime (§1.4-L, M, N, F).
     rule(S, "Compute capability below sm80. Use float16 due to lack of bfloat16 support.", "", Fail(&FP16_FORCED), C | M),
     rule(S, "SGLang only supports sm75 and above.", "", Fail(&GPU_TOO_OLD), C | M),
@@ -635,6 +628,7 @@ pub static RULES: &[Rule] = &[
 ];
 
 /// Traceback frames that place a failure, by file and function (deepest mapped frame wins).
+/// A trailing `*` matches function names by their start.
 pub static FRAMES: &[(&str, &str, FramePhase)] = &[
     ("/sglang/srt/speculative/", "init_cuda_graphs", FramePhase::Graph),
     ("/sglang/srt/speculative/", "_capture_cuda_graphs", FramePhase::Graph),
@@ -647,6 +641,7 @@ pub static FRAMES: &[(&str, &str, FramePhase)] = &[
     ("/sglang/srt/speculative/draft_utils.py", "", FramePhase::Fixed(DrafterInit)),
     // The rest of the speculative package runs per batch: draft, verify, sample.
     ("/sglang/srt/speculative/", "", FramePhase::Runtime),
+    ("/sglang/srt/managers/scheduler.py", "maybe_init_draft_worker", FramePhase::Fixed(DrafterInit)),
     ("/sglang/srt/models/llama_eagle3.py", "__init__", FramePhase::Fixed(DrafterLoad)),
     ("/sglang/srt/models/llama_eagle3.py", "load_weights", FramePhase::Fixed(DrafterLoad)),
     ("/sglang/srt/model_loader/", "", FramePhase::Load),
@@ -666,22 +661,8 @@ pub static FRAMES: &[(&str, &str, FramePhase)] = &[
     ("/sglang/srt/server_args.py", "", FramePhase::Fixed(Preflight)),
     ("/sglang/srt/arg_groups/", "", FramePhase::Fixed(Preflight)),
     ("/sglang/srt/entrypoints/http_server.py", "_execute_server_warmup", FramePhase::Fixed(Warmup)),
-    ("/sglang/srt/managers/scheduler.py", "event_loop", FramePhase::Runtime),
+    ("/sglang/srt/managers/scheduler.py", "event_loop*", FramePhase::Runtime),
+    ("/sglang/srt/managers/scheduler.py", "run_batch", FramePhase::Runtime),
+    ("/sglang/srt/managers/scheduler.py", "get_next_batch_to_run", FramePhase::Runtime),
     ("/sglang/srt/layers/", "forward", FramePhase::Runtime),
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_reads_time_ranks_and_message() {
-        let h = header("[2025-09-05 20:48:29 TP0 EP0] Capture cuda graph end. Time elapsed: 12.11 s.").unwrap();
-        assert_eq!(h.rank, Some("TP0 EP0"));
-        assert_eq!(h.tp_rank(), Some(0));
-        assert_eq!(h.message, "Capture cuda graph end. Time elapsed: 12.11 s.");
-        let h = header("[2025-09-05 20:48:29.120] The server is fired up and ready to roll!").unwrap();
-        assert_eq!(h.rank, None);
-        assert!(header("[pod/x] y").is_none());
-    }
-}

@@ -1,8 +1,9 @@
-//! Replay of an engine's text log (SGLang or vLLM): each line is cleaned, its header read,
-//! matched against the rule tables, and turned into the events a live launch would emit.
+//! Replay of an engine's text log (SGLang, vLLM, TRT-LLM, llama.cpp): each line is cleaned,
+//! split where a paste ran records together, its header read, matched against the rule
+//! tables, and turned into the events a live launch would emit.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use memchr::memmem::Finder;
@@ -18,11 +19,11 @@ use super::clock::{Clock, ClockSource};
 use super::detect::{line_format, Confidence, Format, VersionVotes};
 use super::diagnose::{self, log_evidence};
 use super::header::Header;
-use super::lines::{for_each_segment, strip_prefixes};
-use super::rules::{Action, Ctx, Edge, Engine, Failure, FramePhase, Rule, RuleSet};
+use super::lines::{for_each_segment, next_record, strip_prefixes, Unprefixed};
+use super::rules::{Action, Ctx, Edge, Engine, Failure, Fault, FramePhase, Rule, RuleSet};
 use super::timeline::{Out, Timeline};
 use super::traceback::{classify, Continuation, TbLine, Traceback};
-use super::{sglang, vllm};
+use super::{llamacpp, sglang, trtllm, vllm};
 
 /// Idle time after which a traceback is taken as complete (follow mode).
 const TRACEBACK_SETTLE: Duration = Duration::from_millis(30);
@@ -34,7 +35,17 @@ const STATS_EVERY_S: f64 = 1.0;
 /// Decode batches averaged before a low accept length is reported.
 const LOW_ACCEPT_BATCHES: u64 = 16;
 
-const FRAME_TABLES: [&[(&str, &str, FramePhase)]; 2] = [sglang::FRAMES, vllm::FRAMES];
+const FRAME_TABLES: [&[(&str, &str, FramePhase)]; 3] = [sglang::FRAMES, vllm::FRAMES, trtllm::FRAMES];
+
+/// Every engine's rules, compiled once per process, in match order: the engines' own, then
+/// the text every engine prints.
+pub fn rule_set() -> &'static RuleSet {
+    static SET: OnceLock<RuleSet> = OnceLock::new();
+    SET.get_or_init(|| {
+        let tables: [&'static [Rule]; 4] = [sglang::RULES, vllm::RULES, llamacpp::RULES, diagnose::RULES];
+        RuleSet::build(tables.iter().flat_map(|t| t.iter()).collect())
+    })
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BarKind {
@@ -84,6 +95,10 @@ struct Run {
     has_error: bool,
     reported: HashSet<(String, PhaseId, Severity)>,
     stats: AcceptStats,
+    /// Prefill batches before ready: the warm-up sends one.
+    prefills: u32,
+    /// The batch sizes of a graph capture, as the log lists them, and the capture's phase.
+    capture_bs: Option<(PhaseId, String)>,
     /// The message of a draft-context warning, kept to explain a later device fault.
     context_warning: Option<(u64, String, String)>,
     algorithm_checked: bool,
@@ -102,13 +117,18 @@ pub struct TextReplayer {
     last_line: u64,
 }
 
+/// Exceptions that end a process on purpose, not a failure of the launch.
+fn is_benign_exception(message: &str) -> bool {
+    ["KeyboardInterrupt", "SystemExit"].iter().any(|name| message.starts_with(name))
+}
+
 fn is_draft_class(cls: &str) -> bool {
     ["Eagle", "NextN", "MTP", "Speculator"].iter().any(|k| cls.contains(k))
 }
 
-/// The number after `label` in `text` (`accept len: 2.31,`).
+/// The number after `label` in `text` (`accept len: 2.31,`; llama.cpp pads with spaces).
 fn number_after(text: &str, label: &Finder) -> Option<f64> {
-    let rest = &text[label.find(text.as_bytes())? + label.needle().len()..];
+    let rest = text[label.find(text.as_bytes())? + label.needle().len()..].trim_start_matches(' ');
     let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
@@ -150,9 +170,23 @@ impl TextReplayer {
         for_each_segment(raw, &mut |segment| self.segment(line_no, segment, emit));
     }
 
+    /// One displayed state of a line, split into its records where a paste ran several
+    /// together (newlines collapsed): each record is read as a line of its own.
     fn segment(&mut self, line_no: u64, text: &str, emit: &mut dyn FnMut(u64, TimedEvent)) {
-        let unprefixed = strip_prefixes(text);
-        let header = Header::parse(unprefixed.rest, unprefixed.process);
+        let mut text = text;
+        loop {
+            let unprefixed = strip_prefixes(text);
+            let header = Header::parse(unprefixed.rest, unprefixed.process);
+            let Some(at) = next_record(header.message) else { return self.record(line_no, text, &unprefixed, &header, emit) };
+            let cut = header.message.as_ptr() as usize - text.as_ptr() as usize + at;
+            let head = text[..cut].trim_end();
+            let unprefixed = strip_prefixes(head);
+            self.record(line_no, head, &unprefixed, &Header::parse(unprefixed.rest, unprefixed.process), emit);
+            text = &text[cut..];
+        }
+    }
+
+    fn record(&mut self, line_no: u64, text: &str, unprefixed: &Unprefixed, header: &Header, emit: &mut dyn FnMut(u64, TimedEvent)) {
         if let Some(t) = unprefixed.shipper_time {
             self.clock.observe(ClockSource::Shipper, t);
         }
@@ -160,7 +194,7 @@ impl TextReplayer {
             self.clock.observe(source, raw);
         }
         if self.confidence < Confidence::Firm {
-            if let Some((format, confidence)) = line_format(&header, unprefixed.process, unprefixed.rest) {
+            if let Some((format, confidence)) = line_format(header, unprefixed.process, unprefixed.rest) {
                 if confidence > self.confidence {
                     self.format = format;
                     self.confidence = confidence;
@@ -168,29 +202,32 @@ impl TextReplayer {
             }
         }
         let mut out = Out { emit, line: line_no, t: self.clock.now() };
-        let tb = self.follow_traceback(line_no, text, &header, &mut out);
+        let tb = self.follow_traceback(line_no, text, header, &mut out);
         let engine = self.format.engine();
         let accept = |r: &Rule| r.engine == Engine::Any || r.engine == engine;
-        match RuleSet::get().first_match(header.message, accept) {
+        match rule_set().first_match(header.message, accept) {
             Some(matched) => {
                 let action = matched.rule.action;
                 self.votes.add(matched.rule.dialects);
                 if !matches!(action, Action::Traffic | Action::DecodeStats | Action::ShardBar | Action::CaptureBar) {
-                    self.log(text, &header, tb.is_some(), &mut out);
+                    self.log(text, header, tb.is_some(), &mut out);
                 }
                 match action {
                     // Routine lines: no captures needed.
-                    Action::Phase(..) | Action::Mark | Action::Traffic | Action::DecodeStats | Action::ServerReady => {
-                        self.act_plain(action, header.message, &mut out)
-                    }
+                    Action::Phase(..)
+                    | Action::Mark
+                    | Action::Traffic
+                    | Action::DecodeStats
+                    | Action::ServerReady
+                    | Action::ServingLine => self.act_plain(action, header.message, &mut out),
                     _ => {
                         if let Some(caps) = matched.captures() {
-                            self.act(action, &caps, text, &header, tb, &mut out);
+                            self.act(action, &caps, text, header, tb, &mut out);
                         }
                     }
                 }
             }
-            None => self.log(text, &header, tb.is_some(), &mut out),
+            None => self.log(text, header, tb.is_some(), &mut out),
         }
     }
 
@@ -250,7 +287,21 @@ impl TextReplayer {
                     };
                     self.end_tracebacks(ended, out);
                 }
-                None
+                match kind {
+                    // A traceback pasted from its middle: its first frame opens it.
+                    TbLine::Frame { .. } => {
+                        let mut tb = Traceback::new(key, line_no, text);
+                        tb.push(line_no, text, &kind);
+                        self.run.tracebacks.push(tb);
+                        Some(self.run.tracebacks.len() - 1)
+                    }
+                    // An error line without its traceback still ends the server.
+                    TbLine::Exception if !is_benign_exception(header.message) => {
+                        self.crash("an exception was raised (its traceback is not in the log)", text, None, out);
+                        None
+                    }
+                    _ => None,
+                }
             }
         }
     }
@@ -266,48 +317,68 @@ impl TextReplayer {
         }
     }
 
-    /// A traceback is over: if none of its lines explained it, its hint or
-    /// `unrecognized-failure` does.
+    /// A traceback is over: if none of its lines explained it, its hint does; else a stack
+    /// inside graph capture is `cuda-graph-capture-failed`, and anything else
+    /// `unrecognized-failure`.
     fn conclude(&mut self, tb: Traceback, out: &mut Out) {
         if tb.diagnosed {
             return;
         }
         if let Some((failure, line, text, message)) = &tb.hint {
-            let set = RuleSet::get();
+            let set = rule_set();
             let hinted = set.first_match(message, |r| matches!(r.action, Action::Hint(f) if std::ptr::eq(f, *failure)));
             let Some(caps) = hinted.and_then(|m| m.captures()) else { return };
-            let phase = self.place(failure.phase, Some(&tb));
+            let place = self.place(failure.phase, Some(&tb));
             let mut evidence = Vec::new();
             if let Some((l, t)) = &tb.exception {
                 evidence.push(log_evidence(&self.file, *l, t));
             }
             evidence.push(log_evidence(&self.file, *line, text));
-            let finding = diagnose::from_failure(failure, &self.ctx(&caps, phase), evidence);
+            let finding = diagnose::from_failure(failure, &self.ctx(&caps, place), evidence);
             self.report(finding, None, true, out);
         } else if !self.run.has_error {
-            let phase = self.place(None, Some(&tb));
-            let finding = diagnose::unrecognized(&self.file, phase, Some(&tb), None);
+            let place = self.place(None, Some(&tb));
+            let framed = tb.phase(&FRAME_TABLES, self.warming());
+            let finding = if matches!(framed, Some(TargetGraphCapture | DraftGraphCapture)) {
+                let shown = self.run.capture_bs.as_ref().filter(|(p, _)| Some(*p) == framed).map(|(_, bs)| bs.as_str());
+                diagnose::graph_capture_failed(&self.file, place.0, &tb, shown, &self.run.spec, self.format)
+            } else {
+                diagnose::unrecognized(&self.file, place, Some(&tb), None)
+            };
             self.report(finding, None, true, out);
         }
     }
 
-    /// The phase of a failure: the rule's own, else the traceback's deepest mapped frame,
-    /// else the phase the log was in.
-    fn place(&self, fixed: Option<PhaseId>, tb: Option<&Traceback>) -> PhaseId {
-        fixed
-            .or_else(|| tb.and_then(|t| t.phase(&FRAME_TABLES, self.run.ready)))
-            .or(self.run.timeline.open())
-            .or(if self.run.ready { Some(Ready) } else { self.run.timeline.last() })
-            .unwrap_or(Preflight)
+    /// True while the log is past start-up but not ready: a request now is the warm-up's.
+    fn warming(&self) -> bool {
+        !self.run.ready && self.run.timeline.last().is_some()
     }
 
-    fn ctx<'a>(&'a self, caps: &'a Captures<'a>, phase: PhaseId) -> Ctx<'a> {
+    /// The phase of a failure, and whether the log said it: the rule's own, else the
+    /// traceback's deepest mapped frame, else the phase the log was in (serving once ready).
+    /// A log that says nothing gets `serving`, marked unknown: pasted excerpts without any
+    /// start-up line are mostly of running servers, and `preflight` would claim a config error.
+    fn place(&self, fixed: Option<PhaseId>, tb: Option<&Traceback>) -> (PhaseId, bool) {
+        let tl = &self.run.timeline;
+        let known = fixed.or_else(|| tb.and_then(|t| t.phase(&FRAME_TABLES, self.warming()))).or(if self.run.ready {
+            Some(Serving)
+        } else {
+            tl.open().or(tl.last())
+        });
+        match known {
+            Some(p) => (p, true),
+            None => (Serving, false),
+        }
+    }
+
+    fn ctx<'a>(&'a self, caps: &'a Captures<'a>, (phase, phase_known): (PhaseId, bool)) -> Ctx<'a> {
         let engine = self.format.engine();
-        Ctx { caps, spec: &self.run.spec, dialect: self.votes.best(engine), phase, engine }
+        Ctx { caps, spec: &self.run.spec, dialect: self.votes.best(engine), phase, phase_known, engine }
     }
 
     /// Sends a finding once per (id, phase, severity): every TP rank prints the same error.
-    /// `stops` says the server stopped there (a failure line, not a mismatch seen in passing).
+    /// `stops` says the server stopped there (a failure line or traceback, not a mismatch
+    /// seen in passing).
     fn report(&mut self, finding: Finding, tb: Option<usize>, stops: bool, out: &mut Out) {
         let error = finding.is_error();
         if let (true, Some(i)) = (error, tb) {
@@ -317,7 +388,7 @@ impl TextReplayer {
             return;
         }
         let phase = finding.phase;
-        let stops = error && stops && !self.run.ready;
+        let stops = error && stops;
         if stops {
             self.run.timeline.enter_failure(phase, out);
         }
@@ -335,11 +406,43 @@ impl TextReplayer {
         match action {
             Action::Phase(p, Edge::Begin) => self.run.timeline.begin(p, out),
             Action::Phase(p, Edge::End) => self.run.timeline.end(p, out),
-            Action::DecodeStats => self.decode_stats(message, out),
-            Action::Traffic if !self.run.ready => self.run.timeline.begin(Warmup, out),
+            Action::DecodeStats => {
+                self.serving(out);
+                self.decode_stats(message, out);
+            }
+            Action::Traffic => self.traffic(message, out),
             Action::ServerReady => self.ready(out),
+            Action::ServingLine => self.serving(out),
             _ => {}
         }
+    }
+
+    /// Request traffic: the warm-up's single request, or requests served. A batch that
+    /// shows other requests running or queued, a second prefill, or an OpenAI-API request
+    /// is serving; the warm-up sends one request to `/generate` (SGLang) before ready.
+    fn traffic(&mut self, message: &str, out: &mut Out) {
+        static LABELS: LazyLock<[Finder<'static>; 2]> = LazyLock::new(|| ["#running-req: ", "#queue-req: "].map(Finder::new));
+        if self.run.ready {
+            return self.serving(out);
+        }
+        let others = LABELS.iter().any(|label| number_after(message, label).is_some_and(|n| n > 0.0));
+        let prefill = message.starts_with("Prefill batch");
+        if prefill {
+            self.run.prefills += 1;
+        }
+        if others || self.run.prefills > 1 || message.contains(" /v1/") {
+            self.serving(out);
+        } else {
+            self.run.timeline.begin(Warmup, out);
+        }
+    }
+
+    /// A line only a serving server prints: it was ready, whether or not the log showed it.
+    fn serving(&mut self, out: &mut Out) {
+        if !self.run.ready {
+            self.ready(out);
+        }
+        self.run.timeline.begin(Serving, out);
     }
 
     fn act(&mut self, action: Action, caps: &Captures, text: &str, header: &Header, tb: Option<usize>, out: &mut Out) {
@@ -363,8 +466,12 @@ impl TextReplayer {
                     self.run.tracebacks[i].hint = Some((failure, out.line, text.to_string(), header.message.to_string()));
                 }
             }
-            Action::DeviceFault => self.device_fault(caps, text, tb, out),
-            Action::CaptureBatchList | Action::Phase(..) | Action::Mark | Action::Traffic | Action::DecodeStats | Action::ServerReady => {
+            Action::DeviceFault(fault) => self.device_fault(fault, caps, text, tb, out),
+            Action::CaptureBatchList => {
+                self.run.capture_bs = caps.name("list").map(|l| (TargetGraphCapture, l.as_str().to_string()));
+                self.act_plain(action, header.message, out)
+            }
+            Action::Phase(..) | Action::Mark | Action::Traffic | Action::DecodeStats | Action::ServerReady | Action::ServingLine => {
                 self.act_plain(action, header.message, out)
             }
         }
@@ -399,7 +506,7 @@ impl TextReplayer {
         };
         self.run.algorithm_checked = true;
         let evidence = vec![log_evidence(&self.file, out.line, text)];
-        let finding = diagnose::from_failure(failure, &self.ctx(caps, Preflight), evidence);
+        let finding = diagnose::from_failure(failure, &self.ctx(caps, (Preflight, true)), evidence);
         self.report(finding, None, false, out);
     }
 
@@ -431,6 +538,9 @@ impl TextReplayer {
             bar.phase.unwrap_or(first)
         };
         let owns_phase = if bar.is_new(done, total) { !tl.started(phase) } else { bar.owns_phase };
+        if let (BarKind::Capture, Some(bs)) = (kind, caps.name("bs")) {
+            self.run.capture_bs = Some((phase, bs.as_str().to_string()));
+        }
         *bar = Bar { phase: Some(phase), done, total, owns_phase };
         self.run.timeline.begin(phase, out);
         let (unit, label) = match (caps.name("bs"), caps.name("desc")) {
@@ -458,15 +568,23 @@ impl TextReplayer {
 
     fn decode_stats(&mut self, message: &str, out: &mut Out) {
         // SGLang's `Decode batch.` line, then vLLM's metrics lines.
-        static LABELS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
-            ["gen throughput (token/s): ", "Avg generation throughput: ", "accept len: ", "Mean acceptance length: "].map(Finder::new)
+        static LABELS: LazyLock<[Finder<'static>; 5]> = LazyLock::new(|| {
+            [
+                "gen throughput (token/s): ",
+                "Avg generation throughput: ",
+                "accept len: ",
+                "Mean acceptance length: ",
+                "mean acceptance length = ",
+            ]
+            .map(Finder::new)
         });
-        let [sglang_tps, vllm_tps, sglang_accept, vllm_accept] = &*LABELS;
+        let [sglang_tps, vllm_tps, sglang_accept, vllm_accept, llamacpp_accept] = &*LABELS;
         let stats = &mut self.run.stats;
         if let Some(tps) = number_after(message, sglang_tps).or_else(|| number_after(message, vllm_tps)) {
             stats.tokens_per_s = tps;
         }
-        let Some(accept) = number_after(message, sglang_accept).or_else(|| number_after(message, vllm_accept)) else {
+        let accept = [sglang_accept, vllm_accept, llamacpp_accept].into_iter().find_map(|label| number_after(message, label));
+        let Some(accept) = accept else {
             return;
         };
         stats.sum += accept;
@@ -507,7 +625,7 @@ impl TextReplayer {
         let mut f = Finding::new(
             "low-acceptance",
             Severity::Warning,
-            Ready,
+            Serving,
             format!(
                 "The accept length has stayed at {mean:.2} over {} decode batches: the drafter's tokens are almost never \
                  accepted. Known silent causes: an EAGLE-3 draft under --speculative-algorithm EAGLE; draft_vocab_size \
@@ -534,7 +652,7 @@ impl TextReplayer {
         if self.run.crash.is_none() {
             self.run.crash = Some((out.line, text.to_string(), note));
             if self.run.ready {
-                self.run.timeline.fail(Ready, Some(format!("the server died after ready: {note}")), out);
+                self.run.timeline.fail(Serving, Some(format!("the server died while serving: {note}")), out);
             }
         }
     }
@@ -550,24 +668,34 @@ impl TextReplayer {
         if finding.id == sglang::CONTEXT_DRAFT_ID && finding.severity == Severity::Warning {
             self.run.context_warning = Some((out.line, text.to_string(), header.message.to_string()));
         }
-        self.report(finding, tb, true, out);
+        // A running server logs some errors and goes on; inside a traceback it stopped.
+        let stops = !self.run.ready || tb.is_some();
+        // A warning of a fixed phase shows the start-up has reached it.
+        if !finding.is_error() && failure.phase.is_some() && !self.run.ready {
+            self.run.timeline.begin(finding.phase, out);
+        }
+        self.report(finding, tb, stops, out);
     }
 
-    fn device_fault(&mut self, caps: &Captures, text: &str, tb: Option<usize>, out: &mut Out) {
-        let phase = self.place(None, tb.map(|i| &self.run.tracebacks[i]));
-        let finding = if let Some((line, warning, message)) = &self.run.context_warning {
-            let set = RuleSet::get();
-            match diagnose::recapture(set, message, sglang::CONTEXT_DRAFT_ID) {
-                Some(warning_caps) => {
-                    let evidence = vec![log_evidence(&self.file, out.line, text), log_evidence(&self.file, *line, warning)];
-                    diagnose::from_failure(&diagnose::CONTEXT_FAULT, &self.ctx(&warning_caps, phase), evidence)
-                }
-                None => diagnose::unexplained_device_fault(&self.file, phase, out.line, text),
+    /// A CUDA device fault: explained by an earlier line when the log has one (the draft
+    /// context warning, a token map under TP), else named for what it is.
+    fn device_fault(&mut self, fault: Fault, caps: &Captures, text: &str, tb: Option<usize>, out: &mut Out) {
+        let place = self.place(None, tb.map(|i| &self.run.tracebacks[i]));
+        let explained = self.run.context_warning.as_ref().and_then(|(line, warning, message)| {
+            let warning_caps = diagnose::recapture(rule_set(), message, sglang::CONTEXT_DRAFT_ID)?;
+            let evidence = vec![log_evidence(&self.file, out.line, text), log_evidence(&self.file, *line, warning)];
+            Some(diagnose::from_failure(&diagnose::CONTEXT_FAULT, &self.ctx(&warning_caps, place), evidence))
+        });
+        let finding = match (explained, diagnose::token_map_fault(&self.run.spec)) {
+            (Some(f), _) => f,
+            (None, Some(failure)) => {
+                diagnose::from_failure(failure, &self.ctx(caps, place), vec![log_evidence(&self.file, out.line, text)])
             }
-        } else if let Some(failure) = diagnose::token_map_fault(&self.run.spec) {
-            diagnose::from_failure(failure, &self.ctx(caps, phase), vec![log_evidence(&self.file, out.line, text)])
-        } else {
-            diagnose::unexplained_device_fault(&self.file, phase, out.line, text)
+            (None, None) if fault == Fault::IllegalAccess => {
+                let speculative = self.run.spec.speculative_algorithm.is_some() || self.run.timeline.started(DrafterLoad);
+                diagnose::illegal_memory_access(&self.file, place, out.line, text, speculative, self.format)
+            }
+            (None, None) => diagnose::unexplained_device_fault(&self.file, place.0, out.line, text),
         };
         self.report(finding, tb, true, out);
     }

@@ -34,7 +34,7 @@ enum Slot {
 
 #[derive(Debug, Default)]
 pub struct Timeline {
-    slots: [Slot; 10],
+    slots: [Slot; PhaseId::ALL.len()],
     open: Option<PhaseId>,
     last: Option<PhaseId>,
     /// Stream time of the first phase start (for `Ready.elapsed_s`).

@@ -1,36 +1,16 @@
-//! vLLM logs: the header, the rule table (phase markers and the EAGLE/EAGLE-3 failure
+//! vLLM logs: the rule table (phase markers and the EAGLE/EAGLE-3 failure
 //! messages of 0.10.x and 0.33, research/failure_catalogue.md §2), and the traceback frames
 //! that place a failure in a phase.
 
 use crate::finding::Severity::{Error, Warning};
 use crate::phase::PhaseId::*;
 
-use super::clock::{parse_month_day_time, ClockSource};
-use super::header::{level_from_name, Header};
 use super::remedies as fix;
 use super::rules::Action::*;
 use super::rules::Edge::{Begin, End};
 use super::rules::{failure, rule, Engine, Failure, FramePhase, Rule, V010, V033};
 
 const V: Engine = Engine::Vllm;
-
-/// `INFO 09-18 12:03:11 [default_loader.py:268] message` (fractions of seconds allowed);
-/// the rank is the process of the `(EngineCore_DP0 pid=N)` prefix.
-pub fn header<'a>(line: &'a str, process: Option<&'a str>) -> Option<Header<'a>> {
-    let (level_name, rest) = line.split_once(' ')?;
-    let level = level_from_name(level_name)?;
-    let (raw, n) = parse_month_day_time(rest.as_bytes())?;
-    let source = rest[n..].strip_prefix(" [")?;
-    let close = source.find(']')?;
-    let after = &source[close + 1..];
-    Some(Header {
-        engine: Some(V),
-        time: Some((ClockSource::EngineYearless, raw)),
-        rank: process,
-        level: Some(level),
-        message: after.strip_prefix(' ').unwrap_or(after),
-    })
-}
 
 static EAGLE3_ALLOW_LIST: Failure = failure(
     "target-no-capture-support",
@@ -164,6 +144,8 @@ static DRAFT_INHERITED_QUANT: Failure = failure(
 );
 static HEADS_TP: Failure =
     failure("tp-divisibility", Error, Some(Preflight), "$n attention heads do not split over --tensor-parallel-size $tp.", fix::tp_divisor);
+static SPEC_CONFIG_REJECTED: Failure =
+    failure("speculative-args", Error, Some(Preflight), "vLLM's validation rejected the speculative config: $msg", fix::none);
 static EAGLE1_BIAS: Failure = failure(
     "draft-architecture",
     Error,
@@ -209,9 +191,15 @@ pub static RULES: &[Rule] = &[
     rule(V, "Starting vLLM API server ", "", Mark, V010),
     rule(V, "Starting vLLM server on ", "", Mark, V033),
     rule(V, "Application startup complete.", "", ServerReady, 0),
+    rule(V, "Available routes are:", "", ServerReady, 0),
+    rule(V, "Route: /v1/", "", ServerReady, 0),
     rule(V, "SpecDecoding metrics: ", "Mean acceptance length: ", DecodeStats, 0),
     rule(V, " HTTP/1.1\" ", "", Traffic, 0),
     rule(V, "Avg prompt throughput: ", "", DecodeStats, 0),
+    // V0's metrics, and the dump vLLM writes when a scheduled batch fails to execute.
+    rule(V, "Speculative metrics: Draft acceptance rate: ", "", ServingLine, 0),
+    rule(V, "Prefix cache hit rate: ", "", ServingLine, 0),
+    rule(V, "Dumping scheduler output for model execution", "", ServingLine, 0),
     // Crashes whose cause is told elsewhere.
     rule(V, "EngineCore failed to start.", "", Crash("the engine core failed to start"), 0),
     rule(V, "WorkerProc failed to start.", "", Crash("a worker process failed to start"), 0),
@@ -292,10 +280,23 @@ pub static RULES: &[Rule] = &[
         0,
     ),
     rule(V, "Found bias in the loaded weights but the model config doesn't have bias", "", Fail(&EAGLE1_BIAS), 0),
+    // pydantic's form of a speculative config it rejects, when no rule above names the cause.
+    rule(
+        V,
+        "[type=value_error, input_value=ArgsKwargs((), {'",
+        r"Value error, (?P<msg>.+?) \[type=value_error, input_value=ArgsKwargs\(\(\), \{'(?:method|num_speculative_tokens)'",
+        Fail(&SPEC_CONFIG_REJECTED),
+        0,
+    ),
 ];
 
-/// Traceback frames that place a failure, by file and function (deepest mapped frame wins).
+/// Traceback frames that place a failure, by file and function (deepest mapped frame wins; a
+/// trailing `*` matches function names by their start).
 pub static FRAMES: &[(&str, &str, FramePhase)] = &[
+    // The dummy forward runs in KV profiling, graph capture and warm-up: the caller decides.
+    ("/vllm/v1/spec_decode/", "dummy_run", FramePhase::Weak(Warmup)),
+    ("/vllm/v1/worker/gpu_model_runner.py", "_dummy_run", FramePhase::Weak(Warmup)),
+    ("/vllm_ascend/worker/", "_dummy_run", FramePhase::Weak(Warmup)),
     ("/vllm/v1/spec_decode/", "load_model", FramePhase::Fixed(DrafterLoad)),
     ("/vllm/v1/spec_decode/", "propose", FramePhase::Runtime),
     ("/vllm/v1/spec_decode/", "", FramePhase::Fixed(DrafterInit)),
@@ -314,20 +315,3 @@ pub static FRAMES: &[(&str, &str, FramePhase)] = &[
     ("/vllm/transformers_utils/", "", FramePhase::Config),
     ("/vllm/engine/arg_utils.py", "", FramePhase::Fixed(Preflight)),
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::LogLevel;
-
-    #[test]
-    fn header_reads_level_time_and_message() {
-        let h = header("INFO 09-18 12:03:11 [default_loader.py:268] Loading weights took 0.42 seconds", Some("EngineCore_DP0")).unwrap();
-        assert_eq!(h.level, Some(LogLevel::Info));
-        assert_eq!(h.rank, Some("EngineCore_DP0"));
-        assert_eq!(h.message, "Loading weights took 0.42 seconds");
-        let h = header("ERROR 09-18 12:03:11.250 [core.py:700]   File \"/x/vllm/v1/engine/core.py\", line 1, in f", None).unwrap();
-        assert_eq!(h.message, "  File \"/x/vllm/v1/engine/core.py\", line 1, in f");
-        assert!(header("INFO:     Started server process [3406797]", None).is_none());
-    }
-}

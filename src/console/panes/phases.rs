@@ -159,7 +159,7 @@ pub(super) fn draw(pane: &Pane<'_>, phases: &Phases, attempt: u32, now: f64, buf
     let width = inner.width as usize;
     let mut rows: Vec<Line> = Vec::new();
     let mut current = 0;
-    for phase in PhaseId::ALL {
+    for phase in PhaseId::STARTUP {
         let record = phases.record(phase);
         if record.is_some_and(|r| r.state.is_some()) {
             current = rows.len();
