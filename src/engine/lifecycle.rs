@@ -36,7 +36,7 @@ use crate::phase::PhaseId;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
 /// Tokens per prefill forward: most prompts take one forward, with one set of launches. On
-/// HumanEval prompts this measured as fast as 128 (BENCHMARKS.md, GPU run 10, ab-2): their
+/// HumanEval prompts this measured as fast as 128 (testdata/gpu/run-10/NOTES.md, ab-2): their
 /// prefill time was attention's.
 pub const PREFILL_CHUNK: usize = 512;
 

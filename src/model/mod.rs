@@ -5,5 +5,5 @@ pub mod checkpoint;
 pub mod config;
 pub mod convert;
 pub mod gguf;
-pub mod open;
-pub mod tokenizer;
+pub(crate) mod open;
+pub(crate) mod tokenizer;

@@ -7,30 +7,30 @@
 //! rule that meets a value it cannot read returns the error, which becomes
 //! `unreadable-input`.
 
-pub mod algorithm;
-pub mod apply;
-pub mod architecture;
-pub mod aux_layers;
-pub mod capture;
-pub mod divisors;
-pub mod draft_layers;
-pub mod draft_vocab;
-pub mod dtype;
-pub mod env_typo;
+pub(crate) mod algorithm;
+pub(crate) mod apply;
+pub(crate) mod architecture;
+pub(crate) mod aux_layers;
+pub(crate) mod capture;
+pub(crate) mod divisors;
+pub(crate) mod draft_layers;
+pub(crate) mod draft_vocab;
+pub(crate) mod dtype;
+pub(crate) mod env_typo;
 pub mod gpu;
-pub mod inputs;
-pub mod memory;
-pub mod parallel;
-pub mod render;
-pub mod report;
-pub mod rope;
-pub mod shapes;
-pub mod sizes;
-pub mod spec_args;
-pub mod tokenizer;
-pub mod tokenizer_files;
-pub mod unreadable;
-pub mod vocab;
+pub(crate) mod inputs;
+pub(crate) mod memory;
+pub(crate) mod parallel;
+pub(crate) mod render;
+pub(crate) mod report;
+pub(crate) mod rope;
+pub(crate) mod shapes;
+pub(crate) mod sizes;
+pub(crate) mod spec_args;
+pub(crate) mod tokenizer;
+pub(crate) mod tokenizer_files;
+pub(crate) mod unreadable;
+pub(crate) mod vocab;
 
 use serde_json::Value;
 

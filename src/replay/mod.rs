@@ -12,9 +12,9 @@
 //! partial line is kept (at most `lines::MAX_LINE_BYTES`), and no line outlives its events.
 
 mod args;
-pub mod clock;
+pub(crate) mod clock;
 mod command;
-pub mod detect;
+pub(crate) mod detect;
 mod diagnose;
 mod follow;
 mod header;
@@ -23,7 +23,7 @@ pub mod lines;
 mod llamacpp;
 pub mod print;
 mod remedies;
-pub mod report;
+pub(crate) mod report;
 mod rules;
 mod sglang;
 pub(crate) mod text;

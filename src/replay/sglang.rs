@@ -1,6 +1,6 @@
 //! SGLang logs: the rule table (phase markers and failure messages of the three
 //! wordings: classic ≤0.5.2, mid 0.5.9, new 0.5.23), and the traceback frames that place a
-//! failure in a phase. Texts are those of research/failure_catalogue.md §1.
+//! failure in a phase. Texts are those of docs/research/failure_catalogue.md §1.
 
 use crate::finding::Severity::{Error, Info, Warning};
 use crate::phase::PhaseId::*;

@@ -1,5 +1,5 @@
 //! vLLM logs: the rule table (phase markers and the EAGLE/EAGLE-3 failure
-//! messages of 0.10.x and 0.33, research/failure_catalogue.md §2), and the traceback frames
+//! messages of 0.10.x and 0.33, docs/research/failure_catalogue.md §2), and the traceback frames
 //! that place a failure in a phase.
 
 use crate::finding::Severity::{Error, Warning};
