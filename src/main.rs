@@ -1,9 +1,7 @@
-use clap::Parser;
-
-use specdeck::commands::{self, Cli};
+use specdeck::commands;
 
 fn main() {
-    match commands::run(Cli::parse()) {
+    match commands::run_from_args() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("specdeck: {e:#}");

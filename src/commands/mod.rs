@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(name = "specdeck", version, about = "Launch-and-debug console for speculative decoding (EAGLE-3)")]
-pub struct Cli {
+struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     /// Run the embedded demo without the console even on a TTY.
@@ -50,8 +50,12 @@ enum Command {
     CudaCheck(cuda_check::CudaCheckArgs),
 }
 
-/// Run the command line; the process's exit status, or an error for status 2.
-pub fn run(cli: Cli) -> anyhow::Result<i32> {
+/// Parse this process's command line and run it: the exit status, or an error for status 2.
+pub fn run_from_args() -> anyhow::Result<i32> {
+    run(Cli::parse())
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Launch(args)) => launch::run(args, cli.headless),
