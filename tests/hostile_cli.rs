@@ -2,12 +2,18 @@
 //! gone, signals during a generation, flags at the edges of their ranges. Each case must end
 //! quickly, without a panic, with the status and message the issue names.
 
+use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use specdeck::engine::handle::{EngineCommand, EngineHandle};
 use specdeck::engine::llama::Family;
+use specdeck::event::{Event, EventSink};
+use specdeck::spec::LaunchSpec;
 use specdeck::testkit::{TinyEagle3, TinyLlama};
 
 struct Pair {
@@ -87,4 +93,90 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     for case in &cases {
         assert_ends_quietly(case);
     }
+}
+
+// ---- signals ----
+
+/// Slack over the issue's 1 s for a loaded 2-core CI machine would hide a regression to the
+/// old behaviour only if the 4000 tokens took under this long, which they do not.
+const TEARDOWN: Duration = Duration::from_secs(1);
+
+/// A headless launch of the demo target, generating 4000 tokens; returns once it has printed
+/// its first generated text, so the signal lands mid-generation.
+fn generating_launch() -> std::process::Child {
+    let target = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/demo/target");
+    let mut child = specdeck()
+        .args(["--headless", "launch", "--model-path", target, "--context-length", "8192"])
+        .args(["--prompt", "ROMEO:", "--max-new-tokens", "4000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0; 4096];
+    // The printer shows the prompt, then the text as it streams: wait for some text after it.
+    let generating = |seen: &[u8]| seen.windows(6).position(|w| w == b"ROMEO:").is_some_and(|at| seen.len() > at + 64);
+    while !generating(&seen) {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "the launch ended before generating: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Keep draining, so a full pipe never stalls the generation.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    child
+}
+
+fn wait_bounded(child: &mut std::process::Child, bound: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < bound {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+#[test]
+fn a_signal_cancels_a_headless_generation_within_a_second() {
+    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130), (libc::SIGHUP, 129)] {
+        let mut child = generating_launch();
+        // SAFETY: kill(2) on the child's own pid.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let sent = Instant::now();
+        let status = wait_bounded(&mut child, TEARDOWN);
+        let took = sent.elapsed();
+        let Some(status) = status else {
+            let _ = child.kill();
+            panic!("signal {signal}: still running {took:?} after it");
+        };
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        assert_eq!(status.code(), Some(code), "signal {signal}: {stderr}");
+        assert!(stderr.contains(&format!("stopped by signal {signal} (exit {code})")), "{stderr}");
+    }
+}
+
+#[test]
+fn an_engine_panic_ends_with_exit_101_naming_it() {
+    let (sink, mut rx) = EventSink::channel();
+    let handle = EngineHandle::spawn(sink, Arc::new(|_: &LaunchSpec| panic!("a rule that cannot run")));
+    let p = pair();
+    handle.send(EngineCommand::Launch(LaunchSpec { model_path: Some(path(&p.target).into()), ..LaunchSpec::default() }));
+    let start = Instant::now();
+    let exit = loop {
+        assert!(start.elapsed() < Duration::from_secs(20), "no Exit after the panic");
+        match rx.try_recv() {
+            Ok(ev) => {
+                if let Event::Exit { code, reason } = ev.event {
+                    break (code, reason);
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    assert_eq!(exit, (101, "the engine panicked: a rule that cannot run".to_string()));
+    drop(handle);
 }
