@@ -180,3 +180,103 @@ fn an_engine_panic_ends_with_exit_101_naming_it() {
     assert_eq!(exit, (101, "the engine panicked: a rule that cannot run".to_string()));
     drop(handle);
 }
+
+// ---- validation ----
+
+/// Generous for a debug build on a loaded 2-core machine: each case is refused before any
+/// weights load.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// Runs to the end within the bound; (exit code, stderr).
+fn refused<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> (Option<i32>, String) {
+    let start = Instant::now();
+    let out = specdeck().args(args).stdin(Stdio::null()).output().unwrap();
+    assert!(start.elapsed() < BOUND, "{args:?} took {:?}", start.elapsed());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    (out.status.code(), stderr)
+}
+
+fn assert_refused<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], says: &str) {
+    let (code, stderr) = refused(args);
+    assert_eq!(code, Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(says), "{args:?}: expected {says:?} in {stderr}");
+}
+
+#[test]
+fn launch_flags_out_of_range_are_refused_naming_flag_and_range() {
+    let p = pair();
+    let target = path(&p.target);
+    let positive = |flag: &str, v: &str| format!("{flag}: expected a positive integer, got \"{v}\"");
+    for (flag, v) in [("--tp-size", "0"), ("--tp-size", "-3"), ("--context-length", "0"), ("--context-length", "18446744073709551616")] {
+        assert_refused(&["check", "--model-path", target, &format!("{flag}={v}")], &positive(flag, v));
+    }
+    for v in ["0", "1.0001", "NaN", "inf", "-0.5", "1e-320"] {
+        let says = format!("--mem-fraction-static: expected a fraction in (0, 1], such as 0.85, got \"{v}\"");
+        assert_refused(&["check", "--model-path", target, &format!("--mem-fraction-static={v}")], &says);
+    }
+    for v in ["NaN", "inf", "-inf", "-1", "0"] {
+        let says = format!("--gpu-memory-gib: expected a finite number of GiB above 0, got \"{v}\"");
+        assert_refused(&["check", "--model-path", target, &format!("--gpu-memory-gib={v}")], &says);
+    }
+    // The accepted edges still pass.
+    let (code, stderr) = refused(&["check", "--model-path", target, "--mem-fraction-static", "1", "--gpu-memory-gib", "0.5"]);
+    assert!(matches!(code, Some(0 | 1)), "{stderr}");
+    for v in ["-0.5", "NaN", "inf"] {
+        let (code, stderr) = refused(&["generate", "--model-path", target, "--prompt", "w5", &format!("--temperature={v}")]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("--temperature") && stderr.contains("expected 0 (greedy) or a finite number above 0"), "{stderr}");
+    }
+}
+
+#[test]
+fn max_new_tokens_that_wrap_the_prompt_length_are_a_clear_error() {
+    let p = pair();
+    let (code, stderr) =
+        refused(&["generate", "--model-path", path(&p.target), "--prompt", "w5 w9", "--max-new-tokens", &u64::MAX.to_string()]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("plus --max-new-tokens ({})", u64::MAX)), "{stderr}");
+}
+
+#[test]
+fn replay_speeds_and_recorded_times_at_the_edges_end_quickly() {
+    let log = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/demo/recorded-run.jsonl");
+    for v in ["1e-300", "0.0009", "-1", "NaN", "inf"] {
+        let says = format!("--speed: expected 0 (as fast as possible) or a finite number from 0.001 up, got {}", v.parse::<f64>().unwrap());
+        assert_refused(&["replay", &format!("--speed={v}"), log], &says);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let far = dir.path().join("far.jsonl");
+    let text = std::fs::read_to_string(log).unwrap();
+    let last = text.trim_end().rsplit_once('\n').unwrap();
+    let exit = last.1.replacen("\"t\":0.417873367", "\"t\":1e20", 1);
+    assert_ne!(exit, last.1);
+    std::fs::write(&far, format!("{}\n{exit}\n", last.0)).unwrap();
+    let (code, stderr) = refused(&["replay", "--speed", "1", path(&far)]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn files_that_are_not_regular_are_refused_by_name() {
+    let p = pair();
+    let target = path(&p.target);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("events.fifo");
+    let c = std::ffi::CString::new(path(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let launch = ["--headless", "launch", "--model-path", target, "--prompt", "w5", "--max-new-tokens", "2"];
+    let with = |extra: &[&str]| -> Vec<String> { launch.iter().chain(extra).map(|s| s.to_string()).collect() };
+    assert_refused(&with(&["--event-log", "/dev/full"]), "--event-log: /dev/full: is a character device, not a regular file");
+    assert_refused(&with(&["--event-log", path(&fifo)]), &format!("{}: is a FIFO (named pipe), not a regular file", fifo.display()));
+    assert_refused(&with(&["--keymap", "/dev/zero"]), "/dev/zero: cannot read: is a character device, not a regular file");
+    assert_refused(&with(&["--layout", "/dev/zero"]), "is a character device, not a regular file");
+    assert_refused(&["bench", "--model-path", target, "--prompts", "/dev/zero"], "/dev/zero: cannot read");
+    // A new file and a regular one to replace are still what --event-log takes.
+    let log = dir.path().join("events.jsonl");
+    for _ in 0..2 {
+        let (code, stderr) = refused(&with(&["--event-log", path(&log)]));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(std::fs::read_to_string(&log).unwrap().contains("\"type\":\"exit\""));
+    }
+}

@@ -15,6 +15,7 @@ use super::in_process::{launch_spec, phase_seconds, phases_json, start};
 use crate::engine::ranks::Serve;
 use crate::engine::request::GenerateRequest;
 use crate::engine::spec_decode::Generation;
+use crate::model::open::{read_text_capped, JSON_LIMIT};
 use crate::spec::Algorithm;
 
 #[derive(Args, Debug)]
@@ -36,7 +37,7 @@ pub struct BenchArgs {
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let text = read_text_capped(path, JSON_LIMIT).with_context(|| format!("{}: cannot read", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).with_context(|| format!("{}: line {}: invalid JSON", path.display(), i + 1))?;
