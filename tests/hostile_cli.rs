@@ -280,3 +280,25 @@ fn files_that_are_not_regular_are_refused_by_name() {
         assert!(std::fs::read_to_string(&log).unwrap().contains("\"type\":\"exit\""));
     }
 }
+
+#[test]
+fn an_empty_prompts_file_is_an_error_naming_it() {
+    let p = pair();
+    let prompts = p.dir.path().join("empty.jsonl");
+    std::fs::write(&prompts, "\n  \n").unwrap();
+    let says = format!("{}: no prompts", prompts.display());
+    assert_refused(&["bench", "--model-path", path(&p.target), "--prompts", path(&prompts), "--json"], &says);
+}
+
+// ---- terminal safety ----
+
+#[test]
+fn control_characters_from_files_are_escaped_in_check_text() {
+    let p = pair();
+    let hostile = p.dir.path().join("m\x1b]0;owned\x07\x1b[2J");
+    std::fs::rename(&p.target, &hostile).unwrap();
+    let out = specdeck().args(["check", "--model-path", path(&hostile)]).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!stdout.contains('\x1b') && !stdout.contains('\x07'), "{stdout:?}");
+    assert!(stdout.contains("m\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{stdout}");
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{anyhow, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -43,6 +43,9 @@ fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
         let v: Value = serde_json::from_str(line).with_context(|| format!("{}: line {}: invalid JSON", path.display(), i + 1))?;
         let p = v.get("prompt").and_then(Value::as_str);
         out.push(p.ok_or_else(|| anyhow!("{}: line {}: no \"prompt\" string", path.display(), i + 1))?.to_string());
+    }
+    if out.is_empty() {
+        bail!("{}: no prompts (one JSON object with a \"prompt\" string per line)", path.display());
     }
     Ok(out)
 }
