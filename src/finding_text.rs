@@ -66,6 +66,15 @@ impl Cell {
     }
 }
 
+/// `text` with its control characters escaped (`\u{1b}`), so that a string from a file (an
+/// architecture, a path) cannot move the cursor, set the window title or clear the screen.
+pub fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect())
+}
+
 /// The distinct files of some evidence, in order.
 fn files<'a>(evidence: &[&'a Evidence]) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
@@ -87,9 +96,11 @@ fn column(label: &str, evidence: &[&Evidence], paint: Paint) -> Vec<Cell> {
         if several && file != Some(&e.file) {
             file = Some(&e.file);
             let name = std::path::Path::new(&e.file).file_name().map_or(e.file.clone(), |n| n.to_string_lossy().into_owned());
+            let name = escaped(&name).into_owned();
             cells.push(Cell { width: name.chars().count() + 1, text: format!("{}:", paint.dim(&name)) });
         }
-        let key = if e.key.is_empty() { "(whole file)" } else { e.key.as_str() };
+        let key = if e.key.is_empty() { "(whole file)".into() } else { escaped(&e.key) };
+        let key = key.as_ref();
         let value = e.value.to_string();
         cells.push(Cell { width: 2 + key.chars().count() + 3 + value.chars().count(), text: format!("  {} = {value}", paint.key(key)) });
     }
@@ -101,7 +112,7 @@ fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
     let (target, draft) = (of(Side::Target), of(Side::Draft));
     for (side, evidence) in [(Side::Target, &target), (Side::Draft, &draft)] {
         if !evidence.is_empty() {
-            let _ = writeln!(out, "    {:<7}{}", side.name(), paint.dim(&files(evidence).join(", ")));
+            let _ = writeln!(out, "    {:<7}{}", side.name(), paint.dim(&escaped(&files(evidence).join(", "))));
         }
     }
     let left = column("target", &target, paint);
@@ -135,6 +146,8 @@ fn evidence_block(out: &mut String, f: &Finding, paint: Paint) {
 fn wrap(out: &mut String, text: &str, indent: usize) {
     let mut line = String::new();
     for word in text.split_whitespace() {
+        let word = escaped(word);
+        let word = word.as_ref();
         if !line.is_empty() && indent + line.chars().count() + 1 + word.chars().count() > WIDTH {
             let _ = writeln!(out, "{}{line}", " ".repeat(indent));
             line.clear();

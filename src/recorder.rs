@@ -6,14 +6,24 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use crate::event::TimedEvent;
+use crate::model::open::{check_regular, exists_in_any_form};
 
 pub struct Recorder {
     out: BufWriter<File>,
 }
 
 impl Recorder {
+    /// A new file, or a regular one to replace. Anything else is refused: opening a FIFO
+    /// would block until a reader comes, and a device such as /dev/full takes no events.
     pub fn create(path: &Path) -> io::Result<Recorder> {
-        let file = File::create(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        if let Err(e) = check_regular(path) {
+            let new_file = e.kind() == io::ErrorKind::NotFound && !exists_in_any_form(path);
+            if !new_file {
+                return Err(named(e));
+            }
+        }
+        let file = File::create(path).map_err(named)?;
         Ok(Recorder { out: BufWriter::new(file) })
     }
 

@@ -209,6 +209,16 @@ fn switch(value: &str) -> Result<bool, &'static str> {
 const INTEGER: &str = "an integer";
 const POSITIVE: &str = "a positive integer";
 
+/// An integer above 0 (`--tp-size 0` or `--context-length 0` describe no launch).
+fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<T, &'static str> {
+    num(value, POSITIVE).and_then(|n: T| if n > T::default() { Ok(n) } else { Err(POSITIVE) })
+}
+
+/// A finite number in `range` (NaN and infinities are outside every range).
+fn within(value: &str, range: impl std::ops::RangeBounds<f64>, expected: &'static str) -> Result<f64, &'static str> {
+    num(value, expected).and_then(|n: f64| if n.is_finite() && range.contains(&n) { Ok(n) } else { Err(expected) })
+}
+
 /// The flags `LaunchSpec::set_flag` understands, in the order `LaunchSpec::flags` lists them.
 pub const FLAGS: &[FlagDef] = &[
     FlagDef {
@@ -243,7 +253,7 @@ pub const FLAGS: &[FlagDef] = &[
         aliases: &["--tp", "--tensor-parallel-size"],
         value_name: "N",
         help: "",
-        set: |s, v| num(v, POSITIVE).map(|n| s.tp_size = Some(n)),
+        set: |s, v| positive(v).map(|n| s.tp_size = Some(n)),
         get: |s| s.tp_size.map(|v| v.to_string()),
         clear: |s| s.tp_size = None,
     },
@@ -252,7 +262,7 @@ pub const FLAGS: &[FlagDef] = &[
         aliases: &[],
         value_name: "TOKENS",
         help: "",
-        set: |s, v| num(v, POSITIVE).map(|n| s.context_length = Some(n)),
+        set: |s, v| positive(v).map(|n| s.context_length = Some(n)),
         get: |s| s.context_length.map(|v| v.to_string()),
         clear: |s| s.context_length = None,
     },
@@ -297,7 +307,7 @@ pub const FLAGS: &[FlagDef] = &[
         aliases: &[],
         value_name: "F",
         help: "",
-        set: |s, v| num(v, "a fraction such as 0.85").map(|n| s.mem_fraction_static = Some(n)),
+        set: |s, v| within(v, f64::MIN_POSITIVE..=1.0, "a fraction in (0, 1], such as 0.85").map(|n| s.mem_fraction_static = Some(n)),
         get: |s| s.mem_fraction_static.map(|v| v.to_string()),
         clear: |s| s.mem_fraction_static = None,
     },
@@ -324,7 +334,7 @@ pub const FLAGS: &[FlagDef] = &[
         aliases: &[],
         value_name: "GIB",
         help: "GPU memory per device for the budget when NVML has no GPU to ask",
-        set: |s, v| num(v, "a number of GiB").map(|n| s.gpu_memory_gib = Some(n)),
+        set: |s, v| within(v, f64::MIN_POSITIVE.., "a finite number of GiB above 0").map(|n| s.gpu_memory_gib = Some(n)),
         get: |s| s.gpu_memory_gib.map(|v| v.to_string()),
         clear: |s| s.gpu_memory_gib = None,
     },

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{anyhow, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -15,6 +15,7 @@ use super::in_process::{launch_spec, phase_seconds, phases_json, start};
 use crate::engine::ranks::Serve;
 use crate::engine::request::GenerateRequest;
 use crate::engine::spec_decode::Generation;
+use crate::model::open::{read_text_capped, JSON_LIMIT};
 use crate::spec::Algorithm;
 
 #[derive(Args, Debug)]
@@ -36,12 +37,15 @@ pub struct BenchArgs {
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let text = read_text_capped(path, JSON_LIMIT).with_context(|| format!("{}: cannot read", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).with_context(|| format!("{}: line {}: invalid JSON", path.display(), i + 1))?;
         let p = v.get("prompt").and_then(Value::as_str);
         out.push(p.ok_or_else(|| anyhow!("{}: line {}: no \"prompt\" string", path.display(), i + 1))?.to_string());
+    }
+    if out.is_empty() {
+        bail!("{}: no prompts (one JSON object with a \"prompt\" string per line)", path.display());
     }
     Ok(out)
 }

@@ -19,12 +19,24 @@ pub struct GenerateArgs {
     chat: bool,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
-    #[arg(long, default_value_t = 0.0)]
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
     temperature: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long)]
     json: bool,
+}
+
+/// `--temperature`: 0 (greedy) or a finite number above it; a negative or NaN one is not
+/// quietly read as greedy.
+fn temperature(value: &str) -> Result<f32, String> {
+    let t: f32 = value.trim().parse().map_err(|e| format!("{e}"))?;
+    if t >= 0.0 && t.is_finite() {
+        Ok(t)
+    } else {
+        Err("expected 0 (greedy) or a finite number above 0".into())
+    }
 }
 
 pub fn run(args: &GenerateArgs) -> anyhow::Result<i32> {

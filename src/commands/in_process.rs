@@ -8,8 +8,7 @@ use serde_json::{json, Value};
 
 use super::flags::LaunchFlags;
 use crate::engine::ranks::{engine_for, Serve};
-use crate::engine::request::LaunchOutcome;
-use crate::engine::request::PreflightFn;
+use crate::engine::request::{Cancel, LaunchOutcome, PreflightFn};
 use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseTimer};
 use crate::finding::{exit_code, Finding};
 use crate::finding_text::{self, Paint};
@@ -52,7 +51,9 @@ fn print_finding(f: &Finding, command: &str) {
 /// the exit status of a failed launch (after printing why).
 pub(super) fn start(spec: &LaunchSpec, command: &str) -> Result<(Box<dyn Serve>, EventReceiver), i32> {
     let (sink, mut rx) = EventSink::channel();
-    let mut engine = match engine_for(spec, &sink) {
+    // These commands keep the default signal dispositions: a signal ends the process at
+    // once, so nothing needs to cancel a generation here.
+    let mut engine = match engine_for(spec, &sink, &Cancel::default()) {
         Ok(e) => e,
         Err(f) => {
             phase_seconds(&mut rx);

@@ -23,6 +23,7 @@ pub struct ReplayArgs {
 }
 
 pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
+    replay::check_speed(args.speed)?;
     let source = Source::parse(&args.log);
     if args.json || headless || !has_tty() {
         return replay::command(&source, &HeadlessOptions { follow: args.follow, speed: args.speed, json: args.json });

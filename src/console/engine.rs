@@ -34,7 +34,9 @@ impl EngineControl for EngineHandle {
         self.send(EngineCommand::Generate(params));
     }
 
+    /// The console shuts down to quit: a running generation stops at its next step.
     fn shutdown(&mut self) {
+        self.cancel();
         self.send(EngineCommand::Shutdown);
     }
 }

@@ -112,6 +112,10 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
         if code == 0 {
             return self.out.flush();
         }
+        if code > 128 {
+            writeln!(self.err, "specdeck: stopped by signal {} (exit {code})", code - 128)?;
+            return self.err.flush();
+        }
         let ids: Vec<&str> =
             state.diagnosis().findings().iter().filter(|f| f.is_error()).flat_map(|f| f.remedies.iter().map(|r| r.id.as_str())).collect();
         match ids.first() {

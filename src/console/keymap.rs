@@ -22,6 +22,7 @@ use tui_input::InputRequest;
 
 use super::action::Action;
 use super::text::{line_of_offset, located};
+use crate::model::open::{read_text_capped, SETTINGS_LIMIT};
 
 /// A key with its modifiers, normalised so that `L` and `shift-l` are the same chord.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -238,7 +239,7 @@ impl Keymap {
             },
         };
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|e| KeymapError {
+        let text = read_text_capped(&path, SETTINGS_LIMIT).map_err(|e| KeymapError {
             file: file.clone(),
             line: 0,
             message: format!("cannot read: {e}"),

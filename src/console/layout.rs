@@ -25,6 +25,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::text::{line_of_offset, located};
+use crate::model::open::{read_text_capped, SETTINGS_LIMIT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PaneKind {
@@ -205,7 +206,7 @@ impl Layout {
             return Ok(layout);
         }
         let path = Path::new(name_or_path);
-        let text = std::fs::read_to_string(path).map_err(|e| LayoutError {
+        let text = read_text_capped(path, SETTINGS_LIMIT).map_err(|e| LayoutError {
             file: name_or_path.to_string(),
             line: 0,
             message: format!("not a built-in layout (default, compact, wide) and cannot be read: {e}"),

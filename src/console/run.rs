@@ -32,8 +32,10 @@ pub enum UserInput {
     Key(KeyEvent),
     Action(Action),
     Resize,
-    /// The terminal is gone (SIGHUP, or the input stream ended): tear down without drawing.
+    /// The terminal is gone (the input stream ended): tear down without drawing.
     Hangup,
+    /// SIGHUP (as `Hangup`), SIGTERM or SIGINT (as `Quit`); the session exits 128 + it.
+    Signal(i32),
 }
 
 /// Where the session shows itself: a terminal (draws), the headless printer (prints each
@@ -88,6 +90,8 @@ struct Runner<'a, F: Frontend> {
     frontend: &'a mut F,
     shutdown_by: Option<Instant>,
     recorder_error: Option<io::Error>,
+    /// The first signal received: it decides the exit code.
+    signal: Option<i32>,
 }
 
 impl<F: Frontend> Runner<'_, F> {
@@ -147,6 +151,10 @@ impl<F: Frontend> Runner<'_, F> {
                 self.frontend.lost();
                 self.step(Input::Action(Action::Quit))
             }
+            UserInput::Signal(signal) => {
+                self.signal.get_or_insert(signal);
+                self.user(if signal == libc::SIGHUP { UserInput::Hangup } else { UserInput::Action(Action::Quit) })
+            }
         }
     }
 }
@@ -159,7 +167,7 @@ pub async fn run<F: Frontend>(
     frontend: &mut F,
 ) -> Outcome {
     let draws = frontend.draws();
-    let mut runner = Runner { session, frontend, shutdown_by: None, recorder_error: None };
+    let mut runner = Runner { session, frontend, shutdown_by: None, recorder_error: None, signal: None };
     let mut code = None;
     for effect in runner.session.state.start() {
         if let Effect::Launch(spec) = effect {
@@ -205,7 +213,7 @@ pub async fn run<F: Frontend>(
             },
         }
     }
-    let code = code.unwrap_or(0);
+    let code = runner.signal.map_or(code.unwrap_or(0), |signal| 128 + signal);
     let _ = runner.frontend.finish(&runner.session.state, code);
     Outcome { code, state: runner.session.state, recorder_error: runner.recorder_error }
 }

@@ -80,8 +80,12 @@ pub fn run_session(
         };
         anyhow::Ok(outcome)
     })?;
-    if let Some(e) = outcome.recorder_error {
-        eprintln!("specdeck: the event log stopped early: {e}");
+    match outcome.recorder_error {
+        Some(e) => {
+            eprintln!("specdeck: the event log stopped early: {e}");
+            // A run whose recording was asked for and lost did not succeed.
+            Ok(if outcome.code == 0 { 1 } else { outcome.code })
+        }
+        None => Ok(outcome.code),
     }
-    Ok(outcome.code)
 }

@@ -98,7 +98,8 @@ pub fn spawn_terminal_input(tx: UnboundedSender<UserInput>) {
 }
 
 /// SIGHUP (terminal lost) tears down without drawing; SIGTERM and SIGINT quit cleanly (a
-/// second one quits without waiting for the engine).
+/// second one quits without waiting for the engine). The session then exits 128 + the
+/// signal's number, as a shell reports a process the signal ended.
 pub fn spawn_signal_watch(tx: UnboundedSender<UserInput>) -> io::Result<()> {
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -106,9 +107,9 @@ pub fn spawn_signal_watch(tx: UnboundedSender<UserInput>) -> io::Result<()> {
     tokio::spawn(async move {
         loop {
             let input = tokio::select! {
-                _ = hangup.recv() => UserInput::Hangup,
-                _ = terminate.recv() => UserInput::Action(super::action::Action::Quit),
-                _ = interrupt.recv() => UserInput::Action(super::action::Action::Quit),
+                _ = hangup.recv() => UserInput::Signal(libc::SIGHUP),
+                _ = terminate.recv() => UserInput::Signal(libc::SIGTERM),
+                _ = interrupt.recv() => UserInput::Signal(libc::SIGINT),
             };
             if tx.send(input).is_err() {
                 return;

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use crate::engine::ranks::{engine_for, Serve};
-use crate::engine::request::{GenerateRequest, PreflightFn};
+use crate::engine::request::{Cancel, GenerateRequest, PreflightFn};
 use crate::event::{Event, EventSink, LogLevel, PhaseState};
 use crate::spec::{Device, LaunchSpec};
 
@@ -25,21 +25,31 @@ pub enum EngineCommand {
 pub struct EngineHandle {
     tx: mpsc::Sender<EngineCommand>,
     thread: Option<JoinHandle<()>>,
+    /// Stops a running generation at its next step (`cancel`).
+    cancel: Cancel,
 }
 
 impl EngineHandle {
     pub fn spawn(events: EventSink, preflight: PreflightFn) -> EngineHandle {
         let (tx, rx) = mpsc::channel();
+        let cancel = Cancel::default();
+        let engine_cancel = cancel.clone();
         let thread = std::thread::Builder::new()
             .name("specdeck-engine".into())
-            .spawn(move || run(events, preflight, rx))
+            .spawn(move || run_reporting_panics(events, preflight, rx, engine_cancel))
             .expect("the OS can start the engine thread");
-        EngineHandle { tx, thread: Some(thread) }
+        EngineHandle { tx, thread: Some(thread), cancel }
     }
 
     /// Queue a command; never blocks. After the engine has shut down it is dropped.
     pub fn send(&self, cmd: EngineCommand) {
         let _ = self.tx.send(cmd);
+    }
+
+    /// End the running generation at its next step, and every later one at its first: for
+    /// a caller about to shut down that wants no more tokens (a signal, `q`).
+    pub fn cancel(&self) {
+        self.cancel.set();
     }
 
     /// Send `Shutdown` and wait for the engine thread to free everything and end.
@@ -48,7 +58,7 @@ impl EngineHandle {
     }
 
     fn stop(&mut self) {
-        let _ = self.tx.send(EngineCommand::Shutdown);
+        self.send(EngineCommand::Shutdown);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -56,15 +66,30 @@ impl EngineHandle {
 }
 
 impl Drop for EngineHandle {
-    /// A dropped handle shuts the engine down too, so no thread outlives the console.
+    /// A dropped handle shuts the engine down too, so no thread outlives the console; nobody
+    /// is left to read a running generation, so it is cancelled.
     fn drop(&mut self) {
+        self.cancel();
         self.stop();
+    }
+}
+
+/// A panic in the engine still ends with `Exit` (code 101, the panic's message), so the
+/// console does not wait for an engine that is gone.
+fn run_reporting_panics(events: EventSink, preflight: PreflightFn, rx: mpsc::Receiver<EngineCommand>, cancel: Cancel) {
+    let sink = events.clone();
+    let run = std::panic::AssertUnwindSafe(move || run(events, preflight, rx, &cancel));
+    if let Err(panic) = std::panic::catch_unwind(run) {
+        let message = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+        let reason = format!("the engine panicked: {}", message.as_deref().unwrap_or("(no message)"));
+        sink.log(LogLevel::Error, "engine", reason.clone());
+        sink.emit(Event::Exit { code: 101, reason });
     }
 }
 
 /// The engine is made at the first launch, for its `--device` and `--tp-size`, and made
 /// again only when a relaunch changes them (otherwise a relaunch may keep the target).
-fn run(events: EventSink, preflight: PreflightFn, rx: mpsc::Receiver<EngineCommand>) {
+fn run(events: EventSink, preflight: PreflightFn, rx: mpsc::Receiver<EngineCommand>, cancel: &Cancel) {
     let mut engine: Option<(Box<dyn Serve>, (Device, u32))> = None;
     let reason = loop {
         match rx.recv() {
@@ -72,7 +97,7 @@ fn run(events: EventSink, preflight: PreflightFn, rx: mpsc::Receiver<EngineComma
                 let placement = (spec.device, spec.tp());
                 if engine.as_ref().is_none_or(|(_, p)| *p != placement) {
                     engine = None;
-                    match engine_for(&spec, &events) {
+                    match engine_for(&spec, &events, cancel) {
                         Ok(e) => engine = Some((e, placement)),
                         Err(f) => {
                             let phase = f.phase;

@@ -22,7 +22,7 @@ use crate::engine::plan::{
     DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, CPU_MAX_TOKENS, MAX_TREE_TOKENS,
 };
 use crate::engine::rank_vote::RankVote;
-use crate::engine::request::{GenerateRequest, LaunchOutcome};
+use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
@@ -96,6 +96,8 @@ pub struct Engine<B: Backend> {
     /// Set on each rank of a tensor-parallel group: the ranks agree that every one of them
     /// launched before any runs the warmup's collectives.
     vote: Option<Arc<RankVote>>,
+    /// Ends a running generation at its next step (`cancelled_by`).
+    cancel: Cancel,
 }
 
 impl<B: Backend> Engine<B> {
@@ -109,7 +111,15 @@ impl<B: Backend> Engine<B> {
             shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 },
             ready: false,
             vote: None,
+            cancel: Cancel::default(),
         }
+    }
+
+    /// Generations stop at the next step once `cancel` is set. Only for an engine that runs
+    /// alone: ranks of a group must stop at the same step, or one waits in a collective.
+    pub fn cancelled_by(mut self, cancel: Cancel) -> Engine<B> {
+        self.cancel = cancel;
+        self
     }
 
     /// Make this engine one rank of a tensor-parallel group that launches together.
@@ -288,7 +298,7 @@ impl<B: Backend> Engine<B> {
         // tokens take at least two cycles.
         let max_new_tokens = 2 * (shape.steps + 1) + 1;
         run_phase(&events, PhaseId::DraftGraphCapture, Side::Draft, || {
-            let decoding = Decoding { shape, sampling: None, max_new_tokens, stop: Vec::new() };
+            let decoding = Decoding { shape, sampling: None, max_new_tokens, stop: Vec::new(), cancel: self.cancel.clone() };
             self.run_generation(&[0, 0], &decoding, &mut |_, _| {}).map(drop)
         })
     }
@@ -312,7 +322,7 @@ impl<B: Backend> Engine<B> {
         let room = self.target.as_ref().and_then(|t| t.target.as_ref()).map_or(0, |t| t.max_tokens());
         let prompt = vec![0; warmup_prompt_tokens(self.backend.slow_first_shapes(), room)];
         run_phase(&self.events.clone(), PhaseId::Warmup, Side::Target, || {
-            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new() };
+            let decoding = Decoding { shape, sampling: None, max_new_tokens: 2, stop: Vec::new(), cancel: self.cancel.clone() };
             self.run_generation(&prompt, &decoding, &mut |_, _| {}).map(drop)
         })
     }
@@ -457,7 +467,7 @@ impl<B: Backend> Engine<B> {
     /// Decoding settings for a request on the launched engine.
     pub fn decoding(&self, max_new_tokens: usize, sampling: Option<Sampling>) -> Decoding {
         let stop = self.tokenizer().map(|t| t.stop_ids().to_vec()).unwrap_or_default();
-        Decoding { shape: self.shape, sampling, max_new_tokens, stop }
+        Decoding { shape: self.shape, sampling, max_new_tokens, stop, cancel: self.cancel.clone() }
     }
 
     /// Generate from token ids (no events): the engine's core, for tests and benchmarks.

@@ -15,7 +15,7 @@ use crate::backend::Backend;
 use crate::engine::findings::BACKEND_ERROR;
 use crate::engine::lifecycle::Engine;
 use crate::engine::rank_vote::RankVote;
-use crate::engine::request::{GenerateRequest, LaunchOutcome, PreflightFn};
+use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::engine::spec_decode::Generation;
 use crate::engine::EngineError;
 use crate::event::{Event, EventSink, LogLevel};
@@ -62,10 +62,10 @@ impl<B: Backend> Serve for Engine<B> {
 /// The engine `--device` and `--tp-size` ask for: the CPU reference (also `auto` without a
 /// GPU), one CUDA rank, or a group of CUDA ranks. No GPU for `--device cuda`, or fewer GPUs
 /// than `--tp-size`, is a finding.
-pub fn engine_for(spec: &LaunchSpec, events: &EventSink) -> Result<Box<dyn Serve>, Finding> {
+pub fn engine_for(spec: &LaunchSpec, events: &EventSink, cancel: &Cancel) -> Result<Box<dyn Serve>, Finding> {
     Ok(match crate::engine::device::backends_for(spec, events)? {
-        None => Box::new(Engine::new(CpuBackend, events.clone())),
-        Some(mut ranks) if ranks.len() == 1 => Box::new(Engine::new(ranks.remove(0), events.clone())),
+        None => Box::new(Engine::new(CpuBackend, events.clone()).cancelled_by(cancel.clone())),
+        Some(mut ranks) if ranks.len() == 1 => Box::new(Engine::new(ranks.remove(0), events.clone()).cancelled_by(cancel.clone())),
         Some(ranks) => Box::new(RankGroup::start(ranks, events.clone())),
     })
 }

@@ -2,6 +2,7 @@
 //! (`handle`), the rank group (`ranks`) and the lifecycle all name these types, so they
 //! live apart from the three, and none of them imports another to reach them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::finding::Finding;
@@ -9,6 +10,22 @@ use crate::spec::LaunchSpec;
 
 /// The preflight rule set the engine runs in its preflight phase (`preflight::check_spec`).
 pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
+
+/// Set by whoever shuts the engine down; a running generation reads it once per step and
+/// stops there, so a shutdown (a signal, `q`) acts within one step instead of at the end of
+/// the request. Clones share the flag; once set it stays set.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// One prompt to serve.
 #[derive(Clone, Debug, PartialEq)]

@@ -20,6 +20,7 @@ use crate::backend::{AttnWindow, Backend, Mask};
 use crate::engine::drafter::{AuxRows, Candidate, Drafter};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{LlamaModel, Logits};
+use crate::engine::request::Cancel;
 use crate::engine::tree::{self, Tree, TreeShape};
 use crate::engine::verify::{self, AcceptRule, Walk};
 use crate::engine::EngineError;
@@ -148,6 +149,9 @@ pub struct Decoding {
     pub max_new_tokens: usize,
     /// Token ids that end generation (not emitted).
     pub stop: Vec<u32>,
+    /// Checked before each prefill chunk and each decode step: once set, the generation
+    /// ends there with the tokens it has (`Generation::cancelled`).
+    pub cancel: Cancel,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -159,6 +163,8 @@ pub struct Generation {
     /// Accepted draft tokens in `tokens`.
     pub drafted: usize,
     pub stopped: bool,
+    /// Ended early by `Decoding::cancel`.
+    pub cancelled: bool,
     pub prefill_seconds: f64,
     /// Decode time spent drafting (the tree and the drafter reading the accepted tokens);
     /// each ends on a read-back, so the host clock sees the device's time.
@@ -234,7 +240,7 @@ fn generate_here<B: Backend>(
     if prompt.is_empty() {
         return Err(EngineError::Request("the prompt has no tokens".into()));
     }
-    if prompt.len() + d.max_new_tokens > target.max_tokens() {
+    if prompt.len().checked_add(d.max_new_tokens).is_none_or(|n| n > target.max_tokens()) {
         return Err(EngineError::Request(format!(
             "the prompt ({} tokens) plus --max-new-tokens ({}) exceed the KV cache ({} tokens)",
             prompt.len(),
@@ -255,6 +261,9 @@ fn generate_here<B: Backend>(
     let mut head = None;
     let rows = target.model.capacity.rows;
     while committed + 1 < seq.len() {
+        if d.cancel.is_set() {
+            return Ok(Generation { cancelled: true, seconds: start.elapsed().as_secs_f64(), ..Generation::default() });
+        }
         let n = (seq.len() - 1 - committed).min(rows);
         let positions: Vec<usize> = (committed..committed + n).collect();
         target.model.inputs.set(&*b, &seq[committed..committed + n], &positions);
@@ -269,6 +278,10 @@ fn generate_here<B: Backend>(
     let mut out = Generation { prefill_seconds: start.elapsed().as_secs_f64(), ..Generation::default() };
     let mut rng = ChaCha8Rng::seed_from_u64(d.sampling.map_or(0, |s| s.seed));
     while out.tokens.len() < d.max_new_tokens {
+        if d.cancel.is_set() {
+            out.cancelled = true;
+            break;
+        }
         let root = seq[committed];
         let tree = match (drafter.as_deref_mut(), head.take()) {
             (Some(dr), Some(h)) => {
@@ -340,8 +353,13 @@ mod tests {
         let mut ld = Loader::new(&*b, &ck, &mut progress);
         let model = LlamaModel::load(b.clone(), config, &mut ld, Capacity { rows: 16, logit_rows: 8, positions: 128 }).unwrap();
         ld.finish();
-        let decoding =
-            Decoding { shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 }, sampling: None, max_new_tokens: 20, stop: Vec::new() };
+        let decoding = Decoding {
+            shape: TreeShape { steps: 1, topk: 1, draft_tokens: 1 },
+            sampling: None,
+            max_new_tokens: 20,
+            stop: Vec::new(),
+            cancel: Cancel::default(),
+        };
         let prompt = [5, 9, 17, 33];
         let mut fresh = Target::new(model, 64, 8).unwrap();
         let want = generate(&mut fresh, None, &prompt, &decoding, &mut |_, _| {}).unwrap().tokens;

@@ -15,6 +15,8 @@ const MIB: u64 = 1024 * 1024;
 
 /// The most a `config.json`-like JSON file (configs, indexes, tokenizer configs) may hold.
 pub const JSON_LIMIT: u64 = 64 * MIB;
+/// The most a settings file (a console keymap or layout) may hold.
+pub const SETTINGS_LIMIT: u64 = MIB;
 /// The most a `tokenizer.json` may hold (the largest published ones are about 35 MB).
 pub const TOKENIZER_LIMIT: u64 = 256 * MIB;
 

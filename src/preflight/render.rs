@@ -15,10 +15,10 @@ pub fn text(report: &Report, spec: &LaunchSpec, applied: &[Applied], paint: Pain
     let _ = writeln!(out, "specdeck check");
     for (label, path) in [("target", &spec.model_path), ("draft", &spec.draft_model_path)] {
         if let Some(p) = path {
-            let _ = writeln!(out, "  {label:<7}{p}");
+            let _ = writeln!(out, "  {label:<7}{}", finding_text::escaped(p));
         }
     }
-    let _ = writeln!(out, "  launch {spec}");
+    let _ = writeln!(out, "  launch {}", finding_text::escaped(&spec.to_string()));
     for a in applied {
         let _ = writeln!(out, "  {}", a.describe());
     }

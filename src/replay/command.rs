@@ -21,12 +21,21 @@ pub struct HeadlessOptions {
     pub json: bool,
 }
 
+/// The slowest pace accepted: slower, a recording of seconds would replay for years.
+const MIN_SPEED: f64 = 1e-3;
+
+/// `--speed`: 0 (as fast as possible), or a finite pace from `MIN_SPEED` up.
+pub fn check_speed(speed: f64) -> anyhow::Result<()> {
+    if !(speed == 0.0 || (MIN_SPEED..=f64::MAX).contains(&speed)) {
+        bail!("--speed: expected 0 (as fast as possible) or a finite number from {MIN_SPEED} up, got {speed}");
+    }
+    Ok(())
+}
+
 /// Runs the command; returns the exit status (0 ready, 1 failed, 3 incomplete).
 pub fn command(source: &Source, headless: &HeadlessOptions) -> anyhow::Result<i32> {
     let HeadlessOptions { follow, speed, json } = *headless;
-    if !(speed >= 0.0 && speed.is_finite()) {
-        bail!("--speed: expected a number ≥ 0 (0 = as fast as possible), got {speed}");
-    }
+    check_speed(speed)?;
     let opts = ReplayOptions { follow, speed, logs: false };
     let mut stdout = io::stdout().lock();
     // Write errors (a closed pipe) are not the replay's failure: the exit status still is.

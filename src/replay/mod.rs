@@ -41,7 +41,7 @@ use anyhow::Context;
 
 use crate::event::{EventSink, TimedEvent};
 
-pub use command::{command, HeadlessOptions};
+pub use command::{check_speed, command, HeadlessOptions};
 pub use detect::Format;
 pub use diagnose::UNRECOGNIZED;
 pub use report::{Outcome, PhaseSpan, ReplayReport, ReportBuilder};
@@ -198,7 +198,9 @@ impl Pacer {
             return;
         }
         let first = *self.first_t.get_or_insert(t);
-        let due = Duration::from_secs_f64(((t - first) / self.speed).max(0.0));
+        // A recorded time too far out for a Duration (1e20 s) is a broken clock, not a
+        // wait: such an event comes out at once.
+        let due = Duration::try_from_secs_f64(((t - first) / self.speed).max(0.0)).unwrap_or_default();
         if let Some(left) = due.checked_sub(self.start.elapsed()) {
             std::thread::sleep(left);
         }
