@@ -12,7 +12,7 @@ use ratatui::buffer::Buffer;
 use ratatui::style::Modifier;
 use ratatui::Terminal;
 use specdeck::console::action::Action;
-use specdeck::console::app::{Effect, Input, Options, State};
+use specdeck::console::app::{Effect, Input, Options, ReplaySource, State};
 use specdeck::console::headless::Printer;
 use specdeck::console::keymap::Keymap;
 use specdeck::console::layout::Layout;
@@ -148,6 +148,38 @@ fn each_pane_at_both_sizes() {
     let term = draw(&status, Theme::colored(), 80, 24);
     let bottom: String = (0..80).map(|x| term.backend().buffer()[(x, 23)].symbol().to_string()).collect();
     assert_eq!(bottom.trim_end(), " attempt 1 · failed at preflight · press 1 to fix      1-9 fix  ? help  q quit");
+}
+
+/// The console as `specdeck replay FILE` opens it: no engine, the recording named.
+fn replay_state(story: &Story, following: bool) -> State {
+    let replay = ReplaySource { file: "logs/sglang-oom.log".into(), following };
+    let options = Options { engine_attached: false, replay: Some(replay), ..Options::default() };
+    let mut s = State::new(spec(), options, Keymap::default(), Layout::cycle_starting_with(Layout::resolve("default").unwrap()));
+    feed(&mut s, &story.events);
+    s
+}
+
+fn bottom_line(term: &Terminal<TestBackend>) -> String {
+    let buf = term.backend().buffer();
+    let y = buf.area.height - 1;
+    (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>().trim_end().to_string()
+}
+
+#[test]
+fn a_replay_is_titled_replay_with_its_file_and_whether_it_follows() {
+    let story = demo_story(Stage::Diagnosis);
+    let following = replay_state(&story, true);
+    for (w, h) in SIZES {
+        insta::assert_snapshot!(format!("replay_following_{w}x{h}_diagnosis"), draw(&following, Theme::monochrome(), w, h).backend());
+    }
+    let once = draw(&replay_state(&story, false), Theme::monochrome(), 200, 60);
+    assert!(
+        bottom_line(&once).starts_with(" REPLAY logs/sglang-oom.log · not following · attempt 1 · failed at preflight"),
+        "{}",
+        bottom_line(&once)
+    );
+    let live = draw(&story_state("default", &story), Theme::monochrome(), 200, 60);
+    assert!(!bottom_line(&live).contains("REPLAY"), "a live launch is not titled a replay");
 }
 
 #[test]

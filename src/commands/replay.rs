@@ -3,6 +3,7 @@
 
 use clap::Args;
 
+use crate::console::app::ReplaySource;
 use crate::console::session::{has_tty, run_session, SessionConfig};
 use crate::event::LogLevel;
 use crate::replay::{self, HeadlessOptions, ReplayOptions, Source};
@@ -28,7 +29,8 @@ pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
         return replay::command(&source, &HeadlessOptions { follow: args.follow, speed: args.speed, json: args.json });
     }
     let opts = ReplayOptions { follow: args.follow, speed: args.speed, logs: true };
-    let config = SessionConfig { max_new_tokens: 64, ..SessionConfig::default() };
+    let replay = ReplaySource { file: source.label(), following: args.follow };
+    let config = SessionConfig { max_new_tokens: 64, replay: Some(replay), ..SessionConfig::default() };
     run_session(config, move |sink| {
         std::thread::spawn(move || {
             if let Err(e) = replay::produce(&source, &opts, &sink) {

@@ -65,6 +65,25 @@ pub struct Options {
     /// A prompt to send once, at the first ready.
     pub prompt: Option<String>,
     pub max_new_tokens: usize,
+    /// Set when the events come from a recording: the title names it.
+    pub replay: Option<ReplaySource>,
+}
+
+/// The recording a replay reads, as its title names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplaySource {
+    /// The file as given on the command line (`<stdin>` for `-`).
+    pub file: String,
+    /// Whether the replay keeps reading as the file grows (`--follow`).
+    pub following: bool,
+}
+
+impl ReplaySource {
+    /// The title's words: `REPLAY FILE · following` or `REPLAY FILE · not following`.
+    pub fn title(&self) -> String {
+        let follow = if self.following { "following" } else { "not following" };
+        format!("REPLAY {} · {follow}", self.file)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -119,6 +138,11 @@ impl State {
         } else {
             Vec::new()
         }
+    }
+
+    /// The recording the events come from, when they do.
+    pub fn replay(&self) -> Option<&ReplaySource> {
+        self.options.replay.as_ref()
     }
 
     pub fn keymap(&self) -> &Keymap {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc::unbounded_channel;
 
-use super::app::{Options, State};
+use super::app::{Options, ReplaySource, State};
 use super::engine::EngineControl;
 use super::headless::Printer;
 use super::keymap::Keymap;
@@ -35,6 +35,8 @@ pub struct SessionConfig {
     pub event_log: Option<PathBuf>,
     /// Print instead of drawing, even on a TTY.
     pub headless: bool,
+    /// The recording a replay reads (the console's title names it).
+    pub replay: Option<ReplaySource>,
 }
 
 /// Whether this process can run the console: a terminal on both stdin and stdout.
@@ -66,6 +68,7 @@ pub fn run_session(
             apply: config.apply,
             prompt: config.prompt,
             max_new_tokens: config.max_new_tokens,
+            replay: config.replay,
         };
         let state = State::new(config.spec, options, keymap, Layout::cycle_starting_with(layout));
         let session = Session { state, engine, sink, recorder };
