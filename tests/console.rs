@@ -14,7 +14,7 @@ use ratatui::Terminal;
 use specdeck::console::action::Action;
 use specdeck::console::app::{Effect, Input, Options, ReplaySource, State};
 use specdeck::console::headless::Printer;
-use specdeck::console::keymap::Keymap;
+use specdeck::console::keymap::{KeyChord, Keymap};
 use specdeck::console::layout::Layout;
 use specdeck::console::panes;
 use specdeck::console::run::{read_source, run, Frontend, Outcome, Session, UserInput};
@@ -180,6 +180,29 @@ fn a_replay_is_titled_replay_with_its_file_and_whether_it_follows() {
     );
     let live = draw(&story_state("default", &story), Theme::monochrome(), 200, 60);
     assert!(!bottom_line(&live).contains("REPLAY"), "a live launch is not titled a replay");
+}
+
+#[test]
+fn a_replay_offers_no_fix_relaunch_or_prompt_keys() {
+    let story = demo_story(Stage::Diagnosis);
+    let replay = replay_state(&story, false);
+    for key in ['1', '9', 'r'] {
+        assert_eq!(replay.keymap().action_for(KeyChord::plain(key)), None, "{key} does nothing in a replay");
+    }
+    assert_eq!(story_state("default", &story).keymap().action_for(KeyChord::plain('1')), Some(Action::ApplyRemedy(1)));
+    let screen = draw(&replay, Theme::monochrome(), 200, 60).backend().to_string();
+    assert!(screen.contains("Remedies (for the next launch):"), "{screen}");
+    assert!(!screen.contains("press the key") && !screen.contains("relaunch") && !screen.contains(" fix"), "{screen}");
+    assert!(bottom_line(&draw(&replay, Theme::monochrome(), 200, 60)).ends_with("tab focus  L layout  / search  ? help  q quit"));
+    let mut help = replay_state(&story, false);
+    help.apply(Input::Action(Action::ToggleHelp));
+    let term = draw(&help, Theme::monochrome(), 80, 24);
+    insta::assert_snapshot!("help_replay_80x24", term.backend());
+    let text = term.backend().to_string();
+    assert!(!text.contains("relaunch") && !text.contains("remedy") && !text.contains("prompt"), "{text}");
+    let mut ready = replay_state(&demo_story(Stage::Relaunched), false);
+    ready.apply(Input::Action(Action::Submit));
+    assert_eq!(ready.apply(Input::Action(Action::Submit)), Vec::<Effect>::new(), "Enter sends nothing to a recording");
 }
 
 #[test]

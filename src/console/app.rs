@@ -111,6 +111,7 @@ pub struct State {
 
 impl State {
     pub fn new(spec: LaunchSpec, options: Options, keymap: Keymap, layouts: Vec<Layout>) -> State {
+        let keymap = if options.engine_attached { keymap } else { keymap.without_engine_keys() };
         State {
             generate: Generate::new(options.prompt.clone()),
             options,
@@ -138,6 +139,11 @@ impl State {
         } else {
             Vec::new()
         }
+    }
+
+    /// False when the events come from a recording.
+    pub fn engine_attached(&self) -> bool {
+        self.options.engine_attached
     }
 
     /// The recording the events come from, when they do.
@@ -448,13 +454,15 @@ impl State {
                 if self.log.search_input().is_some() {
                     self.log.confirm_search();
                     Vec::new()
-                } else {
+                } else if self.options.engine_attached {
                     self.send_prompt()
+                } else {
+                    Vec::new()
                 }
             }
             Action::Edit(request) => {
                 let prompt_focused = self.focused_pane() == Some(PaneKind::Generate);
-                if !self.log.edit_search(request) && prompt_focused {
+                if !self.log.edit_search(request) && prompt_focused && self.options.engine_attached {
                     self.generate.edit(request);
                 }
                 Vec::new()

@@ -52,7 +52,8 @@ fn summary(s: &State) -> String {
         return format!("{attempt} · ready in {}", fmt_secs(r.elapsed_s));
     }
     if let Some(phase) = s.phases().failed() {
-        let fix = if s.diagnosis().findings().iter().any(|f| !f.remedies.is_empty()) { " · press 1 to fix" } else { "" };
+        let key = s.keymap().hint(&Action::ApplyRemedy(1)).filter(|_| s.diagnosis().findings().iter().any(|f| !f.remedies.is_empty()));
+        let fix = key.map(|k| format!(" · press {k} to fix")).unwrap_or_default();
         return format!("{attempt} · failed at {phase}{fix}");
     }
     match s.phases().latest_running() {
