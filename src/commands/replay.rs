@@ -40,3 +40,29 @@ pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
         Ok(None)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+
+    #[test]
+    fn a_session_without_an_engine_does_not_sample_this_machines_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let config = SessionConfig { headless: true, event_log: Some(log.clone()), ..SessionConfig::default() };
+        let code = run_session(config, |sink| {
+            // Late enough for a sampler, had one started, to have reported this machine.
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                sink.emit(Event::Ready { elapsed_s: 0.1, reused_target: false });
+            });
+            Ok(None)
+        })
+        .unwrap();
+        assert_eq!(code, 0);
+        let recorded = std::fs::read_to_string(&log).unwrap();
+        assert!(recorded.contains("\"type\":\"ready\""), "{recorded}");
+        assert!(!recorded.contains("\"type\":\"telemetry\""), "{recorded}");
+    }
+}

@@ -59,7 +59,8 @@ pub fn run_session(
     let outcome = runtime.block_on(async move {
         let (sink, events) = EventSink::channel();
         let engine = start(sink.clone())?;
-        let _sampler = telemetry::spawn(sink.clone(), Duration::from_secs(1));
+        // A recording brings its own GPUs (telemetry events, `avail mem` lines): this machine's are not its.
+        let _sampler = engine.is_some().then(|| telemetry::spawn(sink.clone(), Duration::from_secs(1)));
         let (tx, inputs) = unbounded_channel();
         spawn_signal_watch(tx.clone())?;
         let options = Options {
