@@ -12,9 +12,9 @@ use ratatui::buffer::Buffer;
 use ratatui::style::Modifier;
 use ratatui::Terminal;
 use specdeck::console::action::Action;
-use specdeck::console::app::{Effect, Input, Options, State};
+use specdeck::console::app::{Effect, Input, Options, ReplaySource, State};
 use specdeck::console::headless::Printer;
-use specdeck::console::keymap::Keymap;
+use specdeck::console::keymap::{KeyChord, Keymap};
 use specdeck::console::layout::Layout;
 use specdeck::console::panes;
 use specdeck::console::run::{read_source, run, Frontend, Outcome, Session, UserInput};
@@ -148,6 +148,61 @@ fn each_pane_at_both_sizes() {
     let term = draw(&status, Theme::colored(), 80, 24);
     let bottom: String = (0..80).map(|x| term.backend().buffer()[(x, 23)].symbol().to_string()).collect();
     assert_eq!(bottom.trim_end(), " attempt 1 · failed at preflight · press 1 to fix      1-9 fix  ? help  q quit");
+}
+
+/// The console as `specdeck replay FILE` opens it: no engine, the recording named.
+fn replay_state(story: &Story, following: bool) -> State {
+    let replay = ReplaySource { file: "logs/sglang-oom.log".into(), following };
+    let options = Options { engine_attached: false, replay: Some(replay), ..Options::default() };
+    let mut s = State::new(spec(), options, Keymap::default(), Layout::cycle_starting_with(Layout::resolve("default").unwrap()));
+    feed(&mut s, &story.events);
+    s
+}
+
+fn bottom_line(term: &Terminal<TestBackend>) -> String {
+    let buf = term.backend().buffer();
+    let y = buf.area.height - 1;
+    (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>().trim_end().to_string()
+}
+
+#[test]
+fn a_replay_is_titled_replay_with_its_file_and_whether_it_follows() {
+    let story = demo_story(Stage::Diagnosis);
+    let following = replay_state(&story, true);
+    for (w, h) in SIZES {
+        insta::assert_snapshot!(format!("replay_following_{w}x{h}_diagnosis"), draw(&following, Theme::monochrome(), w, h).backend());
+    }
+    let once = draw(&replay_state(&story, false), Theme::monochrome(), 200, 60);
+    assert!(
+        bottom_line(&once).starts_with(" REPLAY logs/sglang-oom.log · not following · attempt 1 · failed at preflight"),
+        "{}",
+        bottom_line(&once)
+    );
+    let live = draw(&story_state("default", &story), Theme::monochrome(), 200, 60);
+    assert!(!bottom_line(&live).contains("REPLAY"), "a live launch is not titled a replay");
+}
+
+#[test]
+fn a_replay_offers_no_fix_relaunch_or_prompt_keys() {
+    let story = demo_story(Stage::Diagnosis);
+    let replay = replay_state(&story, false);
+    for key in ['1', '9', 'r'] {
+        assert_eq!(replay.keymap().action_for(KeyChord::plain(key)), None, "{key} does nothing in a replay");
+    }
+    assert_eq!(story_state("default", &story).keymap().action_for(KeyChord::plain('1')), Some(Action::ApplyRemedy(1)));
+    let screen = draw(&replay, Theme::monochrome(), 200, 60).backend().to_string();
+    assert!(screen.contains("Remedies (for the next launch):"), "{screen}");
+    assert!(!screen.contains("press the key") && !screen.contains("relaunch") && !screen.contains(" fix"), "{screen}");
+    assert!(bottom_line(&draw(&replay, Theme::monochrome(), 200, 60)).ends_with("tab focus  L layout  / search  ? help  q quit"));
+    let mut help = replay_state(&story, false);
+    help.apply(Input::Action(Action::ToggleHelp));
+    let term = draw(&help, Theme::monochrome(), 80, 24);
+    insta::assert_snapshot!("help_replay_80x24", term.backend());
+    let text = term.backend().to_string();
+    assert!(!text.contains("relaunch") && !text.contains("remedy") && !text.contains("prompt"), "{text}");
+    let mut ready = replay_state(&demo_story(Stage::Relaunched), false);
+    ready.apply(Input::Action(Action::Submit));
+    assert_eq!(ready.apply(Input::Action(Action::Submit)), Vec::<Effect>::new(), "Enter sends nothing to a recording");
 }
 
 #[test]

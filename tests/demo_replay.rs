@@ -2,7 +2,7 @@
 //! demo pair (preflight finds `context-length-exceeds-draft`, `--apply` clamps the context,
 //! the relaunch reaches ready, the default prompt generates) and records its event log.
 //! Replaying that JSONL through the replay producer into a fresh console draws the same
-//! final screen, pixel for pixel. A recording committed in testdata/demo/ pins that
+//! final panes, pixel for pixel, under a status bar that says REPLAY. A recording committed in testdata/demo/ pins that
 //! screen as an insta snapshot.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use specdeck::console::app::{Options, State};
+use specdeck::console::app::{Options, ReplaySource, State};
 use specdeck::console::keymap::Keymap;
 use specdeck::console::layout::Layout;
 use specdeck::console::panes;
@@ -49,7 +49,8 @@ fn demo_spec() -> LaunchSpec {
     DemoPair { target: PathBuf::from("testdata/demo/target"), draft: PathBuf::from("testdata/demo/draft") }.spec()
 }
 
-fn options(engine_attached: bool) -> Options {
+fn options(replay: Option<ReplaySource>) -> Options {
+    let engine_attached = replay.is_none();
     Options {
         engine_attached,
         // Headless for the live run; a replay on a TTY stays until the user quits.
@@ -57,11 +58,12 @@ fn options(engine_attached: bool) -> Options {
         apply: if engine_attached { vec!["clamp-context-length".into()] } else { Vec::new() },
         prompt: engine_attached.then(|| DEFAULT_PROMPT.to_string()),
         max_new_tokens: 64,
+        replay,
     }
 }
 
-fn new_state(spec: LaunchSpec, engine_attached: bool) -> State {
-    State::new(spec, options(engine_attached), Keymap::default(), Layout::cycle_starting_with(Layout::builtin("default").unwrap()))
+fn new_state(spec: LaunchSpec, replay: Option<ReplaySource>) -> State {
+    State::new(spec, options(replay), Keymap::default(), Layout::cycle_starting_with(Layout::builtin("default").unwrap()))
 }
 
 fn screen(state: &State, width: u16, height: u16) -> String {
@@ -76,7 +78,7 @@ async fn live_demo(log: &Path) -> State {
     let preflight: PreflightFn = Arc::new(specdeck::preflight::check_spec);
     let engine = EngineHandle::spawn(sink.clone(), preflight);
     let session = Session {
-        state: new_state(demo_spec(), true),
+        state: new_state(demo_spec(), None),
         engine: Some(Box::new(engine)),
         sink,
         recorder: Some(Recorder::create(log).unwrap()),
@@ -93,9 +95,10 @@ async fn replayed(log: &Path) -> State {
     let (sink, events) = EventSink::channel();
     let producer_sink = sink.clone();
     let source = Source::Path(log.to_path_buf());
+    let replay = ReplaySource { file: source.label(), following: false };
     let producer =
         std::thread::spawn(move || produce(&source, &ReplayOptions { follow: false, speed: 0.0, logs: true }, &producer_sink).map(|_| ()));
-    let session = Session { state: new_state(LaunchSpec::default(), false), engine: None, sink, recorder: None };
+    let session = Session { state: new_state(LaunchSpec::default(), Some(replay)), engine: None, sink, recorder: None };
     let (keys, inputs) = unbounded_channel();
     let outcome = run(session, events, inputs, &mut QuitAtExit(keys)).await;
     producer.join().unwrap().expect("the recording replays");
@@ -110,7 +113,12 @@ async fn a_recorded_live_demo_replays_to_the_same_final_screen() {
     assert_eq!((live.attempt(), live.generate().generation().tokens), (2, 64), "the clamped relaunch generated 64 tokens");
     let again = replayed(&log).await;
     for (w, h) in [(200, 60), (80, 24)] {
-        assert_eq!(screen(&again, w, h), screen(&live, w, h), "final screen at {w}x{h}");
+        // The status bar is the one line that differs: the replay's says REPLAY and names the file.
+        let (replayed, live) = (screen(&again, w, h), screen(&live, w, h));
+        let panes = |s: &str| s.lines().take(h as usize - 1).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(panes(&replayed), panes(&live), "final panes at {w}x{h}");
+        let bar = replayed.lines().last().unwrap();
+        assert!(bar.starts_with(&format!("\" REPLAY {} · not following ·", log.display())), "{bar}");
     }
 }
 

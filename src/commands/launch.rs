@@ -47,6 +47,7 @@ pub fn run(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
         keymap: args.keymap,
         event_log: args.event_log,
         headless,
+        replay: None,
     };
     run_session(config, start_engine)
 }

@@ -3,6 +3,7 @@
 
 use clap::Args;
 
+use crate::console::app::ReplaySource;
 use crate::console::session::{has_tty, run_session, SessionConfig};
 use crate::event::LogLevel;
 use crate::replay::{self, HeadlessOptions, ReplayOptions, Source};
@@ -29,7 +30,8 @@ pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
         return replay::command(&source, &HeadlessOptions { follow: args.follow, speed: args.speed, json: args.json });
     }
     let opts = ReplayOptions { follow: args.follow, speed: args.speed, logs: true };
-    let config = SessionConfig { max_new_tokens: 64, ..SessionConfig::default() };
+    let replay = ReplaySource { file: source.label(), following: args.follow };
+    let config = SessionConfig { max_new_tokens: 64, replay: Some(replay), ..SessionConfig::default() };
     run_session(config, move |sink| {
         std::thread::spawn(move || {
             if let Err(e) = replay::produce(&source, &opts, &sink) {
@@ -38,4 +40,30 @@ pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
         });
         Ok(None)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+
+    #[test]
+    fn a_session_without_an_engine_does_not_sample_this_machines_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let config = SessionConfig { headless: true, event_log: Some(log.clone()), ..SessionConfig::default() };
+        let code = run_session(config, |sink| {
+            // Late enough for a sampler, had one started, to have reported this machine.
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                sink.emit(Event::Ready { elapsed_s: 0.1, reused_target: false });
+            });
+            Ok(None)
+        })
+        .unwrap();
+        assert_eq!(code, 0);
+        let recorded = std::fs::read_to_string(&log).unwrap();
+        assert!(recorded.contains("\"type\":\"ready\""), "{recorded}");
+        assert!(!recorded.contains("\"type\":\"telemetry\""), "{recorded}");
+    }
 }

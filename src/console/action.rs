@@ -44,6 +44,11 @@ pub enum Action {
 }
 
 impl Action {
+    /// Whether the action acts on an engine (a replay has none to act on).
+    pub fn acts_on_engine(&self) -> bool {
+        matches!(self, Action::Relaunch | Action::ApplyRemedy(_))
+    }
+
     /// Every action a keymap can bind, in the order help lists them.
     pub fn bindable() -> Vec<Action> {
         let mut all = vec![Action::Quit, Action::Relaunch];

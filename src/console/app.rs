@@ -65,6 +65,25 @@ pub struct Options {
     /// A prompt to send once, at the first ready.
     pub prompt: Option<String>,
     pub max_new_tokens: usize,
+    /// Set when the events come from a recording: the title names it.
+    pub replay: Option<ReplaySource>,
+}
+
+/// The recording a replay reads, as its title names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplaySource {
+    /// The file as given on the command line (`<stdin>` for `-`).
+    pub file: String,
+    /// Whether the replay keeps reading as the file grows (`--follow`).
+    pub following: bool,
+}
+
+impl ReplaySource {
+    /// The title's words: `REPLAY FILE · following` or `REPLAY FILE · not following`.
+    pub fn title(&self) -> String {
+        let follow = if self.following { "following" } else { "not following" };
+        format!("REPLAY {} · {follow}", self.file)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +111,7 @@ pub struct State {
 
 impl State {
     pub fn new(spec: LaunchSpec, options: Options, keymap: Keymap, layouts: Vec<Layout>) -> State {
+        let keymap = if options.engine_attached { keymap } else { keymap.without_engine_keys() };
         State {
             generate: Generate::new(options.prompt.clone()),
             options,
@@ -119,6 +139,16 @@ impl State {
         } else {
             Vec::new()
         }
+    }
+
+    /// False when the events come from a recording.
+    pub fn engine_attached(&self) -> bool {
+        self.options.engine_attached
+    }
+
+    /// The recording the events come from, when they do.
+    pub fn replay(&self) -> Option<&ReplaySource> {
+        self.options.replay.as_ref()
     }
 
     pub fn keymap(&self) -> &Keymap {
@@ -424,13 +454,15 @@ impl State {
                 if self.log.search_input().is_some() {
                     self.log.confirm_search();
                     Vec::new()
-                } else {
+                } else if self.options.engine_attached {
                     self.send_prompt()
+                } else {
+                    Vec::new()
                 }
             }
             Action::Edit(request) => {
                 let prompt_focused = self.focused_pane() == Some(PaneKind::Generate);
-                if !self.log.edit_search(request) && prompt_focused {
+                if !self.log.edit_search(request) && prompt_focused && self.options.engine_attached {
                     self.generate.edit(request);
                 }
                 Vec::new()

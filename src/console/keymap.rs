@@ -182,6 +182,8 @@ pub enum InputMode {
 pub struct Keymap {
     /// (action, its keys) in `Action::bindable()` order.
     bindings: Vec<(Action, Vec<KeyChord>)>,
+    /// Set by `without_engine_keys`: Enter then only confirms the search.
+    recording: bool,
 }
 
 impl Default for Keymap {
@@ -218,7 +220,7 @@ impl Default for Keymap {
                 (action, chords)
             })
             .collect();
-        Keymap { bindings }
+        Keymap { bindings, recording: false }
     }
 }
 
@@ -283,6 +285,14 @@ impl Keymap {
         Ok(self)
     }
 
+    /// This keymap less the keys that act on an engine: a replay offers no fix or relaunch,
+    /// neither in the hints nor in the help, and its keys do nothing.
+    pub fn without_engine_keys(mut self) -> Keymap {
+        self.bindings.retain(|(action, _)| !action.acts_on_engine());
+        self.recording = true;
+        self
+    }
+
     pub fn keys_for(&self, action: &Action) -> &[KeyChord] {
         self.bindings.iter().find(|(a, _)| a == action).map(|(_, k)| k.as_slice()).unwrap_or(&[])
     }
@@ -315,6 +325,7 @@ impl Keymap {
                     rows.push(("1-9".to_string(), "apply that remedy of the diagnosis and relaunch".to_string()))
                 }
                 Action::ApplyRemedy(_) if digits => {}
+                Action::Submit if self.recording => rows.push((join_keys(keys), "confirm the search".to_string())),
                 _ => {
                     let keys = if keys.is_empty() { "(unbound)".to_string() } else { join_keys(keys) };
                     rows.push((keys, action.describe()));

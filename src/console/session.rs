@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc::unbounded_channel;
 
-use super::app::{Options, State};
+use super::app::{Options, ReplaySource, State};
 use super::engine::EngineControl;
 use super::headless::Printer;
 use super::keymap::Keymap;
@@ -35,6 +35,8 @@ pub struct SessionConfig {
     pub event_log: Option<PathBuf>,
     /// Print instead of drawing, even on a TTY.
     pub headless: bool,
+    /// The recording a replay reads (the console's title names it).
+    pub replay: Option<ReplaySource>,
 }
 
 /// Whether this process can run the console: a terminal on both stdin and stdout.
@@ -57,7 +59,8 @@ pub fn run_session(
     let outcome = runtime.block_on(async move {
         let (sink, events) = EventSink::channel();
         let engine = start(sink.clone())?;
-        let _sampler = telemetry::spawn(sink.clone(), Duration::from_secs(1));
+        // A recording brings its own GPUs (telemetry events, `avail mem` lines): this machine's are not its.
+        let _sampler = engine.is_some().then(|| telemetry::spawn(sink.clone(), Duration::from_secs(1)));
         let (tx, inputs) = unbounded_channel();
         spawn_signal_watch(tx.clone())?;
         let options = Options {
@@ -66,6 +69,7 @@ pub fn run_session(
             apply: config.apply,
             prompt: config.prompt,
             max_new_tokens: config.max_new_tokens,
+            replay: config.replay,
         };
         let state = State::new(config.spec, options, keymap, Layout::cycle_starting_with(layout));
         let session = Session { state, engine, sink, recorder };

@@ -136,7 +136,14 @@ impl Generation {
     }
 }
 
-pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, ready: bool, buf: &mut Buffer) {
+/// Whether the prompt can be sent: a recording's prompts were sent when it was recorded.
+pub(super) enum Prompting {
+    Recorded,
+    NotReady,
+    Ready,
+}
+
+pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, prompting: Prompting, buf: &mut Buffer) {
     let theme = pane.theme;
     let title = Line::from(vec![
         Span::styled(" Generate · ", theme.title()),
@@ -169,7 +176,11 @@ pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, ready: bool, buf: &mut 
         })
         .collect();
     let body = if lines.is_empty() {
-        let hint = if ready { "Enter sends the prompt." } else { "The engine is not ready yet." };
+        let hint = match prompting {
+            Prompting::Recorded => "A recording: no engine to prompt.",
+            Prompting::NotReady => "The engine is not ready yet.",
+            Prompting::Ready => "Enter sends the prompt.",
+        };
         vec![Line::styled(hint, theme.dim())]
     } else {
         lines

@@ -8,7 +8,13 @@ use ratatui::widgets::{Block, Clear, Paragraph, Widget};
 use crate::console::keymap::Keymap;
 use crate::console::theme::Theme;
 
-pub(super) fn draw(keymap: &Keymap, theme: &Theme, area: Rect, buf: &mut Buffer) {
+pub(super) fn draw(keymap: &Keymap, engine_attached: bool, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    // A replay has no prompt to type into: only the search takes text.
+    let typing = if engine_attached {
+        " In the prompt and the search, letters type; Enter sends; Tab leaves "
+    } else {
+        " In the search, letters type; Enter confirms "
+    };
     let rows = keymap.help_rows();
     let key_width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0).min(24);
     let lines: Vec<Line> = rows
@@ -23,6 +29,6 @@ pub(super) fn draw(keymap: &Keymap, theme: &Theme, area: Rect, buf: &mut Buffer)
     let block = Block::bordered()
         .border_style(theme.border(true))
         .title(Line::styled(" Keys (? or Esc closes) ", theme.title()))
-        .title_bottom(Line::styled(" In the prompt and the search, letters type; Enter sends; Tab leaves ", theme.dim()));
+        .title_bottom(Line::styled(typing, theme.dim()));
     Paragraph::new(lines).block(block).render(popup, buf);
 }

@@ -51,11 +51,18 @@ pub fn draw_buffer(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 let preflight = state.phases().state_of(PhaseId::Preflight);
                 diagnosis::draw(&pane, state.diagnosis(), state.keymap(), state.attempt(), preflight, buf)
             }
-            PaneKind::Generate => generate::draw(&pane, state.generate(), state.ready().is_some(), buf),
+            PaneKind::Generate => {
+                let prompt = match (state.engine_attached(), state.ready().is_some()) {
+                    (false, _) => generate::Prompting::Recorded,
+                    (true, false) => generate::Prompting::NotReady,
+                    (true, true) => generate::Prompting::Ready,
+                };
+                generate::draw(&pane, state.generate(), prompt, buf)
+            }
             PaneKind::Status => status::draw(&pane, state, buf),
         }
     }
     if screen.help_open() {
-        help::draw(state.keymap(), theme, area, buf);
+        help::draw(state.keymap(), state.engine_attached(), theme, area, buf);
     }
 }

@@ -18,8 +18,11 @@ pub(super) fn draw(pane: &Pane<'_>, s: &State, buf: &mut Buffer) {
         Some(n) => n.to_string(),
         None => summary(s),
     };
+    // A replay's title leads the bar, so that no one takes the recording for a live launch.
+    let title = s.replay().map(|r| format!(" {} ·", r.title()));
+    let title_width = title.as_ref().map_or(0, |t| t.chars().count());
     // The summary keeps up to 48 columns; hints fill the rest, most useful first.
-    let room = (pane.area.width as usize).saturating_sub(summary_text.chars().count().min(48) + 2);
+    let room = (pane.area.width as usize).saturating_sub(title_width + summary_text.chars().count().min(48) + 2);
     let hints = fitting_hints(hints(s.keymap()), room);
     let hint_width: usize = hints.iter().map(|(k, w)| hint_len(k, w)).sum();
     let [left, right] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint_width as u16)]).areas(pane.area);
@@ -27,7 +30,11 @@ pub(super) fn draw(pane: &Pane<'_>, s: &State, buf: &mut Buffer) {
         Some(_) => Span::styled(format!(" {summary_text}"), theme.warning()),
         None => Span::raw(format!(" {summary_text}")),
     };
-    Paragraph::new(Line::from(summary)).render(left, buf);
+    let left_spans = match title {
+        Some(t) => vec![Span::styled(t, theme.title()), summary],
+        None => vec![summary],
+    };
+    Paragraph::new(Line::from(left_spans)).render(left, buf);
     let mut spans = Vec::new();
     for (key, what) in hints {
         spans.push(Span::styled(key, theme.key()));
@@ -45,7 +52,8 @@ fn summary(s: &State) -> String {
         return format!("{attempt} · ready in {}", fmt_secs(r.elapsed_s));
     }
     if let Some(phase) = s.phases().failed() {
-        let fix = if s.diagnosis().findings().iter().any(|f| !f.remedies.is_empty()) { " · press 1 to fix" } else { "" };
+        let key = s.keymap().hint(&Action::ApplyRemedy(1)).filter(|_| s.diagnosis().findings().iter().any(|f| !f.remedies.is_empty()));
+        let fix = key.map(|k| format!(" · press {k} to fix")).unwrap_or_default();
         return format!("{attempt} · failed at {phase}{fix}");
     }
     match s.phases().latest_running() {

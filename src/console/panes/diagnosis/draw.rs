@@ -86,6 +86,9 @@ pub(in crate::console::panes) fn draw(
     if remedy_title > 0 {
         let title = if finding.remedies.is_empty() {
             "No remedy is known for this finding."
+        } else if keymap.hint(&Action::ApplyRemedy(1)).is_none() {
+            // A replay: nothing here can relaunch, so the remedies are for the next launch.
+            "Remedies (for the next launch):"
         } else {
             "Remedies (press the key to apply and relaunch):"
         };
