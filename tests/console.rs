@@ -498,3 +498,39 @@ fn bad_layout_keymap_and_event_log_paths_are_errors_naming_file_and_line() {
     assert_eq!(code, Some(2));
     assert!(err.starts_with("specdeck: --event-log: /nonexistent-dir/events.jsonl: "), "{err}");
 }
+
+/// A bracketed paste is text, never keys: with no text input focused it does nothing (a `q`,
+/// `1` or `r` in it neither quits, applies nor relaunches), and with the prompt focused it is
+/// typed into the prompt on one line.
+#[tokio::test]
+async fn a_paste_types_into_the_prompt_and_is_never_read_as_keys() {
+    let (sink, events) = EventSink::channel();
+    let options = Options { prompt: None, ..options() };
+    let state = State::new(spec(), options, Keymap::default(), vec![Layout::builtin("default").unwrap()]);
+    let (session, commands) = session(state, &sink, None);
+    let (seen_tx, seen) = unbounded_channel();
+    let (inputs_tx, inputs) = unbounded_channel();
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    let mut screen = WatchedScreen { inner: TerminalFrontend::new(&mut terminal, Theme::colored()), seen: seen_tx };
+    let mut engine = EngineSide { sink: sink.clone(), commands, seen };
+    let story = demo_story(Stage::Diagnosis);
+    let tab = UserInput::Key(crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Tab, crossterm::event::KeyModifiers::NONE));
+
+    let driver = async {
+        assert_eq!(engine.expect().await, Command::Launch(spec()));
+        engine.play(&story.events).await;
+        inputs_tx.send(UserInput::Paste("q 1 r".into())).unwrap();
+        // Let the loop take the paste; any command it caused would be queued before this one.
+        inputs_tx.send(UserInput::Action(Action::FocusNext)).unwrap();
+        for _ in 0..2 {
+            inputs_tx.send(tab.clone()).unwrap();
+        }
+        inputs_tx.send(UserInput::Paste("To be, q\r\n1 r".into())).unwrap();
+        inputs_tx.send(UserInput::Action(Action::Quit)).unwrap();
+        assert_eq!(engine.expect().await, Command::Shutdown, "the pastes caused no launch and no quit");
+        engine.play(&[TimedEvent { t: 9.0, event: Event::Exit { code: 0, reason: "shutdown".into() } }]).await;
+    };
+    let (outcome, ()) = tokio::join!(run(session, events, inputs, &mut screen), driver);
+    assert_eq!(outcome.state.attempt(), 1, "no relaunch");
+    assert_eq!(outcome.state.generate().prompt(), "To be, q  1 r");
+}

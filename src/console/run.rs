@@ -10,10 +10,12 @@ use std::time::Duration;
 use crossterm::event::KeyEvent;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
+use tui_input::InputRequest;
 
 use super::action::Action;
 use super::app::{Effect, Input, State};
 use super::engine::EngineControl;
+use super::keymap::InputMode;
 use crate::event::{EventReceiver, EventSink, TimedEvent};
 use crate::recorder::Recorder;
 
@@ -30,6 +32,9 @@ const MAX_QUOTED_FILE: u64 = 8 << 20;
 #[derive(Clone, Debug, PartialEq)]
 pub enum UserInput {
     Key(KeyEvent),
+    /// Text the terminal delivered as one bracketed paste: typed into the prompt or the
+    /// search when one has focus, and never read as keys (a `q` in it must not quit).
+    Paste(String),
     Action(Action),
     Resize,
     /// The terminal is gone (the input stream ended): tear down without drawing.
@@ -144,6 +149,14 @@ impl<F: Frontend> Runner<'_, F> {
             UserInput::Key(key) => {
                 let action = self.session.state.keymap().map_key(self.session.state.input_mode(), &key)?;
                 self.step(Input::Action(action))
+            }
+            UserInput::Paste(text) => {
+                if self.session.state.input_mode() != InputMode::Text {
+                    return None;
+                }
+                // One line of input: the paste's line breaks become spaces.
+                let chars = text.chars().map(|c| if c == '\n' || c == '\r' { ' ' } else { c }).filter(|c| !c.is_control());
+                chars.fold(None, |exit, c| exit.or_else(|| self.step(Input::Action(Action::Edit(InputRequest::InsertChar(c))))))
             }
             UserInput::Action(action) => self.step(Input::Action(action)),
             UserInput::Resize => None,

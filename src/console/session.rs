@@ -39,9 +39,16 @@ pub struct SessionConfig {
     pub replay: Option<ReplaySource>,
 }
 
-/// Whether this process can run the console: a terminal on both stdin and stdout.
+/// Whether this process can run the console: a terminal on both stdin and stdout, of a kind
+/// that can draw.
 pub fn has_tty() -> bool {
-    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal() && term_can_draw(std::env::var("TERM").ok().as_deref())
+}
+
+/// `TERM=dumb` (or none) cannot move the cursor or draw an alternate screen: such a terminal
+/// gets the headless output.
+fn term_can_draw(term: Option<&str>) -> bool {
+    !matches!(term.map(str::trim), None | Some("") | Some("dumb"))
 }
 
 /// Run a session. `start` gets the event sink and returns the engine to drive, or `None`
@@ -91,5 +98,20 @@ pub fn run_session(
             Ok(if outcome.code == 0 { 1 } else { outcome.code })
         }
         None => Ok(outcome.code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::term_can_draw;
+
+    #[test]
+    fn a_dumb_or_unnamed_terminal_gets_the_headless_output() {
+        for term in [None, Some(""), Some("dumb"), Some(" dumb ")] {
+            assert!(!term_can_draw(term), "{term:?}");
+        }
+        for term in ["xterm-256color", "screen", "tmux-256color", "linux"] {
+            assert!(term_can_draw(Some(term)), "{term}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use crossterm::event::{Event as TermEvent, EventStream, KeyEventKind};
+use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste, Event as TermEvent, EventStream, KeyEventKind};
 use futures::StreamExt;
 use ratatui::backend::Backend;
 use ratatui::{DefaultTerminal, Terminal};
@@ -28,11 +28,13 @@ impl TerminalGuard {
     /// ends the process: a console whose terminal was restored under it cannot go on.
     pub fn enter() -> io::Result<TerminalGuard> {
         let terminal = ratatui::try_init()?;
+        // Pasted text arrives as one event instead of keystrokes (a pasted `q` must not quit).
+        crossterm::execute!(io::stdout(), EnableBracketedPaste)?;
         let restore_and_report = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             // ratatui's hook leaves raw mode and the alternate screen; the cursor, hidden
             // while drawing, is shown by the terminal's Drop, which never runs on this path.
-            let _ = crossterm::execute!(io::stdout(), crossterm::cursor::Show);
+            let _ = crossterm::execute!(io::stdout(), DisableBracketedPaste, crossterm::cursor::Show);
             restore_and_report(info);
             std::process::exit(101);
         }));
@@ -43,6 +45,7 @@ impl TerminalGuard {
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
         // Errors here mean the terminal is already gone; nothing is left to restore.
+        let _ = crossterm::execute!(io::stdout(), DisableBracketedPaste);
         let _ = ratatui::try_restore();
     }
 }
@@ -77,7 +80,7 @@ impl<B: Backend> Frontend for TerminalFrontend<'_, B> {
     }
 }
 
-/// Forward key presses and resizes; a failing or ending input stream means the terminal
+/// Forward key presses, pastes and resizes; a failing or ending input stream means the terminal
 /// is gone.
 pub fn spawn_terminal_input(tx: UnboundedSender<UserInput>) {
     tokio::spawn(async move {
@@ -86,6 +89,7 @@ pub fn spawn_terminal_input(tx: UnboundedSender<UserInput>) {
             let input = match event {
                 Ok(TermEvent::Key(key)) if key.kind != KeyEventKind::Release => UserInput::Key(key),
                 Ok(TermEvent::Resize(..)) => UserInput::Resize,
+                Ok(TermEvent::Paste(text)) => UserInput::Paste(text),
                 Ok(_) => continue,
                 Err(_) => break,
             };
