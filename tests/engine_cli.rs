@@ -1,10 +1,13 @@
 //! `specdeck generate` / `bench` as a user runs them, and the engine handle (contract 1), on
 //! tiny checkpoints written by `specdeck::testkit`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
+use common::tiny_pair::pair;
 use serde_json::Value;
 use specdeck::engine::handle::{EngineCommand, EngineHandle};
 use specdeck::engine::llama::Family;
@@ -13,21 +16,6 @@ use specdeck::event::{Event, EventSink, PhaseState};
 use specdeck::phase::PhaseId;
 use specdeck::spec::{Algorithm, LaunchSpec};
 use specdeck::testkit::{word, TinyEagle3, TinyLlama};
-
-struct Pair {
-    dir: tempfile::TempDir,
-    target: PathBuf,
-    eagle: PathBuf,
-}
-
-fn pair() -> Pair {
-    let dir = tempfile::tempdir().unwrap();
-    let (target, eagle) = (dir.path().join("target"), dir.path().join("eagle"));
-    let t = TinyLlama::new(Family::Qwen2, 31);
-    let w = t.write(&target).unwrap();
-    TinyEagle3::new(32).write(&eagle, &t, &w).unwrap();
-    Pair { dir, target, eagle }
-}
 
 fn specdeck(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_specdeck")).args(args).output().unwrap()

@@ -2,34 +2,20 @@
 //! gone, signals during a generation, flags at the edges of their ranges. Each case must end
 //! quickly, without a panic, with the status and message the issue names.
 
+mod common;
+
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::tiny_pair::pair;
 use specdeck::engine::handle::{EngineCommand, EngineHandle};
-use specdeck::engine::llama::Family;
 use specdeck::event::{Event, EventSink};
 use specdeck::spec::LaunchSpec;
-use specdeck::testkit::{TinyEagle3, TinyLlama};
-
-struct Pair {
-    dir: tempfile::TempDir,
-    target: PathBuf,
-    eagle: PathBuf,
-}
-
-fn pair() -> Pair {
-    let dir = tempfile::tempdir().unwrap();
-    let (target, eagle) = (dir.path().join("target"), dir.path().join("eagle"));
-    let t = TinyLlama::new(Family::Qwen2, 31);
-    let w = t.write(&target).unwrap();
-    TinyEagle3::new(32).write(&eagle, &t, &w).unwrap();
-    Pair { dir, target, eagle }
-}
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()

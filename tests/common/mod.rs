@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod tiny_pair;
+
 use specdeck::console::{EngineControl, GenerateParams};
 use specdeck::engine::context;
 use specdeck::event::{Event, GenerationStats, GpuSample, LogLevel, PhaseState, ProgressUnit, TimedEvent};
