@@ -75,6 +75,16 @@ pub fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect())
 }
 
+/// `escaped`, but line breaks and tabs pass: for text that has lines of its own (generated
+/// text, a log line, an error message).
+pub fn escaped_keeping_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(hostile) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(text.chars().map(|c| if hostile(c) { c.escape_default().to_string() } else { c.to_string() }).collect())
+}
+
 /// The distinct files of some evidence, in order.
 fn files<'a>(evidence: &[&'a Evidence]) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();

@@ -10,7 +10,7 @@ pub mod demo;
 pub mod engine;
 pub mod event;
 pub mod finding;
-pub(crate) mod finding_text;
+pub mod finding_text;
 pub(crate) mod knobs;
 pub mod model;
 pub mod phase;

@@ -5,7 +5,8 @@ fn main() {
     match commands::run_from_args() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("specdeck: {e:#}");
+            // Errors quote paths and values from files: their control characters are escaped.
+            eprintln!("specdeck: {}", specdeck::finding_text::escaped_keeping_lines(&format!("{e:#}")));
             std::process::exit(2);
         }
     }

@@ -172,3 +172,29 @@ fn without_a_tty_the_demo_prints_the_diagnosis_and_the_apply_hint() {
     assert!(stdout.contains("applied remedy clamp-context-length"), "{stdout}");
     assert!(stdout.contains("--- generated ---"), "{stdout}");
 }
+
+/// `q` and Ctrl-C during a generation of 4000 tokens on the demo target: the console cancels
+/// it at the next step and is gone, the terminal restored, within a second (issue 23).
+#[test]
+fn quitting_during_a_long_generation_takes_under_a_second() {
+    if !tmux_present() {
+        return;
+    }
+    let target = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/demo/target");
+    for key in ["q", "C-c"] {
+        let tmux = Tmux::start(120, 40);
+        tmux.type_line(&format!(
+            "{BIN} launch --model-path {target} --context-length 8192 --prompt ROMEO: --max-new-tokens 4000; echo EXIT=$?"
+        ));
+        let screen = tmux.wait_for("a generation under way", Duration::from_secs(120), |s| s.contains(" · generating…"));
+        assert!(!screen.contains("EXIT="), "{screen}");
+        tmux.keys(&[key]);
+        let sent = Instant::now();
+        let screen = tmux.wait_for("the shell after quitting", Duration::from_secs(30), |s| s.contains("EXIT="));
+        let took = sent.elapsed();
+        eprintln!("{key}: the shell is back {took:?} after the key");
+        assert!(took < Duration::from_secs(1), "{key}: {took:?} from the key to the shell; the screen:\n{screen}");
+        assert!(screen.contains("EXIT=0"), "{key}: {screen}");
+        assert_eq!(tmux.pane_flag("alternate_on"), "0", "{key}: the alternate screen was left");
+    }
+}

@@ -568,3 +568,88 @@ fn gguf_metadata_arrays_are_capped_in_all_not_only_by_the_file_size() {
         )
     );
 }
+
+// ---- replay: numbers at the edges in real logs ----------------------------------------------
+
+/// Every number of every shared real log (testdata/real-logs) replaced by one edge value at a
+/// time: times, ranks, batch sizes, bars, memory figures, accept lengths, versions. The replay
+/// ends, fast, with a summary; never a panic.
+#[test]
+fn real_logs_with_every_number_at_an_edge_replay_cleanly() {
+    let number = regex::Regex::new(r"\d+(\.\d+)?").unwrap();
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/real-logs"));
+    let mut logs: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "log")).collect();
+    logs.sort();
+    assert!(logs.len() >= 30, "{logs:?}");
+    let edges = ["0", "18446744073709551616", "99999999999999999999999999999999", "4294967296", "1e400", "0.0000000000000000001"];
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        for edge in edges {
+            let hostile = number.replace_all(&text, edge);
+            let start = Instant::now();
+            let (_, report) = specdeck::replay::replay_bytes("hostile.log", hostile.as_bytes());
+            assert!(start.elapsed() < BOUND, "{} with {edge}: {:?}", log.display(), start.elapsed());
+            assert_eq!(report.lines as usize, hostile.lines().count(), "{} with {edge}", log.display());
+        }
+    }
+}
+
+/// The demo recording with every number in it (times, byte counts, token ids, accept
+/// lengths, GPU figures) at one edge value at a time: each line is an event or a warning, and
+/// the console draws what came of it in a replay at both sizes; never a panic.
+#[test]
+fn the_demo_recording_with_every_number_at_an_edge_replays_and_draws() {
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use specdeck::console::app::{Input, Options, ReplaySource, State};
+    use specdeck::console::keymap::Keymap;
+    use specdeck::console::layout::Layout;
+    use specdeck::console::panes;
+    use specdeck::console::theme::Theme;
+
+    let number = regex::Regex::new(r"-?\d+(\.\d+)?([eE][-+]?\d+)?").unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/demo/recorded-run.jsonl")).unwrap();
+    for edge in ["0", "-1", "4294967296", "18446744073709551615", "18446744073709551616", "1e308", "-1e308", "5e-324"] {
+        let hostile = number.replace_all(&text, edge);
+        let start = Instant::now();
+        let (events, report) = specdeck::replay::replay_bytes("edges.jsonl", hostile.as_bytes());
+        assert!(start.elapsed() < BOUND, "{edge}: {:?}", start.elapsed());
+        assert_eq!(report.lines as usize, hostile.lines().count(), "{edge}");
+        let replay = ReplaySource { file: "edges.jsonl".into(), following: false };
+        let options = Options { engine_attached: false, replay: Some(replay), ..Options::default() };
+        let mut state =
+            State::new(LaunchSpec::default(), options, Keymap::default(), Layout::cycle_starting_with(Layout::resolve("wide").unwrap()));
+        for (_, ev) in events {
+            state.apply(Input::Event(ev));
+        }
+        for (w, h) in [(80, 24), (200, 60)] {
+            let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
+            terminal.draw(|f| panes::draw(&state, &Theme::colored(), f)).unwrap();
+        }
+    }
+}
+
+/// An error the engine raises itself about a config number (past a preflight that let it
+/// through) cites the number: 0 as 0, never as null, in the finding and its text.
+#[test]
+fn an_engine_error_about_a_zero_shows_0_in_its_evidence() {
+    use specdeck::engine::lifecycle::Engine;
+    use specdeck::engine::request::LaunchOutcome;
+    use specdeck::event::EventSink;
+    use specdeck::finding::{Evidence, Side};
+    use specdeck::finding_text::{text, Paint};
+
+    let dir = tempfile::tempdir().unwrap();
+    let t = tiny_target(dir.path(), 2);
+    let cfg_path = dir.path().join("config.json");
+    let mut c = t.config();
+    c["num_attention_heads"] = json!(0);
+    std::fs::write(&cfg_path, c.to_string()).unwrap();
+    let spec = LaunchSpec { model_path: Some(path(dir.path()).into()), device: specdeck::spec::Device::Cpu, ..LaunchSpec::default() };
+    let (sink, _rx) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    let LaunchOutcome::Failed(f) = engine.launch(&spec, &|_: &LaunchSpec| Vec::new()) else { panic!("a launch with 0 heads fails") };
+    assert_eq!(f.evidence, [Evidence::new(Side::Target, cfg_path.display().to_string(), "/num_attention_heads", json!(0))]);
+    assert!(text(&f, Paint { color: false }, None).contains("/num_attention_heads = 0"), "{}", text(&f, Paint { color: false }, None));
+}

@@ -30,17 +30,17 @@ fn specdeck() -> Command {
 // ---- broken pipe ----
 
 /// Runs with stdout a pipe whose read end is already closed, so the first write fails.
-fn with_closed_stdout(args: &[&str]) -> Output {
+fn with_closed_stdout(args: &[&str], home: &Path) -> Output {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe(2) writes; each is owned once.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
-    specdeck().args(args).stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).output().unwrap()
+    specdeck().args(args).env("HOME", home).stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).output().unwrap()
 }
 
-fn assert_ends_quietly(args: &[&str]) {
-    let out = with_closed_stdout(args);
+fn assert_ends_quietly(args: &[&str], home: &Path) {
+    let out = with_closed_stdout(args, home);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     assert!(!stderr.contains("failed printing"), "{args:?}: {stderr}");
@@ -67,6 +67,9 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         vec!["bench", "--model-path", target, "--prompts", path(&prompts), "--max-new-tokens", "4"],
         vec!["bench", "--model-path", target, "--prompts", path(&prompts), "--max-new-tokens", "4", "--json"],
         vec!["--headless", "launch", "--model-path", target, "--prompt", "w5", "--max-new-tokens", "4"],
+        // The demo, extracted into the pair's folder as HOME.
+        vec!["--headless"],
+        vec!["--headless", "--apply", "clamp-context-length"],
     ];
     for json in [false, true] {
         let mut check = vec!["check", "--model-path", target];
@@ -77,7 +80,7 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         cases.push(check);
     }
     for case in &cases {
-        assert_ends_quietly(case);
+        assert_ends_quietly(case, p.dir.path());
     }
 }
 
@@ -287,4 +290,179 @@ fn control_characters_from_files_are_escaped_in_check_text() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(!stdout.contains('\x1b') && !stdout.contains('\x07'), "{stdout:?}");
     assert!(stdout.contains("m\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{stdout}");
+}
+
+// ---- every numeric flag at the edges ----
+
+/// Numbers at the edges of every range, as a command line spells them (some are no number).
+#[rustfmt::skip]
+const EDGES: [&str; 24] = [
+    // Integers around 0 and the widths of u32, i64, u64, and past them.
+    "0", "1", "-1", "2147483648", "4294967295", "4294967296", "9223372036854775808", "18446744073709551615",
+    "18446744073709551616", "1180591620717411303424",
+    // Floats: the extremes, subnormals, a signed zero, fractions either side of 1.
+    "1e308", "-1e308", "5e-324", "1e-320", "-0.0", "0.5", "1.0001",
+    // No plain number: NaN, infinities, a sign, padding, hex, nothing.
+    "NaN", "inf", "-inf", "+3", " 7 ", "0x10", "",
+];
+
+/// Every valued flag of `spec::FLAGS` at every edge: refused with an error that names the flag
+/// and quotes the value, or taken and then judged by the preflight rules and the engine's
+/// launch (which stops at their findings) within a bounded time, never a panic.
+#[test]
+fn every_launch_flag_at_the_edges_is_refused_by_name_or_judged() {
+    use specdeck::backend::cpu::CpuBackend;
+    use specdeck::engine::lifecycle::Engine;
+    use specdeck::preflight::gpu::GpuInventory;
+    use specdeck::preflight::{check_spec, check_with_gpus};
+    use specdeck::spec::{Algorithm, FLAGS};
+
+    let p = pair();
+    let base = LaunchSpec {
+        model_path: Some(path(&p.target).into()),
+        draft_model_path: Some(path(&p.eagle).into()),
+        speculative_algorithm: Some(Algorithm::Eagle3),
+        device: specdeck::spec::Device::Cpu,
+        ..LaunchSpec::default()
+    };
+    let gpus = GpuInventory { count: Some(8), memory_bytes: Some(80 << 30), source: "tests".into() };
+    let (mut taken, mut refused_count) = (0, 0);
+    for def in FLAGS.iter().filter(|d| !d.is_switch() && !matches!(d.value_name, "DIR" | "ALGO" | "DEVICE" | "DTYPE")) {
+        for v in EDGES {
+            let mut spec = base.clone();
+            match spec.set_flag(def.name, v) {
+                Err(e) => {
+                    refused_count += 1;
+                    let m = e.to_string();
+                    assert!(m.starts_with(&format!("{}: expected ", def.name)) && m.ends_with(&format!("got {v:?}")), "{m}");
+                }
+                Ok(()) => {
+                    taken += 1;
+                    let start = Instant::now();
+                    check_with_gpus(&spec, &gpus);
+                    let (sink, _rx) = EventSink::channel();
+                    let mut engine = Engine::new(CpuBackend, sink);
+                    engine.launch(&spec, &check_spec);
+                    assert!(start.elapsed() < BOUND, "{} {v:?} took {:?}", def.name, start.elapsed());
+                }
+            }
+        }
+    }
+    // Each flag takes some edges (1 at least) and refuses others (NaN at least).
+    assert!(taken > 20 && refused_count > 100, "taken {taken}, refused {refused_count}");
+}
+
+/// Every numeric option of the commands (not launch flags) at the edges, on the binary:
+/// refused naming the option (exit 2), or run to an end within the bound, never a panic.
+#[test]
+fn every_numeric_command_option_at_the_edges_is_refused_by_name_or_runs() {
+    let p = pair();
+    let target = path(&p.target);
+    let prompts = p.dir.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"w5 w9\"}\n").unwrap();
+    let recording = p.dir.path().join("short.jsonl");
+    std::fs::write(
+        &recording,
+        "{\"t\":0.0,\"type\":\"phase\",\"phase\":\"preflight\",\"state\":\"started\"}\n\
+         {\"t\":0.001,\"type\":\"phase\",\"phase\":\"preflight\",\"state\":\"done\"}\n",
+    )
+    .unwrap();
+    let generate = ["generate", "--model-path", target, "--prompt", "w5 w9", "--max-new-tokens", "2"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("--max-new-tokens", vec!["generate", "--model-path", target, "--prompt", "w5 w9"]),
+        ("--temperature", generate.to_vec()),
+        ("--seed", generate.to_vec()),
+        ("--max-new-tokens", vec!["bench", "--model-path", target, "--prompts", path(&prompts)]),
+        ("--max-new-tokens", vec!["--headless", "launch", "--model-path", target, "--prompt", "w5"]),
+        ("--speed", vec!["replay", path(&recording)]),
+    ];
+    // A few of the edges run a whole generation each: those that a debug build does in time.
+    for (option, args) in &cases {
+        for v in EDGES {
+            let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            all.push(format!("{option}={v}"));
+            let (code, stderr) = refused(&all);
+            match code {
+                Some(2) => assert!(stderr.contains(option), "{all:?}: {stderr}"),
+                Some(0 | 1 | 3) => {}
+                other => panic!("{all:?} ended with {other:?}: {stderr}"),
+            }
+        }
+    }
+}
+
+// ---- replay on hostile logs ----
+
+#[test]
+fn replay_refuses_devices_and_reads_a_fifo_without_a_writer_as_empty() {
+    for args in [vec!["replay", "/dev/zero"], vec!["replay", "--json", "/dev/urandom"], vec!["replay", "--follow", "/dev/zero"]] {
+        assert_refused(&args, &format!("{}: cannot open the log: is a character device, not a regular file", args.last().unwrap()));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("log.fifo");
+    let c = std::ffi::CString::new(path(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (code, stderr) = refused(&["replay", path(&fifo)]);
+    assert_eq!(code, Some(3), "an empty log is incomplete: {stderr}");
+}
+
+/// A recording of more findings than a report keeps: the first `MAX_FINDINGS` are listed,
+/// the rest counted, in the JSON and the text summary.
+#[test]
+fn a_recording_of_endless_findings_is_summarised_within_the_cap() {
+    use specdeck::replay::MAX_FINDINGS;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("findings.jsonl");
+    let line = |i: usize| {
+        format!(
+            "{{\"t\":{i},\"type\":\"finding\",\"id\":\"f{i}\",\"severity\":\"warning\",\"phase\":\"preflight\",\"message\":\"m\",\
+             \"evidence\":[{{\"side\":\"target\",\"file\":\"c\",\"key\":\"/k\",\"value\":0}}],\"remedies\":[]}}\n"
+        )
+    };
+    std::fs::write(&log, (0..MAX_FINDINGS + 7).map(line).collect::<String>()).unwrap();
+    let out = specdeck().args(["replay", "--json", path(&log)]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!((findings.len(), &report["findings_left_out"]), (MAX_FINDINGS, &serde_json::json!(7)));
+    assert_eq!(findings[0]["evidence"][0]["value"], serde_json::json!(0), "a 0 stays 0");
+    let out = specdeck().args(["replay", path(&log)]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(&format!("f{} (warning), and 7 more, not kept\n", MAX_FINDINGS - 1)), "{}", &text[text.len() - 300..]);
+}
+
+/// Lines that nest JSON deeper than any parser should follow, a line of 4 MiB, and lines of
+/// NUL bytes: warnings or plain log lines, never a stack overflow or a panic.
+#[test]
+fn replay_of_deeply_nested_huge_and_binary_lines_ends_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = |n: usize| format!("{{\"t\":0,\"type\":\"log\",\"x\":{}{}}}\n", "[".repeat(n), "]".repeat(n));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("deep.jsonl", [deep(1), deep(100), deep(5000), deep(1 << 20)].concat().into_bytes()),
+        ("long.log", [b"[2025-09-05 20:48:29 TP0] ".to_vec(), vec![b'x'; 4 << 20], b"\n".to_vec()].concat()),
+        ("nul.log", [vec![0u8; 1 << 16], b"\n".to_vec(), vec![0u8; 300]].concat()),
+        ("braces.jsonl", "{\"t\":0,\"type\":\"phase\"".repeat(20000).into_bytes()),
+    ];
+    for (name, bytes) in cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, bytes).unwrap();
+        for json in [false, true] {
+            let mut args = vec!["replay", path(&file)];
+            if json {
+                args.push("--json");
+            }
+            let (code, stderr) = refused(&args);
+            assert!(matches!(code, Some(0 | 1 | 3)), "{name}: {code:?} {stderr}");
+        }
+    }
+}
+
+#[test]
+fn control_characters_in_error_messages_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = dir.path().join("log\x1b]0;owned\x07\x1b[2J.jsonl");
+    let (code, stderr) = refused(&["replay", path(&hostile)]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(!stderr.contains('\x1b') && !stderr.contains('\x07'), "{stderr:?}");
+    assert!(stderr.contains("log\\u{1b}]0;owned\\u{7}\\u{1b}[2J.jsonl: cannot open the log"), "{stderr}");
 }

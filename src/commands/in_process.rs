@@ -30,7 +30,7 @@ pub(super) fn phase_seconds(rx: &mut EventReceiver) -> Vec<(PhaseId, f64)> {
     while let Ok(ev) = rx.try_recv() {
         if let Event::Log { level, source, line } = &ev.event {
             if *level >= LogLevel::Info {
-                eprintln!("specdeck: {source}: {line}");
+                eprintln!("specdeck: {source}: {}", finding_text::escaped_keeping_lines(line));
             }
         }
         timer.observe(&ev);

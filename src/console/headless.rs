@@ -7,7 +7,7 @@ use super::app::State;
 use super::panes::fmt_secs;
 use super::run::Frontend;
 use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
-use crate::finding_text::{self, Paint};
+use crate::finding_text::{self, escaped_keeping_lines, Paint};
 use crate::spec::SpecChange;
 
 pub struct Printer<W: Write, E: Write> {
@@ -43,7 +43,8 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
                     writeln!(self.out, "--- generated ---")?;
                     write!(self.out, "{}", state.generate().generation().prompt)?;
                 }
-                write!(self.out, "{text}")?;
+                // The text comes from the tokenizer's files: it may hold escapes.
+                write!(self.out, "{}", escaped_keeping_lines(text))?;
                 self.mid_line = true;
                 return self.out.flush();
             }
@@ -92,7 +93,7 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
             Event::Log { level, source, line } if *level >= LogLevel::Warning => {
                 self.end_line()?;
                 let tag = if *level == LogLevel::Error { "error" } else { "warning" };
-                writeln!(self.out, "[{tag}] {source}: {line}")?;
+                writeln!(self.out, "[{tag}] {source}: {}", escaped_keeping_lines(line))?;
             }
             Event::Telemetry { gpus, note } if !self.gpu_reported => {
                 self.gpu_reported = true;

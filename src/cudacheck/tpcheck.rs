@@ -17,7 +17,7 @@ use crate::backend::cuda::CudaBackend;
 use crate::backend::{Backend, BackendError, Shard};
 use crate::engine::lifecycle::Engine;
 use crate::engine::ranks::{RankGroup, Serve};
-use crate::engine::request::{GenerateRequest, LaunchOutcome, PreflightFn};
+use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::event::EventSink;
 use crate::model::checkpoint::TensorView;
 use crate::spec::{Algorithm, LaunchSpec};
@@ -202,7 +202,7 @@ pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) ->
     ];
     let (sink, _rx) = EventSink::channel();
     let mut tp1: Box<dyn Serve> = Box::new(Engine::new(open_group(Some(modules), 1)?.remove(0), sink.clone()));
-    let mut tpn: Box<dyn Serve> = Box::new(RankGroup::start(open_group(Some(modules), world)?, sink));
+    let mut tpn: Box<dyn Serve> = Box::new(RankGroup::start(open_group(Some(modules), world)?, sink, &Cancel::default()));
     let mut runs = Vec::new();
     for (name, draft) in cases {
         let spec = small_spec(small, draft);

@@ -22,7 +22,7 @@ pub fn error_finding(side: Side, phase: PhaseId, e: &EngineError) -> Finding {
     };
     let mut f = Finding::new(id, Severity::Error, phase, e.to_string());
     if let Some((file, key)) = e.location() {
-        f = f.with_evidence(Evidence::new(side, file, key, Value::Null));
+        f = f.with_evidence(Evidence::new(side, file, key, e.value()));
     }
     f
 }

@@ -115,8 +115,8 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Generations stop at the next step once `cancel` is set. Only for an engine that runs
-    /// alone: ranks of a group must stop at the same step, or one waits in a collective.
+    /// Generations stop at the next step once `cancel` is set (for a rank of a group, a
+    /// `Cancel::for_ranks` of the group's, so every rank stops at the same step).
     pub fn cancelled_by(mut self, cancel: Cancel) -> Engine<B> {
         self.cancel = cancel;
         self

@@ -52,6 +52,14 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The value the error is about (a config number, say), or null.
+    pub fn value(&self) -> serde_json::Value {
+        match self {
+            EngineError::Config(e) => e.value(),
+            _ => serde_json::Value::Null,
+        }
+    }
+
     /// The file and key (JSON pointer or tensor name) the error is about, when it names one.
     pub fn location(&self) -> Option<(String, String)> {
         let path = |p: &std::path::Path| p.display().to_string();

@@ -66,7 +66,7 @@ pub fn engine_for(spec: &LaunchSpec, events: &EventSink, cancel: &Cancel) -> Res
     Ok(match crate::engine::device::backends_for(spec, events)? {
         None => Box::new(Engine::new(CpuBackend, events.clone()).cancelled_by(cancel.clone())),
         Some(mut ranks) if ranks.len() == 1 => Box::new(Engine::new(ranks.remove(0), events.clone()).cancelled_by(cancel.clone())),
-        Some(ranks) => Box::new(RankGroup::start(ranks, events.clone())),
+        Some(ranks) => Box::new(RankGroup::start(ranks, events.clone(), cancel)),
     })
 }
 
@@ -79,19 +79,21 @@ pub struct RankGroup<B: Backend> {
 }
 
 impl<B: Backend> RankGroup<B> {
-    /// One engine per backend, rank `r` on `backends[r]`.
-    pub fn start(backends: Vec<B>, events: EventSink) -> RankGroup<B> {
+    /// One engine per backend, rank `r` on `backends[r]`; `cancel` stops a generation on
+    /// every rank at the same step.
+    pub fn start(backends: Vec<B>, events: EventSink, cancel: &Cancel) -> RankGroup<B> {
         let vote = Arc::new(RankVote::new(backends.len()));
         let mut ranks = Vec::new();
         let mut threads = Vec::new();
-        for (rank, backend) in backends.into_iter().enumerate() {
+        let cancels = cancel.for_ranks(backends.len());
+        for ((rank, backend), cancel) in backends.into_iter().enumerate().zip(cancels) {
             let sink = if rank == 0 { events.clone() } else { forwarded(rank, events.clone(), &mut threads) };
             let (tx, rx) = mpsc::channel::<Job<B>>();
             let vote = vote.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("specdeck-rank-{rank}"))
                 .spawn(move || {
-                    let mut engine = Engine::new(backend, sink);
+                    let mut engine = Engine::new(backend, sink).cancelled_by(cancel);
                     engine.join_group(vote);
                     for job in rx {
                         job(&mut engine);
@@ -257,7 +259,7 @@ mod tests {
         assert!(reference[1].1 > 1.0, "the EAGLE-3 drafter must be accepted sometimes: {:?}", reference[1]);
         for world in [2, 4] {
             let (sink, _rx) = EventSink::channel();
-            let mut ranks = RankGroup::start(group(world), sink);
+            let mut ranks = RankGroup::start(group(world), sink, &Cancel::default());
             for (s, (want, accept)) in specs.iter().zip(&reference) {
                 let (got, got_accept) = tokens(&mut ranks, s);
                 assert_eq!(&got, want, "tp {world}, {:?}", s.speculative_algorithm);
@@ -301,6 +303,36 @@ mod tests {
         }
     }
 
+    /// A cancel during a long generation stops every rank at the same step (none is left
+    /// waiting in an all-reduce), at once, with the same tokens on each; a later generation
+    /// stops at its first step.
+    #[test]
+    fn a_cancel_stops_every_rank_at_the_same_step() {
+        let dir = tempfile::tempdir().unwrap();
+        TinyLlama { max_positions: 4096, ..target(4) }.write(&dir.path().join("target")).unwrap();
+        let (sink, mut rx) = EventSink::channel();
+        let cancel = Cancel::default();
+        let mut ranks = RankGroup::start(group(2), sink, &cancel);
+        let preflight: PreflightFn = Arc::new(|_: &LaunchSpec| Vec::new());
+        assert!(matches!(ranks.launch(&spec(dir.path(), None), &preflight), LaunchOutcome::Ready { .. }));
+        let req = GenerateRequest { prompt: "w5 w9 w17 w33 w4".into(), max_new_tokens: 4000, chat: false, temperature: 0.0, seed: 0 };
+        let canceller = std::thread::spawn(move || {
+            while let Some(ev) = rx.blocking_recv() {
+                if matches!(ev.event, Event::Token { .. }) {
+                    cancel.set();
+                    return std::time::Instant::now();
+                }
+            }
+            panic!("no token before the stream ended");
+        });
+        let g = ranks.generate_with(&req, false).expect("both ranks end with the same tokens");
+        let took = canceller.join().unwrap().elapsed();
+        assert!(g.cancelled && !g.tokens.is_empty() && g.tokens.len() < 4000, "{} tokens, cancelled {}", g.tokens.len(), g.cancelled);
+        assert!(took < std::time::Duration::from_secs(1), "{took:?} from the cancel to the end");
+        let again = ranks.generate_with(&req, false).unwrap();
+        assert!(again.cancelled && again.tokens.is_empty(), "{again:?}");
+    }
+
     /// A failing rank fails the launch of every rank, before any collective.
     #[test]
     fn a_rank_that_fails_fails_the_group_launch() {
@@ -308,7 +340,7 @@ mod tests {
         target(4).write(&dir.path().join("target")).unwrap();
         // 8 heads do not split over 3 ranks: every rank fails in target-load, none hangs.
         let (sink, mut rx) = EventSink::channel();
-        let mut ranks = RankGroup::start(group(3), sink);
+        let mut ranks = RankGroup::start(group(3), sink, &Cancel::default());
         let preflight: PreflightFn = Arc::new(|_: &LaunchSpec| Vec::new());
         let LaunchOutcome::Failed(f) = ranks.launch(&spec(dir.path(), None), &preflight) else { panic!("launch must fail") };
         assert_eq!(f.phase, PhaseId::TargetLoad);

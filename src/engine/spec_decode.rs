@@ -261,7 +261,7 @@ fn generate_here<B: Backend>(
     let mut head = None;
     let rows = target.model.capacity.rows;
     while committed + 1 < seq.len() {
-        if d.cancel.is_set() {
+        if d.cancel.stops_here() {
             return Ok(Generation { cancelled: true, seconds: start.elapsed().as_secs_f64(), ..Generation::default() });
         }
         let n = (seq.len() - 1 - committed).min(rows);
@@ -278,7 +278,7 @@ fn generate_here<B: Backend>(
     let mut out = Generation { prefill_seconds: start.elapsed().as_secs_f64(), ..Generation::default() };
     let mut rng = ChaCha8Rng::seed_from_u64(d.sampling.map_or(0, |s| s.seed));
     while out.tokens.len() < d.max_new_tokens {
-        if d.cancel.is_set() {
+        if d.cancel.stops_here() {
             out.cancelled = true;
             break;
         }

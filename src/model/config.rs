@@ -36,6 +36,17 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// The value the error is about, as the file has it (`0`, `"gelu"`); null when it names
+    /// none. Evidence shows it, so a 0 is shown as 0.
+    pub fn value(&self) -> Value {
+        match self {
+            ConfigError::WrongType { value, .. } | ConfigError::OutOfRange { value, .. } => {
+                serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.clone()))
+            }
+            _ => Value::Null,
+        }
+    }
+
     /// The file the error is about.
     pub fn file(&self) -> &Path {
         match self {

@@ -8,6 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -82,6 +83,27 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     }
 }
 
+/// Open a log to read as a stream: a regular file, or a FIFO (a shell's `<(command)`). The
+/// open never blocks, and a FIFO that no one writes to reads as empty; a device (`/dev/zero`,
+/// which would be read forever) or anything else is refused with what it is.
+pub fn open_stream(path: &Path) -> io::Result<File> {
+    if !std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+        return open_regular(path);
+    }
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_fifo() && !meta.is_file() {
+        return Err(refuse(format!("is {}, not a regular file", not_regular(&meta).unwrap_or("not a regular file"))));
+    }
+    // From here reads wait for the writer, as they do on standard input.
+    // SAFETY: fcntl on a descriptor this function owns.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
 /// Read a whole regular file of at most `limit` bytes.
 pub fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let file = open_regular(path)?;
@@ -125,6 +147,22 @@ mod tests {
         assert!(msg("dangling").starts_with("is a dangling symbolic link (to "), "{}", msg("dangling"));
         assert_eq!(open_regular(Path::new("/dev/null")).unwrap_err().to_string(), "is a character device, not a regular file");
         assert!(exists_in_any_form(&d.join("dangling")) && !exists_in_any_form(&d.join("nowhere")));
+    }
+
+    #[test]
+    fn a_log_may_be_a_fifo_but_not_a_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: the open does not wait, and the stream is empty.
+        let mut bytes = Vec::new();
+        open_stream(&fifo).unwrap().read_to_end(&mut bytes).unwrap();
+        assert!(bytes.is_empty());
+        for device in ["/dev/zero", "/dev/urandom"] {
+            assert_eq!(open_stream(Path::new(device)).unwrap_err().to_string(), "is a character device, not a regular file");
+        }
+        assert_eq!(open_stream(dir.path()).unwrap_err().to_string(), "is a directory, not a regular file");
     }
 
     #[test]

@@ -69,9 +69,7 @@ impl InputError {
     /// The offending value, when the error is about one.
     pub fn value(&self) -> serde_json::Value {
         match self {
-            InputError::Config(ConfigError::WrongType { value, .. } | ConfigError::OutOfRange { value, .. }) => {
-                serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.clone()))
-            }
+            InputError::Config(e) => e.value(),
             _ => serde_json::Value::Null,
         }
     }

@@ -40,7 +40,7 @@ struct Tailed {
 
 impl Tailed {
     fn open(path: &Path) -> Option<Tailed> {
-        let file = File::open(path).ok()?;
+        let file = crate::model::open::open_stream(path).ok()?;
         let id = identity(&file.metadata().ok()?);
         Some(Tailed { file, id, pos: 0 })
     }

@@ -44,7 +44,7 @@ use crate::event::{EventSink, TimedEvent};
 pub use command::{check_speed, command, HeadlessOptions};
 pub use detect::Format;
 pub use diagnose::UNRECOGNIZED;
-pub use report::{Outcome, PhaseSpan, ReplayReport, ReportBuilder};
+pub use report::{Outcome, PhaseSpan, ReplayReport, ReportBuilder, MAX_FINDINGS};
 
 use lines::LineSplitter;
 use text::TextReplayer;
@@ -239,7 +239,13 @@ pub fn run(
     let mut d = Delivery { report: ReportBuilder::default(), pacer: Pacer { speed, start: Instant::now(), first_t: None }, on_event };
     match source {
         Source::Stdin => read_to_end(io::stdin().lock(), &mut replayer, &mut d, stop).context("reading standard input")?,
-        Source::Path(path) if opts.follow => follow::follow(path, &mut replayer, &mut d, stop)?,
+        Source::Path(path) if opts.follow => {
+            // A device is refused now, not waited on as a file that is not there yet.
+            if crate::model::open::exists_in_any_form(path) {
+                open(path)?;
+            }
+            follow::follow(path, &mut replayer, &mut d, stop)?
+        }
         Source::Path(path) => {
             let file = open(path)?;
             read_to_end(file, &mut replayer, &mut d, stop).with_context(|| format!("{}: read failed", path.display()))?;
@@ -251,7 +257,7 @@ pub fn run(
 }
 
 fn open(path: &Path) -> anyhow::Result<File> {
-    File::open(path).with_context(|| format!("{}: cannot open the log", path.display()))
+    crate::model::open::open_stream(path).with_context(|| format!("{}: cannot open the log", path.display()))
 }
 
 fn read_to_end(mut input: impl Read, replayer: &mut Replayer, d: &mut Delivery, stop: StopWhen) -> io::Result<()> {

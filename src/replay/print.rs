@@ -72,7 +72,10 @@ pub fn render_summary(r: &ReplayReport) -> String {
             let _ = writeln!(s, "  {:<22}{:<16}{:<22}{}", p.phase.name(), lines, time_span(p.start_time, p.end_time), state_name(p.state));
         }
     }
-    let ids: Vec<String> = r.findings.iter().map(|f| format!("{} ({})", f.id, f.severity.name())).collect();
+    let mut ids: Vec<String> = r.findings.iter().map(|f| format!("{} ({})", f.id, f.severity.name())).collect();
+    if r.findings_left_out > 0 {
+        ids.push(format!("and {} more, not kept", r.findings_left_out));
+    }
     if !ids.is_empty() {
         let _ = writeln!(s, "findings: {}", ids.join(", "));
     }

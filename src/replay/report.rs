@@ -56,9 +56,19 @@ pub struct ReplayReport {
     pub lines: u64,
     pub phases: Vec<PhaseSpan>,
     pub findings: Vec<Finding>,
+    /// Findings past `MAX_FINDINGS`, counted but not kept (a recording of millions of them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub findings_left_out: u64,
     #[serde(rename = "final")]
     pub outcome: Outcome,
     pub accept_len: Option<f64>,
+}
+
+/// The findings a report keeps; a text log reports each kind once, far fewer than this.
+pub const MAX_FINDINGS: usize = 1000;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Folds events, in order, into the report.
@@ -66,13 +76,14 @@ pub struct ReplayReport {
 pub struct ReportBuilder {
     phases: Vec<PhaseSpan>,
     findings: Vec<Finding>,
+    findings_left_out: u64,
     outcome: Outcome,
     accept_len: Option<f64>,
 }
 
 impl Default for ReportBuilder {
     fn default() -> Self {
-        ReportBuilder { phases: Vec::new(), findings: Vec::new(), outcome: Outcome::Incomplete, accept_len: None }
+        ReportBuilder { phases: Vec::new(), findings: Vec::new(), findings_left_out: 0, outcome: Outcome::Incomplete, accept_len: None }
     }
 }
 
@@ -126,6 +137,7 @@ impl ReportBuilder {
             }
             Event::Ready { .. } => self.outcome = Outcome::Ready,
             Event::Exit { code, .. } if *code != 0 => self.outcome = Outcome::Failed,
+            Event::Finding(_) if self.findings.len() == MAX_FINDINGS => self.findings_left_out += 1,
             Event::Finding(f) => self.findings.push(f.clone()),
             Event::Stats(s) if s.mean_accept_length > 0.0 => self.accept_len = Some(s.mean_accept_length),
             _ => {}
@@ -140,6 +152,7 @@ impl ReportBuilder {
             lines,
             phases: self.phases,
             findings: self.findings,
+            findings_left_out: self.findings_left_out,
             outcome: self.outcome,
             accept_len: self.accept_len.map(|a| (a * 1000.0).round() / 1000.0),
         }

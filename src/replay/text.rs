@@ -35,6 +35,12 @@ const STATS_EVERY_S: f64 = 1.0;
 /// Decode batches averaged before a low accept length is reported.
 const LOW_ACCEPT_BATCHES: u64 = 16;
 
+/// Tracebacks open at once (one per rank or process, and a vLLM log interleaves them); past
+/// this the oldest is concluded, so a log of a million made-up ranks stays small and fast.
+pub const MAX_OPEN_TRACEBACKS: usize = 256;
+/// Ranks whose weight loads are counted apart; later ones share one count.
+const MAX_LOAD_RANKS: usize = 1024;
+
 const FRAME_TABLES: [&[(&str, &str, FramePhase)]; 3] = [sglang::FRAMES, vllm::FRAMES, trtllm::FRAMES];
 
 /// Every engine's rules, compiled once per process, in match order: the engines' own, then
@@ -268,8 +274,7 @@ impl TextReplayer {
         if kind == TbLine::Start && !after_chain {
             let ended = |t: &Traceback| t.key.as_deref() == key || (headed && t.continuation == Continuation::Bare);
             self.end_tracebacks(ended, out);
-            self.run.tracebacks.push(Traceback::new(key, line_no, text));
-            return Some(self.run.tracebacks.len() - 1);
+            return Some(self.open_traceback(Traceback::new(key, line_no, text), out));
         }
         match target {
             Some(i) => {
@@ -292,8 +297,7 @@ impl TextReplayer {
                     TbLine::Frame { .. } => {
                         let mut tb = Traceback::new(key, line_no, text);
                         tb.push(line_no, text, &kind);
-                        self.run.tracebacks.push(tb);
-                        Some(self.run.tracebacks.len() - 1)
+                        Some(self.open_traceback(tb, out))
                     }
                     // An error line without its traceback still ends the server.
                     TbLine::Exception if !is_benign_exception(header.message) => {
@@ -304,6 +308,16 @@ impl TextReplayer {
                 }
             }
         }
+    }
+
+    /// Adds an open traceback, concluding the oldest past `MAX_OPEN_TRACEBACKS`; its index.
+    fn open_traceback(&mut self, tb: Traceback, out: &mut Out) -> usize {
+        if self.run.tracebacks.len() == MAX_OPEN_TRACEBACKS {
+            let oldest = self.run.tracebacks.remove(0);
+            self.conclude(oldest, out);
+        }
+        self.run.tracebacks.push(tb);
+        self.run.tracebacks.len() - 1
     }
 
     fn end_tracebacks(&mut self, which: impl Fn(&Traceback) -> bool, out: &mut Out) {
@@ -478,9 +492,11 @@ impl TextReplayer {
     }
 
     fn weight_load(&mut self, edge: Edge, caps: &Captures, text: &str, header: &Header, out: &mut Out) {
-        let count = self.run.loads.entry(header.rank.unwrap_or("").to_string()).or_insert(0);
+        let rank = header.rank.unwrap_or("");
+        let rank = if self.run.loads.len() >= MAX_LOAD_RANKS && !self.run.loads.contains_key(rank) { "" } else { rank };
+        let count = self.run.loads.entry(rank.to_string()).or_insert(0);
         if edge == Edge::Begin {
-            *count += 1;
+            *count = count.saturating_add(1);
         }
         let cls = caps.name("cls").map(|c| c.as_str());
         let draft = cls.map_or(*count >= 2, is_draft_class);
