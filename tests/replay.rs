@@ -851,7 +851,7 @@ fn follow_reads_a_last_line_before_its_newline_and_only_once() {
     f.wait_for("the warm-up", |e| is_phase(e, PhaseId::Warmup, PhaseState::Started));
     // The server writes its ready line, and its newline only later: the writer is still there.
     let mut writer = fs::OpenOptions::new().append(true).open(&path).unwrap();
-    writer.write_all(text[line_start..at + marker.len()].as_bytes()).unwrap();
+    writer.write_all(&text.as_bytes()[line_start..at + marker.len()]).unwrap();
     let written = Instant::now();
     let seen = f.wait_for("ready from the line without its newline", |e| matches!(e, Event::Ready { .. }));
     assert!(seen.duration_since(written) < Duration::from_millis(1500), "{:?}", seen.duration_since(written));
