@@ -107,6 +107,17 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
+    /// One GPU's memory as a recorded log states it (SGLang's `avail mem=`, torch's and
+    /// vLLM's per-device figures): a replay's GPUs, which this machine's NVML cannot sample.
+    /// Only the figures the line gives are set.
+    GpuMemory {
+        /// The TP rank (or the device the text names).
+        gpu: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        free_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total_bytes: Option<u64>,
+    },
     /// Tokens appended to the output. `drafted` marks tokens proposed by the drafter and
     /// accepted by the target, as opposed to tokens the target produced itself.
     Token {

@@ -94,11 +94,15 @@ pub struct Finding {
     pub message: String,
     pub evidence: Vec<Evidence>,
     pub remedies: Vec<Remedy>,
+    /// The TP rank whose lines showed it, where a multi-rank log names one (replay): each
+    /// rank's copy is an event of its own, and the console shows them as one finding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 impl Finding {
     pub fn new(id: &str, severity: Severity, phase: PhaseId, message: impl Into<String>) -> Self {
-        Finding { id: id.to_string(), severity, phase, message: message.into(), evidence: Vec::new(), remedies: Vec::new() }
+        Finding { id: id.to_string(), severity, phase, message: message.into(), evidence: Vec::new(), remedies: Vec::new(), rank: None }
     }
 
     pub fn with_evidence(mut self, evidence: Evidence) -> Self {

@@ -22,6 +22,7 @@ use specdeck::console::terminal::TerminalFrontend;
 use specdeck::console::theme::Theme;
 use specdeck::event::{Event, EventSink, LogLevel, TimedEvent};
 use specdeck::recorder::Recorder;
+use specdeck::replay::replay_bytes;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 const PROMPT: &str = "HAMLET.\nTo be, or not to be, that is the question:\n";
@@ -172,6 +173,11 @@ fn a_replay_is_titled_replay_with_its_file_and_whether_it_follows() {
     for (w, h) in SIZES {
         insta::assert_snapshot!(format!("replay_following_{w}x{h}_diagnosis"), draw(&following, Theme::monochrome(), w, h).backend());
     }
+    // At 80 columns the title names the file alone, and the help and quit keys stay.
+    assert_eq!(
+        bottom_line(&draw(&following, Theme::monochrome(), 80, 24)),
+        " REPLAY sglang-oom.log · following · attempt 1 · failed at pref ? help  q quit"
+    );
     let once = draw(&replay_state(&story, false), Theme::monochrome(), 200, 60);
     assert!(
         bottom_line(&once).starts_with(" REPLAY logs/sglang-oom.log · not following · attempt 1 · failed at preflight"),
@@ -203,6 +209,104 @@ fn a_replay_offers_no_fix_relaunch_or_prompt_keys() {
     let mut ready = replay_state(&demo_story(Stage::Relaunched), false);
     ready.apply(Input::Action(Action::Submit));
     assert_eq!(ready.apply(Input::Action(Action::Submit)), Vec::<Effect>::new(), "Enter sends nothing to a recording");
+}
+
+/// The console replaying a log file as `specdeck replay FILE` does: the replay producer's
+/// events (replay::replay_bytes gives the same), no engine, `layouts` as given.
+fn replayed(file: &str, layouts: Vec<Layout>) -> State {
+    let (events, _) = replay_bytes(file, &std::fs::read(file).unwrap());
+    let options =
+        Options { engine_attached: false, replay: Some(ReplaySource { file: file.into(), following: false }), ..Options::default() };
+    let mut s = State::new(spec(), options, Keymap::default(), layouts);
+    feed(&mut s, &events.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
+    s
+}
+
+const TP4_OOM: &str = "testdata/logs/sglang-classic/graph-capture-oom.tp4.log";
+
+#[test]
+fn a_replay_shows_the_recordings_gpus_from_its_memory_lines() {
+    // SGLang's `avail mem=` per TP rank; each rank's torch OOM text adds the device's total.
+    let state = replayed(TP4_OOM, only("gpus"));
+    let gib = |x: f64| Some((x * (1u64 << 30) as f64).round() as u64);
+    let logged: Vec<(u32, Option<u64>, Option<u64>)> =
+        state.gpus().logged().iter().map(|(&gpu, m)| (gpu, m.free_bytes, m.total_bytes)).collect();
+    assert_eq!(logged, (0..4).map(|gpu| (gpu, gib(1.06), gib(79.10))).collect::<Vec<_>>());
+    let term = draw(&state, Theme::monochrome(), 80, 24);
+    insta::assert_snapshot!("replay_gpus_from_the_log_80x24", term.backend());
+    // Before the crash the log gives free memory alone: no total is made up.
+    let text = std::fs::read_to_string(TP4_OOM).unwrap();
+    let head: String = text.lines().take(20).map(|l| format!("{l}\n")).collect();
+    let (events, _) = replay_bytes("head.log", head.as_bytes());
+    let mut early = State::new(spec(), Options::default(), Keymap::default(), only("gpus"));
+    feed(&mut early, &events.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
+    let screen = draw(&early, Theme::monochrome(), 80, 24).backend().to_string();
+    assert!(screen.contains(" 3 TP3          63.5 GiB free (no total in the log)"), "{screen}");
+    // A specdeck recording brings its own telemetry: shown as the live session showed it.
+    let story = sharded_capture_story();
+    let jsonl: String = story.events.iter().map(|e| e.to_json_line() + "\n").collect();
+    let (events, _) = replay_bytes("run.jsonl", jsonl.as_bytes());
+    let mut recorded = State::new(spec(), Options::default(), Keymap::default(), only("gpus"));
+    feed(&mut recorded, &events.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
+    let live = pane_state("gpus", &story);
+    assert_eq!(
+        draw(&recorded, Theme::monochrome(), 80, 24).backend().buffer(),
+        draw(&live, Theme::monochrome(), 80, 24).backend().buffer()
+    );
+}
+
+#[test]
+fn sglangs_capture_bar_is_one_gauge_per_capture() {
+    let state = replayed("testdata/logs/sglang-classic/success.log", only("phases"));
+    let term = draw(&state, Theme::monochrome(), 80, 24);
+    insta::assert_snapshot!("replay_capture_bars_80x24", term.backend());
+    let screen = term.backend().to_string();
+    let gauges: Vec<&str> = screen.lines().filter(|l| l.contains("    bs ")).collect();
+    // The target's one bar, then the draft's two (decode, then extend), each at its end.
+    assert_eq!(gauges.len(), 3, "{screen}");
+    assert!(gauges.iter().all(|g| g.contains("bs    1") && g.contains(" 4/4")), "{screen}");
+}
+
+#[test]
+fn a_replay_highlights_the_error_line_and_shows_a_finding_of_every_rank_once() {
+    let state = replayed(TP4_OOM, only("diagnosis"));
+    assert_eq!(state.diagnosis().findings().len(), 1);
+    let term = draw(&state, Theme::monochrome(), 200, 60);
+    let text = styled(term.backend().buffer());
+    insta::assert_snapshot!("replay_diagnosis_error_line_200x60", text);
+    assert!(text.contains("ERROR out-of-memory · fails at draft-graph-capture · seen 4× on TP0, TP1, TP2, TP3"), "{text}");
+    // The error line, with its figures, is the one highlighted; the frame is cited, not lit.
+    let lit: Vec<&str> = text.lines().filter(|l| l.contains('▶')).collect();
+    assert_eq!(lit.len(), 1, "{text}");
+    assert!(
+        lit[0].contains("«69▶torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "67›  File \"/usr/local/lib/python3.10/dist-packages/sglang/srt/model_executor/cuda_graph_runner.py\", line 520, in capture"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_replays_log_pane_shows_every_line_with_routine_ones_dimmed() {
+    let file = "testdata/logs/sglang-classic/success.log";
+    let state = replayed(file, only("log"));
+    let text = std::fs::read_to_string(file).unwrap();
+    let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+    let from_log: Vec<_> = state.log().window(state.log().len()).filter(|e| e.source != "console").collect();
+    assert_eq!(from_log.len(), lines, "one entry per line of the log, a tqdm bar's line as its last state");
+    let decode = from_log.iter().filter(|e| e.line.contains("Decode batch.")).collect::<Vec<_>>();
+    assert_eq!(decode.len(), text.matches("Decode batch.").count());
+    assert!(decode.iter().all(|e| e.level == LogLevel::Debug));
+    let bar = from_log.iter().find(|e| e.line.starts_with("Capturing batches")).unwrap();
+    assert!(bar.line.contains(" 4/4 "), "{}", bar.line);
+    let term = draw(&state, Theme::colored(), 200, 60);
+    let buf = term.backend().buffer();
+    let row = (0..60).find(|&y| (0..200).map(|x| buf[(x, y)].symbol()).collect::<String>().contains("Decode batch.")).unwrap();
+    assert_eq!(buf[(40, row)].fg, ratatui::style::Color::DarkGray, "a decode line is drawn dimmed");
 }
 
 #[test]

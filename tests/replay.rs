@@ -838,6 +838,34 @@ fn follow_tails_a_growing_log_and_diagnoses_fast() {
 }
 
 #[test]
+fn follow_reads_a_last_line_before_its_newline_and_only_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.log");
+    let text = String::from_utf8(read("testdata/logs/sglang-classic/success.log")).unwrap();
+    let marker = "The server is fired up and ready to roll!";
+    let at = text.find(marker).unwrap();
+    let line_start = text[..at].rfind('\n').unwrap() + 1;
+    let ready_line = text[..line_start].matches('\n').count() as u64 + 1;
+    fs::write(&path, &text[..line_start]).unwrap();
+    let f = Follower::start(&path);
+    f.wait_for("the warm-up", |e| is_phase(e, PhaseId::Warmup, PhaseState::Started));
+    // The server writes its ready line, and its newline only later: the writer is still there.
+    let mut writer = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    writer.write_all(&text.as_bytes()[line_start..at + marker.len()]).unwrap();
+    let written = Instant::now();
+    let seen = f.wait_for("ready from the line without its newline", |e| matches!(e, Event::Ready { .. }));
+    assert!(seen.duration_since(written) < Duration::from_millis(1500), "{:?}", seen.duration_since(written));
+    writer.write_all(b"\n[2026-03-02 10:01:23 TP0] Decode batch. #running-req: 4, #token: 1200, token usage: 0.01, accept len: 2.83, cuda graph: True, gen throughput (token/s): 250.00, #queue-req: 0\n").unwrap();
+    f.wait_for("the decode stats after it", |e| matches!(e, Event::Stats(_)));
+    let r = f.finish();
+    // The ready line was read once, under its own number; the decode line is the next.
+    assert_eq!(r.lines, ready_line + 1);
+    let ready = r.phases.iter().find(|p| p.phase == PhaseId::Ready).unwrap();
+    assert_eq!((ready.start_line, ready.end_line), (ready_line, Some(ready_line)));
+    assert_eq!(r.outcome, Outcome::Ready);
+}
+
+#[test]
 fn follow_survives_truncation_and_rotation() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("server.log");

@@ -81,8 +81,18 @@ pub struct ReplaySource {
 impl ReplaySource {
     /// The title's words: `REPLAY FILE · following` or `REPLAY FILE · not following`.
     pub fn title(&self) -> String {
+        self.title_naming(&self.file)
+    }
+
+    /// The title with the file's name alone (no folders), for a narrow status bar.
+    pub fn short_title(&self) -> String {
+        let name = std::path::Path::new(&self.file).file_name().map_or(self.file.clone(), |n| n.to_string_lossy().into_owned());
+        self.title_naming(&name)
+    }
+
+    fn title_naming(&self, file: &str) -> String {
         let follow = if self.following { "following" } else { "not following" };
-        format!("REPLAY {} · {follow}", self.file)
+        format!("REPLAY {file} · {follow}")
     }
 }
 
@@ -312,6 +322,10 @@ impl State {
             }
             Event::Telemetry { gpus, note } => {
                 self.gpus.on_telemetry(gpus, note);
+                Vec::new()
+            }
+            Event::GpuMemory { gpu, free_bytes, total_bytes } => {
+                self.gpus.on_gpu_memory(gpu, free_bytes, total_bytes);
                 Vec::new()
             }
             Event::Prompt { text, .. } => {

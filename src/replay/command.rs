@@ -7,8 +7,10 @@ use std::io::{self, Write};
 use anyhow::bail;
 
 use super::print::{render_event, render_summary};
-use super::report::Outcome;
+use super::report::{is_rank_copy, Outcome};
 use super::{run, ReplayOptions, Source};
+use crate::event::Event;
+use crate::finding::Finding;
 
 /// How a headless replay reads and prints.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,10 +47,18 @@ pub fn command(source: &Source, headless: &HeadlessOptions) -> anyhow::Result<i3
         let _ = writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?);
         return Ok(report.outcome.exit_code());
     }
+    let mut printed: Vec<Finding> = Vec::new();
     let report = run(
         source,
         &opts,
         &mut |line, ev| {
+            // Another rank's copy of a finding is printed once, as the first rank's.
+            if let Event::Finding(f) = &ev.event {
+                if printed.iter().any(|seen| is_rank_copy(seen, f)) {
+                    return;
+                }
+                printed.push(f.clone());
+            }
             if let Some(text) = render_event(line, &ev) {
                 let _ = writeln!(stdout, "{text}");
                 let _ = stdout.flush();

@@ -168,6 +168,7 @@ pub fn from_failure(failure: &Failure, ctx: &Ctx, evidence: Vec<Evidence>) -> Fi
         message: expand(failure.message, ctx.caps),
         evidence,
         remedies: (failure.remedies)(ctx),
+        rank: None,
     }
 }
 

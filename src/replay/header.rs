@@ -44,11 +44,15 @@ impl<'a> Header<'a> {
 
     /// The TP rank, when the header names one (`TP3`, `Worker_TP3`).
     pub fn tp_rank(&self) -> Option<u32> {
-        let rank = self.rank?;
-        let at = rank.find("TP")? + 2;
-        let digits: String = rank[at..].chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().ok()
+        tp_rank(self.rank?)
     }
+}
+
+/// The TP rank a rank or process name holds (`TP3`, `TP5 EP5`, `Worker_TP3`).
+pub fn tp_rank(rank: &str) -> Option<u32> {
+    let at = rank.find("TP")? + 2;
+    let digits: String = rank[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 pub fn level_from_name(name: &str) -> Option<LogLevel> {

@@ -18,13 +18,22 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024;
 pub struct LineSplitter {
     partial: Vec<u8>,
     line_no: u64,
+    /// The line being read was handed out in part already (`flush_partial`): what follows,
+    /// up to its newline, is the rest of the same line, under the same number.
+    flushed: bool,
 }
 
 impl LineSplitter {
     /// Feeds bytes; calls `on_line(number, bytes)` for every line they complete.
     pub fn feed(&mut self, mut chunk: &[u8], on_line: &mut dyn FnMut(u64, &[u8])) {
         while let Some(i) = memchr(b'\n', chunk) {
-            self.line_no += 1;
+            if !std::mem::take(&mut self.flushed) {
+                self.line_no += 1;
+            } else if i == 0 && self.partial.is_empty() {
+                // The newline of a line already handed out whole.
+                chunk = &chunk[1..];
+                continue;
+            }
             if self.partial.is_empty() {
                 on_line(self.line_no, &chunk[..i.min(MAX_LINE_BYTES)]);
             } else {
@@ -37,6 +46,26 @@ impl LineSplitter {
         self.keep(chunk);
     }
 
+    /// Hands out the partial line as it stands (a log that went quiet before its newline:
+    /// a tqdm bar still drawing, a writer that stopped mid-line). Its rest, when it comes,
+    /// is handed out under the same line number.
+    pub fn flush_partial(&mut self, on_line: &mut dyn FnMut(u64, &[u8])) {
+        if self.partial.is_empty() {
+            return;
+        }
+        if !self.flushed {
+            self.line_no += 1;
+            self.flushed = true;
+        }
+        on_line(self.line_no, &self.partial);
+        self.partial.clear();
+    }
+
+    /// Whether a line without its newline is held.
+    pub fn has_partial(&self) -> bool {
+        !self.partial.is_empty()
+    }
+
     fn keep(&mut self, bytes: &[u8]) {
         let room = MAX_LINE_BYTES - self.partial.len();
         self.partial.extend_from_slice(&bytes[..bytes.len().min(room)]);
@@ -44,11 +73,8 @@ impl LineSplitter {
 
     /// The last line, when the input does not end with a newline.
     pub fn finish(&mut self, on_line: &mut dyn FnMut(u64, &[u8])) {
-        if !self.partial.is_empty() {
-            self.line_no += 1;
-            on_line(self.line_no, &self.partial);
-            self.partial.clear();
-        }
+        self.flush_partial(on_line);
+        self.flushed = false;
     }
 
     pub fn lines_done(&self) -> u64 {
@@ -109,15 +135,17 @@ fn clean(bytes: &[u8]) -> Cow<'_, str> {
 }
 
 /// Where the next record starts inside `text` (never at 0), when a paste collapsed several
-/// onto one line: an SGLang header (`[2025-04-16 14:22:53`), a `(Name pid=N) ` prefix, or a
-/// traceback frame (`File "…", line N`) after other text.
+/// onto one line: an SGLang header (`[2025-04-16 14:22:53`), a `(Name pid=N) ` prefix, a
+/// traceback frame (`File "…", line N`) after other text, or the next state of a tqdm
+/// capture bar whose `\r` the paste lost (`…2.51it/s]Capturing batches (bs=4 …`).
 pub fn next_record(text: &str) -> Option<usize> {
-    static FINDERS: std::sync::LazyLock<[memmem::Finder<'static>; 3]> =
-        std::sync::LazyLock::new(|| ["[20", " pid=", " File \""].map(memmem::Finder::new));
+    static FINDERS: std::sync::LazyLock<[memmem::Finder<'static>; 4]> =
+        std::sync::LazyLock::new(|| ["[20", " pid=", " File \"", "]Capturing batches ("].map(memmem::Finder::new));
     let b = text.as_bytes();
-    // Every boundary has one of these bytes (`[20`, `pid=`, `File "`); most lines have none.
+    // Every boundary has one of these bytes (`[20`, `pid=`, `File "`, `]Capturing`); most lines have none.
     memchr::memchr3(b'[', b'=', b'"', b)?;
-    let [stamp, pid, frame] = &*FINDERS;
+    let [stamp, pid, frame, bar] = &*FINDERS;
+    let bars = bar.find(b).map(|i| i + 1);
     let stamps = stamp.find_iter(b).filter(|&i| i > 0 && parse_datetime(&b[i + 1..]).is_some());
     let prefixes = pid.find_iter(b).filter_map(|i| {
         let open = text[..i].rfind('(')?;
@@ -128,7 +156,7 @@ pub fn next_record(text: &str) -> Option<usize> {
         let after = &text[i + 7..];
         !text[..i].trim().is_empty() && after.split_once('"').is_some_and(|(_, rest)| rest.starts_with(", line "))
     });
-    [stamps.min(), prefixes.min(), frames.min()].into_iter().flatten().min()
+    [stamps.min(), prefixes.min(), frames.min(), bars].into_iter().flatten().min()
 }
 
 /// A line without the prefixes log shippers add.
@@ -312,6 +340,29 @@ mod tests {
     }
 
     #[test]
+    fn a_flushed_partial_line_keeps_its_number_when_its_rest_comes() {
+        let mut sp = LineSplitter::default();
+        let mut out = Vec::new();
+        sp.feed(b"one\n\rbar 1/4", &mut |n, l| out.push((n, l.to_vec())));
+        assert!(sp.has_partial());
+        sp.flush_partial(&mut |n, l| out.push((n, l.to_vec())));
+        assert!(!sp.has_partial());
+        sp.feed(b"\rbar 4/4\nthree", &mut |n, l| out.push((n, l.to_vec())));
+        sp.flush_partial(&mut |n, l| out.push((n, l.to_vec())));
+        sp.feed(b"\nfour\n", &mut |n, l| out.push((n, l.to_vec())));
+        sp.finish(&mut |n, l| out.push((n, l.to_vec())));
+        let want: Vec<(u64, Vec<u8>)> = vec![
+            (1, b"one".to_vec()),
+            (2, b"\rbar 1/4".to_vec()),
+            (2, b"\rbar 4/4".to_vec()),
+            (3, b"three".to_vec()),
+            (4, b"four".to_vec()),
+        ];
+        assert_eq!(out, want);
+        assert_eq!(sp.lines_done(), 4);
+    }
+
+    #[test]
     fn long_lines_are_cut_not_buffered() {
         let long = vec![b'x'; MAX_LINE_BYTES * 3];
         let got = split_all(&[&long[..10], &long[10..], b"\nok\n"]);
@@ -410,6 +461,9 @@ mod tests {
         assert!(line[at..].starts_with(" File \"/sgl/sglang/srt/managers/scheduler.py\""), "{}", &line[at..]);
         let bar = "Capturing batches (bs=1 avail_mem=6.91 GB):  50%| | 1/2 [00:03<00:03,  3.33s/it][2025-07-28 11:04:21 TP1] Registering";
         assert_eq!(&bar[next_record(bar).unwrap()..], "[2025-07-28 11:04:21 TP1] Registering");
+        let joined =
+            "Capturing batches (bs=8 avail_mem=13.23 GB):   0%|    | 0/4 [00:00<?, ?it/s]Capturing batches (bs=4 avail_mem=13.21 GB)";
+        assert_eq!(&joined[next_record(joined).unwrap()..], "Capturing batches (bs=4 avail_mem=13.21 GB)");
         let vllm = "INFO 09-18 12:03:11 [core.py:1] a (EngineCore_DP0 pid=9) INFO 09-18 12:03:12 [core.py:2] b";
         assert_eq!(&vllm[next_record(vllm).unwrap()..], "(EngineCore_DP0 pid=9) INFO 09-18 12:03:12 [core.py:2] b");
         for whole in [

@@ -21,6 +21,7 @@ mod header;
 mod jsonl;
 pub mod lines;
 mod llamacpp;
+mod memory;
 pub mod print;
 mod remedies;
 pub(crate) mod report;
@@ -51,6 +52,9 @@ use text::TextReplayer;
 
 /// Bytes read at a time.
 const CHUNK: usize = 256 * 1024;
+/// Quiet time after which a line still without its newline is read as it stands (follow
+/// mode): a tqdm bar draws for minutes before its newline, and a log's last line may never get one.
+const PARTIAL_SETTLE: Duration = Duration::from_millis(250);
 
 enum Kind {
     /// No non-blank line yet.
@@ -104,13 +108,17 @@ impl Replayer {
 
     /// The input has been quiet for `quiet` (follow mode): settle what waits on that.
     pub fn idle(&mut self, quiet: Duration, emit: &mut dyn FnMut(u64, TimedEvent)) {
+        if quiet >= PARTIAL_SETTLE {
+            let Replayer { file, logs, splitter, kind } = self;
+            splitter.flush_partial(&mut |n, raw| Self::line(kind, file, *logs, n, raw, emit));
+        }
         if let Kind::Text(text) = &mut self.kind {
             text.idle(quiet, emit);
         }
     }
 
     pub fn has_pending(&self) -> bool {
-        matches!(&self.kind, Kind::Text(text) if text.has_pending())
+        self.splitter.has_partial() || matches!(&self.kind, Kind::Text(text) if text.has_pending())
     }
 
     pub fn finish(&mut self, emit: &mut dyn FnMut(u64, TimedEvent)) {

@@ -137,6 +137,8 @@ impl ReportBuilder {
             }
             Event::Ready { .. } => self.outcome = Outcome::Ready,
             Event::Exit { code, .. } if *code != 0 => self.outcome = Outcome::Failed,
+            // Another rank's copy of a finding is the same finding.
+            Event::Finding(f) if self.findings.iter().any(|seen| is_rank_copy(seen, f)) => {}
             Event::Finding(_) if self.findings.len() == MAX_FINDINGS => self.findings_left_out += 1,
             Event::Finding(f) => self.findings.push(f.clone()),
             Event::Stats(s) if s.mean_accept_length > 0.0 => self.accept_len = Some(s.mean_accept_length),
@@ -157,6 +159,11 @@ impl ReportBuilder {
             accept_len: self.accept_len.map(|a| (a * 1000.0).round() / 1000.0),
         }
     }
+}
+
+/// `f` is `seen` again, as another TP rank reported it.
+pub fn is_rank_copy(seen: &Finding, f: &Finding) -> bool {
+    seen.id == f.id && seen.phase == f.phase && seen.severity == f.severity && seen.rank != f.rank
 }
 
 #[cfg(test)]

@@ -18,12 +18,12 @@ use super::args;
 use super::clock::{Clock, ClockSource};
 use super::detect::{line_format, Confidence, Format, VersionVotes};
 use super::diagnose::{self, log_evidence};
-use super::header::Header;
+use super::header::{tp_rank, Header};
 use super::lines::{for_each_segment, next_record, strip_prefixes, Unprefixed};
 use super::rules::{Action, Ctx, Edge, Engine, Failure, Fault, FramePhase, Rule, RuleSet};
 use super::timeline::{Out, Timeline};
 use super::traceback::{classify, Continuation, TbLine, Traceback};
-use super::{llamacpp, sglang, trtllm, vllm};
+use super::{llamacpp, memory, sglang, trtllm, vllm};
 
 /// Idle time after which a traceback is taken as complete (follow mode).
 const TRACEBACK_SETTLE: Duration = Duration::from_millis(30);
@@ -99,7 +99,8 @@ struct Run {
     /// The first crash line and what it said.
     crash: Option<(u64, String, &'static str)>,
     has_error: bool,
-    reported: HashSet<(String, PhaseId, Severity)>,
+    /// The findings sent, with the ranks each was sent for.
+    reported: HashMap<(String, PhaseId, Severity), HashSet<Option<u32>>>,
     stats: AcceptStats,
     /// Prefill batches before ready: the warm-up sends one.
     prefills: u32,
@@ -109,6 +110,8 @@ struct Run {
     context_warning: Option<(u64, String, String)>,
     algorithm_checked: bool,
     low_accept_reported: bool,
+    /// The free and total memory last sent per GPU.
+    gpu_memory: HashMap<u32, (Option<u64>, Option<u64>)>,
 }
 
 pub struct TextReplayer {
@@ -121,6 +124,8 @@ pub struct TextReplayer {
     run: Run,
     launches: u32,
     last_line: u64,
+    /// The latest state of a tqdm bar on the line being read, logged once the line is done.
+    bar_line: Option<String>,
 }
 
 /// Exceptions that end a process on purpose, not a failure of the launch.
@@ -139,6 +144,12 @@ fn number_after(text: &str, label: &Finder) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
+/// The finding with the TP rank its lines came from (`key`: a traceback's or a line's rank).
+fn ranked(mut finding: Finding, key: Option<&str>) -> Finding {
+    finding.rank = key.and_then(tp_rank);
+    finding
+}
+
 fn cap_u64(caps: &Captures, name: &str) -> Option<u64> {
     caps.name(name)?.as_str().parse().ok()
 }
@@ -155,6 +166,7 @@ impl TextReplayer {
             run: Run::default(),
             launches: 0,
             last_line: 0,
+            bar_line: None,
         }
     }
 
@@ -174,6 +186,8 @@ impl TextReplayer {
     pub fn line(&mut self, line_no: u64, raw: &[u8], emit: &mut dyn FnMut(u64, TimedEvent)) {
         self.last_line = line_no;
         for_each_segment(raw, &mut |segment| self.segment(line_no, segment, emit));
+        let t = self.clock.now();
+        self.log_bar_line(&mut Out { emit, line: line_no, t });
     }
 
     /// One displayed state of a line, split into its records where a paste ran several
@@ -209,14 +223,20 @@ impl TextReplayer {
         }
         let mut out = Out { emit, line: line_no, t: self.clock.now() };
         let tb = self.follow_traceback(line_no, text, header, &mut out);
+        let tb_rank = tb.and_then(|i| self.run.tracebacks[i].key.as_deref().and_then(tp_rank));
         let engine = self.format.engine();
         let accept = |r: &Rule| r.engine == Engine::Any || r.engine == engine;
         match rule_set().first_match(header.message, accept) {
             Some(matched) => {
                 let action = matched.rule.action;
                 self.votes.add(matched.rule.dialects);
-                if !matches!(action, Action::Traffic | Action::DecodeStats | Action::ShardBar | Action::CaptureBar) {
-                    self.log(text, header, tb.is_some(), &mut out);
+                match action {
+                    // One state of a tqdm bar: the log shows the line's last state, once.
+                    Action::ShardBar | Action::CaptureBar if self.logs => self.bar_line = Some(text.to_string()),
+                    Action::ShardBar | Action::CaptureBar => {}
+                    // Routine lines are shown dimmed: every line is there, the rest stands out.
+                    Action::Traffic | Action::DecodeStats => self.log(text, header, Some(LogLevel::Debug), tb.is_some(), &mut out),
+                    _ => self.log(text, header, None, tb.is_some(), &mut out),
                 }
                 match action {
                     // Routine lines: no captures needed.
@@ -233,15 +253,33 @@ impl TextReplayer {
                     }
                 }
             }
-            None => self.log(text, header, tb.is_some(), &mut out),
+            None => self.log(text, header, None, tb.is_some(), &mut out),
+        }
+        self.gpu_memory(header, tb_rank, &mut out);
+    }
+
+    /// The GPU memory the line states, for the recording's GPU pane: sent when it changes.
+    /// The GPU is the line's TP rank (a bare traceback line's is its traceback's), else the
+    /// device the text names.
+    fn gpu_memory(&mut self, header: &Header, traceback_rank: Option<u32>, out: &mut Out) {
+        let Some(figures) = memory::figures(header.message) else { return };
+        let gpu = header.tp_rank().or(traceback_rank).or(figures.gpu).unwrap_or(0);
+        let known = self.run.gpu_memory.entry(gpu).or_default();
+        let now = (figures.free_bytes.or(known.0), figures.total_bytes.or(known.1));
+        if now != *known {
+            *known = now;
+            out.event(Event::GpuMemory { gpu, free_bytes: figures.free_bytes, total_bytes: figures.total_bytes });
         }
     }
 
-    fn log(&self, text: &str, header: &Header, in_traceback: bool, out: &mut Out) {
+    /// A `Log` event for the line (the console's log pane), at `level` when given, else the
+    /// level its header or its place says.
+    fn log(&mut self, text: &str, header: &Header, level: Option<LogLevel>, in_traceback: bool, out: &mut Out) {
         if !self.logs || text.trim().is_empty() {
             return;
         }
-        let level = header.level.unwrap_or(if in_traceback {
+        self.log_bar_line(out);
+        let level = level.or(header.level).unwrap_or(if in_traceback {
             LogLevel::Error
         } else if header.message.starts_with("Warning") || header.message.contains("WARNING") {
             LogLevel::Warning
@@ -253,6 +291,13 @@ impl TextReplayer {
             None => self.format.name().to_string(),
         };
         out.event(Event::Log { level, source, line: text.to_string() });
+    }
+
+    /// The last state of the tqdm bar the line held, dimmed, before whatever comes next.
+    fn log_bar_line(&mut self, out: &mut Out) {
+        if let Some(line) = self.bar_line.take() {
+            out.event(Event::Log { level: LogLevel::Debug, source: self.format.name().to_string(), line });
+        }
     }
 
     /// Files the line under the traceback it belongs to (starting one if it opens one) and
@@ -349,8 +394,8 @@ impl TextReplayer {
             }
             evidence.push(log_evidence(&self.file, *line, text));
             let finding = diagnose::from_failure(failure, &self.ctx(&caps, place), evidence);
-            self.report(finding, None, true, out);
-        } else if !self.run.has_error {
+            self.report(ranked(finding, tb.key.as_deref()), None, true, out);
+        } else {
             let place = self.place(None, Some(&tb));
             let framed = tb.phase(&FRAME_TABLES, self.warming());
             let finding = if matches!(framed, Some(TargetGraphCapture | DraftGraphCapture)) {
@@ -359,8 +404,19 @@ impl TextReplayer {
             } else {
                 diagnose::unrecognized(&self.file, place, Some(&tb), None)
             };
-            self.report(finding, None, true, out);
+            let finding = ranked(finding, tb.key.as_deref());
+            // Once an error explains the failure, a traceback nothing explained only adds
+            // its rank to the same finding of another rank.
+            if !self.run.has_error || self.is_rank_copy(&finding) {
+                self.report(finding, None, true, out);
+            }
         }
+    }
+
+    /// Whether `finding` was reported already, from another rank only.
+    fn is_rank_copy(&self, finding: &Finding) -> bool {
+        let key = (finding.id.clone(), finding.phase, finding.severity);
+        self.run.reported.get(&key).is_some_and(|ranks| !ranks.contains(&finding.rank))
     }
 
     /// True while the log is past start-up but not ready: a request now is the warm-up's.
@@ -390,15 +446,22 @@ impl TextReplayer {
         Ctx { caps, spec: &self.run.spec, dialect: self.votes.best(engine), phase, phase_known, engine }
     }
 
-    /// Sends a finding once per (id, phase, severity): every TP rank prints the same error.
-    /// `stops` says the server stopped there (a failure line or traceback, not a mismatch
-    /// seen in passing).
+    /// Sends a finding once per (id, phase, severity) and rank: every TP rank prints the
+    /// same error, and the console shows the copies as one finding with its ranks. Only the
+    /// first copy moves the timeline. `stops` says the server stopped there (a failure line
+    /// or traceback, not a mismatch seen in passing).
     fn report(&mut self, finding: Finding, tb: Option<usize>, stops: bool, out: &mut Out) {
         let error = finding.is_error();
         if let (true, Some(i)) = (error, tb) {
             self.run.tracebacks[i].diagnosed = true;
         }
-        if !self.run.reported.insert((finding.id.clone(), finding.phase, finding.severity)) {
+        let ranks = self.run.reported.entry((finding.id.clone(), finding.phase, finding.severity)).or_default();
+        let first = ranks.is_empty();
+        if !ranks.insert(finding.rank) {
+            return;
+        }
+        if !first {
+            out.event(Event::Finding(finding));
             return;
         }
         let phase = finding.phase;
@@ -480,7 +543,7 @@ impl TextReplayer {
                     self.run.tracebacks[i].hint = Some((failure, out.line, text.to_string(), header.message.to_string()));
                 }
             }
-            Action::DeviceFault(fault) => self.device_fault(fault, caps, text, tb, out),
+            Action::DeviceFault(fault) => self.device_fault(fault, caps, text, header, tb, out),
             Action::CaptureBatchList => {
                 self.run.capture_bs = caps.name("list").map(|l| (TargetGraphCapture, l.as_str().to_string()));
                 self.act_plain(action, header.message, out)
@@ -680,7 +743,8 @@ impl TextReplayer {
         if let Some(frame) = tb_ref.and_then(Traceback::deepest_engine_frame) {
             evidence.push(log_evidence(&self.file, frame.line, &frame.text));
         }
-        let finding = diagnose::from_failure(failure, &self.ctx(caps, phase), evidence);
+        let key = tb_ref.and_then(|t| t.key.as_deref()).or(header.rank);
+        let finding = ranked(diagnose::from_failure(failure, &self.ctx(caps, phase), evidence), key);
         if finding.id == sglang::CONTEXT_DRAFT_ID && finding.severity == Severity::Warning {
             self.run.context_warning = Some((out.line, text.to_string(), header.message.to_string()));
         }
@@ -695,7 +759,7 @@ impl TextReplayer {
 
     /// A CUDA device fault: explained by an earlier line when the log has one (the draft
     /// context warning, a token map under TP), else named for what it is.
-    fn device_fault(&mut self, fault: Fault, caps: &Captures, text: &str, tb: Option<usize>, out: &mut Out) {
+    fn device_fault(&mut self, fault: Fault, caps: &Captures, text: &str, header: &Header, tb: Option<usize>, out: &mut Out) {
         let place = self.place(None, tb.map(|i| &self.run.tracebacks[i]));
         let explained = self.run.context_warning.as_ref().and_then(|(line, warning, message)| {
             let warning_caps = diagnose::recapture(rule_set(), message, sglang::CONTEXT_DRAFT_ID)?;
@@ -713,6 +777,8 @@ impl TextReplayer {
             }
             (None, None) => diagnose::unexplained_device_fault(&self.file, place.0, out.line, text),
         };
+        let key = tb.and_then(|i| self.run.tracebacks[i].key.as_deref()).or(header.rank);
+        let finding = ranked(finding, key);
         self.report(finding, tb, true, out);
     }
 

@@ -1,5 +1,8 @@
 //! GPUs: memory used/total as a bar, utilisation, temperature and power for each GPU, from
-//! the NVML sampler; or the one line saying there is none and the CPU engine is in use.
+//! the NVML sampler; or the one line saying there is none and the CPU engine is in use. A
+//! replayed text log brings its own GPUs instead: the memory its lines state, per TP rank.
+
+use std::collections::BTreeMap;
 
 use ratatui::buffer::Buffer;
 use ratatui::text::{Line, Span};
@@ -9,11 +12,20 @@ use super::pane::{bar, fmt_bytes, Pane};
 use crate::console::text::truncate;
 use crate::event::GpuSample;
 
-/// The pane's state: the latest sample of every GPU, or why there is none.
+/// The pane's state: the latest sample of every GPU, or why there is none; and the memory a
+/// replayed log stated, by GPU.
 #[derive(Clone, Debug, Default)]
 pub struct Gpus {
     samples: Vec<GpuSample>,
     note: Option<String>,
+    logged: BTreeMap<u32, LoggedMemory>,
+}
+
+/// One GPU's memory as the log last stated it (a figure it never gave stays unknown).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoggedMemory {
+    pub free_bytes: Option<u64>,
+    pub total_bytes: Option<u64>,
 }
 
 impl Gpus {
@@ -22,13 +34,28 @@ impl Gpus {
         self.note = note;
     }
 
-    /// Whether there is anything to show yet: a sample, or the note saying there is none.
+    pub(crate) fn on_gpu_memory(&mut self, gpu: u32, free_bytes: Option<u64>, total_bytes: Option<u64>) {
+        let known = self.logged.entry(gpu).or_default();
+        known.free_bytes = free_bytes.or(known.free_bytes);
+        known.total_bytes = total_bytes.or(known.total_bytes);
+    }
+
+    /// Whether there is anything to show yet: a sample, the note saying there is none, or a
+    /// logged figure.
     pub fn has_content(&self) -> bool {
-        !self.samples.is_empty() || self.note.is_some()
+        !self.samples.is_empty() || self.note.is_some() || !self.logged.is_empty()
+    }
+
+    /// The memory the replayed log stated, by GPU.
+    pub fn logged(&self) -> &BTreeMap<u32, LoggedMemory> {
+        &self.logged
     }
 }
 
 pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, buf: &mut Buffer) {
+    if gpus.samples.is_empty() && !gpus.logged.is_empty() {
+        return draw_logged(pane, &gpus.logged, buf);
+    }
     let title = match gpus.samples.len() {
         0 => " GPUs ".to_string(),
         n => format!(" GPUs · {n} "),
@@ -60,4 +87,43 @@ fn gpu_row<'a>(pane: &Pane<'_>, g: &GpuSample, width: usize) -> Line<'a> {
         Span::raw(mem),
         Span::raw(tail),
     ])
+}
+
+/// A replay's GPUs: what the log says of each rank's memory, used of total as a bar where it
+/// gives the total, else the free memory alone. The log says nothing of load, heat or power.
+fn draw_logged(pane: &Pane<'_>, logged: &BTreeMap<u32, LoggedMemory>, buf: &mut Buffer) {
+    let title = format!(" GPUs · {} in the log ", logged.len());
+    let inner = pane.frame(Line::styled(title, pane.theme.title()), buf);
+    let width = inner.width as usize;
+    let rows: Vec<Line> = logged
+        .iter()
+        .map(|(&gpu, m)| {
+            let lead = format!("{gpu:>2} TP{gpu:<10} ");
+            let free = m.free_bytes.map(|f| format!(" {} free", fmt_bytes(f))).unwrap_or_default();
+            let Some(total) = m.total_bytes else {
+                return Line::from(vec![
+                    Span::raw(lead),
+                    Span::raw(free.trim_start().to_string()),
+                    Span::styled(" (no total in the log)", pane.theme.dim()),
+                ]);
+            };
+            let used = m.free_bytes.map(|f| total.saturating_sub(f));
+            let mem = match used {
+                Some(u) => format!(" {}/{}", fmt_bytes(u), fmt_bytes(total)),
+                None => format!(" ?/{}", fmt_bytes(total)),
+            };
+            let bar_width = width.saturating_sub(lead.chars().count() + mem.chars().count() + free.chars().count()).clamp(3, 40);
+            let fraction = used.map_or(0.0, |u| u as f64 / total.max(1) as f64);
+            let (filled, empty) = bar(bar_width, fraction);
+            let style = if fraction >= 0.95 { pane.theme.warning() } else { pane.theme.gauge() };
+            Line::from(vec![
+                Span::raw(lead),
+                Span::styled(filled, style),
+                Span::styled(empty, pane.theme.dim()),
+                Span::raw(mem),
+                Span::raw(free),
+            ])
+        })
+        .collect();
+    Paragraph::new(rows).render(inner, buf);
 }

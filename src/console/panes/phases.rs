@@ -92,10 +92,21 @@ impl Phases {
     }
 
     /// Count a progress event, given as the counter it starts when it is the first of its
-    /// phase, GPU and label.
+    /// phase, GPU and label. A batch-size count that goes on from the last one of its phase
+    /// and GPU (same total, further along) is that capture moving to its next batch size, as
+    /// SGLang's one tqdm bar does: it stays one gauge, labelled with the size now captured.
     pub(crate) fn on_progress(&mut self, sample: Counter) {
-        match self.counters.iter_mut().find(|c| c.phase == sample.phase && c.gpu == sample.gpu && c.label == sample.label) {
+        let same_place = |c: &Counter| c.phase == sample.phase && c.gpu == sample.gpu;
+        let counter = if sample.unit == ProgressUnit::BatchSize {
+            // Only the latest capture of the place can go on: an earlier one has ended.
+            let advancing = |c: &Counter| c.unit == ProgressUnit::BatchSize && c.total == sample.total && c.done < sample.done;
+            self.counters.iter_mut().rev().find(|c| same_place(c)).filter(|c| c.label == sample.label || advancing(c))
+        } else {
+            self.counters.iter_mut().find(|c| same_place(c) && c.label == sample.label)
+        };
+        match counter {
             Some(c) => {
+                c.label = sample.label;
                 c.done = sample.done;
                 c.total = sample.total;
                 c.last_t = sample.last_t;
@@ -327,5 +338,39 @@ mod tests {
         progress(2.0, 0, 60);
         assert_eq!(phases.counters.len(), 2);
         assert_eq!((phases.counters[0].done, phases.counters[0].first_done, phases.counters[0].last_t), (60, 10, 2.0));
+    }
+
+    fn batch(phase: PhaseId, bs: &str, done: u64, total: u64) -> Counter {
+        Counter::first(done as f64, phase, ProgressUnit::BatchSize, None, bs.into(), done, total)
+    }
+
+    /// SGLang's capture bar: `bs=8 0/4`, `bs=4 1/4`, `bs=2 2/4`, `bs=1 3/4`, `bs=1 4/4`.
+    #[test]
+    fn a_capture_bar_through_its_batch_sizes_is_one_counter() {
+        let mut phases = Phases::default();
+        for (bs, done) in [("8", 0), ("4", 1), ("2", 2), ("1", 3), ("1", 4)] {
+            phases.on_progress(batch(PhaseId::TargetGraphCapture, bs, done, 4));
+        }
+        // The draft's bar is a capture of its own; a bar that starts again (draft extend)
+        // is a new one, even where it comes to a batch size the first one had.
+        for (bs, done) in [("4", 0), ("2", 1), ("1", 2), ("4", 0), ("2", 1), ("1", 2)] {
+            phases.on_progress(batch(PhaseId::DraftGraphCapture, bs, done, 2));
+        }
+        let counters: Vec<(PhaseId, &str, u64, u64, f64)> =
+            phases.counters.iter().map(|c| (c.phase, c.label.as_str(), c.done, c.first_done, c.last_t)).collect();
+        assert_eq!(
+            counters,
+            [
+                (PhaseId::TargetGraphCapture, "1", 4, 0, 4.0),
+                (PhaseId::DraftGraphCapture, "1", 2, 0, 2.0),
+                (PhaseId::DraftGraphCapture, "1", 2, 0, 2.0)
+            ]
+        );
+        // One gauge per batch size, each counted on its own, stays one gauge each.
+        let mut phases = Phases::default();
+        for bs in ["1", "2", "4"] {
+            phases.on_progress(batch(PhaseId::TargetGraphCapture, bs, 1, 1));
+        }
+        assert_eq!(phases.counters.len(), 3);
     }
 }

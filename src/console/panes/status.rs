@@ -2,7 +2,7 @@
 //! the keymap.
 
 use ratatui::buffer::Buffer;
-use ratatui::layout::{Constraint, Layout};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
@@ -18,12 +18,25 @@ pub(super) fn draw(pane: &Pane<'_>, s: &State, buf: &mut Buffer) {
         Some(n) => n.to_string(),
         None => summary(s),
     };
-    // A replay's title leads the bar, so that no one takes the recording for a live launch.
-    let title = s.replay().map(|r| format!(" {} ·", r.title()));
+    let width = pane.area.width as usize;
+    let all_hints = hints(s.keymap());
+    // Help and quit keep their place whatever the bar holds: a long title or notice is cut first.
+    let essential: usize = all_hints.iter().filter(|(_, w)| matches!(*w, "help" | "quit")).map(|(k, w)| hint_len(k, w)).sum();
+    let summary_width = summary_text.chars().count().min(48);
+    // A replay's title leads the bar, so that no one takes the recording for a live launch;
+    // a narrow bar names the file without its folders.
+    let title = s.replay().map(|r| {
+        let full = format!(" {} ·", r.title());
+        if full.chars().count() + summary_width + essential + 2 <= width {
+            full
+        } else {
+            format!(" {} ·", r.short_title())
+        }
+    });
     let title_width = title.as_ref().map_or(0, |t| t.chars().count());
     // The summary keeps up to 48 columns; hints fill the rest, most useful first.
-    let room = (pane.area.width as usize).saturating_sub(title_width + summary_text.chars().count().min(48) + 2);
-    let hints = fitting_hints(hints(s.keymap()), room);
+    let room = width.saturating_sub(title_width + summary_width + 2).max(essential);
+    let hints = fitting_hints(all_hints, room);
     let hint_width: usize = hints.iter().map(|(k, w)| hint_len(k, w)).sum();
     let [left, right] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint_width as u16)]).areas(pane.area);
     let summary = match s.notice() {
@@ -34,6 +47,8 @@ pub(super) fn draw(pane: &Pane<'_>, s: &State, buf: &mut Buffer) {
         Some(t) => vec![Span::styled(t, theme.title()), summary],
         None => vec![summary],
     };
+    // A column between a cut summary and the hints.
+    let left = Rect { width: left.width.saturating_sub(1), ..left };
     Paragraph::new(Line::from(left_spans)).render(left, buf);
     let mut spans = Vec::new();
     for (key, what) in hints {

@@ -8,7 +8,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 use unicode_width::UnicodeWidthStr;
 
-use super::{Diagnosis, SourceFile};
+use super::{seen_text, Diagnosis, SourceFile};
 use crate::console::action::Action;
 use crate::console::excerpt::window;
 use crate::console::keymap::Keymap;
@@ -71,7 +71,7 @@ pub(in crate::console::panes) fn draw(
     }
     message_rows += budget.take(message.len().saturating_sub(message_rows));
 
-    let mut lines = header(pane, finding);
+    let mut lines = header(pane, finding, seen_text(d.shown_seen()));
     lines.extend(clip(message, message_rows, width).into_iter().map(Line::raw));
     if gaps > 0 {
         lines.push(Line::raw(""));
@@ -155,19 +155,23 @@ fn idle_text(attempt: u32, preflight: Option<PhaseState>) -> String {
     }
 }
 
-fn header<'a>(pane: &Pane<'_>, f: &Finding) -> Vec<Line<'a>> {
+fn header<'a>(pane: &Pane<'_>, f: &Finding, seen: Option<String>) -> Vec<Line<'a>> {
     let theme = pane.theme;
     let (word, style) = match f.severity {
         Severity::Error => ("ERROR", theme.error()),
         Severity::Warning => ("WARNING", theme.warning()),
         Severity::Info => ("INFO", theme.dim()),
     };
-    vec![Line::from(vec![
+    let mut spans = vec![
         Span::styled(word, style),
         Span::raw(" "),
         Span::styled(f.id.clone(), theme.title()),
         Span::styled(format!(" · fails at {}", f.phase), theme.dim()),
-    ])]
+    ];
+    if let Some(seen) = seen {
+        spans.push(Span::styled(format!(" · {seen}"), theme.dim()));
+    }
+    vec![Line::from(spans)]
 }
 
 /// Word wrap for prose (messages, descriptions); long words are cut.
@@ -221,14 +225,18 @@ fn short_path(path: &str, width: usize) -> String {
 }
 
 /// One column of an excerpt: rows of (gutter, text, marked), with `None` for a gap.
-fn column_rows(d: &Diagnosis, f: &Finding, file: &str, height: usize) -> Vec<Option<(String, String, bool)>> {
+fn column_rows(d: &Diagnosis, f: &Finding, side: Side, file: &str, height: usize) -> Vec<Option<(String, String, bool)>> {
     let (lines, marks) = match d.files.get(file) {
         Some(SourceFile::Loaded { lines, marks }) => (lines, marks),
         Some(SourceFile::Failed(e)) => return vec![Some((String::new(), format!("cannot read: {e}"), false))],
         _ => return vec![Some((String::new(), "reading…".to_string(), false))],
     };
-    let marked: Vec<usize> = f.evidence.iter().filter(|e| e.file == file).filter_map(|e| marks.get(&e.key).copied().flatten()).collect();
-    let rows = window(lines.len(), &marked, height);
+    let cited: Vec<usize> = f.evidence.iter().filter(|e| e.file == file).filter_map(|e| marks.get(&e.key).copied().flatten()).collect();
+    // A log's first cited line is the error line itself (replay cites it first); the others
+    // (the deepest engine frame, the traceback's start) stay in view as its context, marked
+    // `›` but not highlighted.
+    let marked: Vec<usize> = if side == Side::Log { cited.iter().copied().take(1).collect() } else { cited.clone() };
+    let rows = window(lines.len(), &cited, height);
     let indent = rows
         .iter()
         .flatten()
@@ -244,7 +252,14 @@ fn column_rows(d: &Diagnosis, f: &Finding, file: &str, height: usize) -> Vec<Opt
                 let line = &lines[n - 1];
                 let text = line.get(indent.min(line.len() - line.trim_start().len())..).unwrap_or(line);
                 let mark = marked.contains(&n);
-                (format!("{n:>number_width$}{}", if mark { "▶" } else { " " }), text.to_string(), mark)
+                let gutter = if mark {
+                    "▶"
+                } else if cited.contains(&n) {
+                    "›"
+                } else {
+                    " "
+                };
+                (format!("{n:>number_width$}{gutter}"), text.to_string(), mark)
             })
         })
         .collect()
@@ -263,8 +278,8 @@ fn excerpts<'a>(pane: &Pane<'_>, d: &Diagnosis, f: &Finding, files: &[(Side, Str
     let body = height.saturating_sub(1);
     let columns: Vec<Vec<Option<(String, String, bool)>>> = files
         .iter()
-        .map(|(_, file)| {
-            let mut rows = fit_column(column_rows(d, f, file, body), col_width);
+        .map(|(side, file)| {
+            let mut rows = fit_column(column_rows(d, f, *side, file, body), col_width);
             rows.truncate(body);
             rows
         })
