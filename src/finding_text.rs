@@ -1,7 +1,7 @@
 //! The one text form of a Finding, printed alike by `check`, `generate`, `bench`, a headless
 //! launch and a headless replay: each finding with its target and draft evidence side by side,
 //! the offending keys highlighted, and its remedies numbered with their keys and changes.
-//! ANSI styling is the caller's choice (`Paint::for_stdout`: a TTY and no `NO_COLOR`).
+//! ANSI styling is the caller's choice (`--color`, read by `ColorChoice`).
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -20,11 +20,43 @@ pub struct Paint {
     pub color: bool,
 }
 
-impl Paint {
+/// `--color auto|always|never`: whether text output is styled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ColorChoice {
     /// Colour only for a terminal, and never when `NO_COLOR` is set (no-color.org).
-    pub fn for_stdout() -> Paint {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Paint { color: std::io::stdout().is_terminal() && !no_color }
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether output to a stream is styled; `terminal` says whether the stream is one.
+    pub fn colors(self, terminal: bool) -> bool {
+        match self {
+            ColorChoice::Auto => terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+        }
+    }
+
+    /// Make the choice the process's: crossterm drops colours by itself when `NO_COLOR` is
+    /// set, which `always` overrides (the console's theme and `Paint` honour `NO_COLOR` under
+    /// `auto` already).
+    pub fn install(self) {
+        if self == ColorChoice::Always {
+            crossterm::style::force_color_output(true);
+        }
+    }
+}
+
+impl Paint {
+    pub fn for_stdout(choice: ColorChoice) -> Paint {
+        Paint { color: choice.colors(std::io::stdout().is_terminal()) }
+    }
+
+    pub fn for_stderr(choice: ColorChoice) -> Paint {
+        Paint { color: choice.colors(std::io::stderr().is_terminal()) }
     }
 
     fn styled(self, text: &str, color: Color, bold: bool) -> String {

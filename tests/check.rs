@@ -310,13 +310,15 @@ fn json_has_exactly_the_documented_shape() {
 fn unknown_apply_id_exits_2_and_lists_the_available_ones() {
     let mut args = vec!["check".to_string()];
     args.extend(pair_args("kimi-k2.5__kimi-k2-aq-medai-eagle3"));
-    args.extend(["--apply".into(), "clamp-context".into()]);
+    // A remedy id of the engine's that no finding of this check offers (tests/cli.rs covers
+    // an id no remedy has).
+    args.extend(["--apply".into(), "use-cpu-device".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = specdeck(&args, &[]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr(&o),
-        "specdeck check: --apply clamp-context: no current finding offers this remedy; available: \
+        "specdeck check: --apply use-cpu-device: no current finding offers this remedy; available: \
          clamp-context-length, allow-longer-context\n"
     );
     assert_eq!(stdout(&o), "");

@@ -10,13 +10,26 @@ use clap::Args;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
+use super::bench_table;
 use super::flags::LaunchFlags;
 use super::in_process::{launch_spec, phase_seconds, phases_json, start};
+use super::json_error::{Failure, Kind};
 use crate::engine::ranks::Serve;
 use crate::engine::request::GenerateRequest;
 use crate::engine::spec_decode::Generation;
+use crate::finding_text::ColorChoice;
 use crate::model::open::{read_text_capped, JSON_LIMIT};
 use crate::spec::Algorithm;
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  specdeck bench --model-path T --speculative-draft-model-path D --speculative-algorithm EAGLE3 --prompts p.jsonl
+  specdeck bench --model-path T --speculative-draft-model-path D --prompts p.jsonl --compare-target-only --json
+
+Exit status: 0 measured, 1 a finding stopped the launch (before anything loads) or, with
+--compare-target-only, the speculative tokens differ from the target-only ones, 2 unreadable input,
+a bad flag value, an --apply id that no finding offers, or an engine error. With --json a failure
+prints {\"error\": {\"kind\", \"message\", \"findings\"}} on stdout.";
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -25,15 +38,21 @@ pub struct BenchArgs {
     /// JSONL file with one prompt per line (`{"prompt": ...}`).
     #[arg(long, value_name = "FILE.jsonl")]
     prompts: PathBuf,
+    /// Apply the tokenizer's chat template to every prompt.
     #[arg(long)]
     chat: bool,
-    #[arg(long, default_value_t = 64)]
+    /// Most tokens to generate per prompt.
+    #[arg(long, default_value_t = 64, value_name = "N")]
     max_new_tokens: usize,
     /// Also run target-only and check the outputs are identical.
     #[arg(long)]
     compare_target_only: bool,
+    /// Print one JSON object (every figure, each prompt's token ids) instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also list each prompt's token ids under the table.
+    #[arg(long)]
+    verbose: bool,
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
@@ -134,18 +153,20 @@ fn memory_bandwidth() -> f64 {
     best
 }
 
-pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
+pub fn run(args: &BenchArgs, color: ColorChoice) -> anyhow::Result<i32> {
+    Ok(bench(args, color).unwrap_or_else(|failure| failure.report(args.json)))
+}
+
+/// The figures printed; the status is 1 when speculative and target-only tokens differ.
+fn bench(args: &BenchArgs, color: ColorChoice) -> Result<i32, Failure> {
     let spec = launch_spec(&args.flags)?;
-    let prompts = read_prompts(&args.prompts)?;
+    let prompts = read_prompts(&args.prompts).map_err(|e| Failure::new(Kind::Input, e))?;
     let bandwidth_before = memory_bandwidth();
-    let (mut engine, mut rx) = match start(&spec, "specdeck bench") {
-        Ok(e) => e,
-        Err(code) => return Ok(code),
-    };
+    let (mut engine, mut rx) = start(&spec, "specdeck bench", color)?;
     let phases = phase_seconds(&mut rx);
     let speculative = spec.speculative_algorithm.is_some_and(|a| a != Algorithm::None);
     let compare = args.compare_target_only && speculative;
-    let (gens, base) = run_all(&mut *engine, &prompts, args, compare)?;
+    let (gens, base) = run_all(&mut *engine, &prompts, args, compare).map_err(|e| Failure::new(Kind::Engine, e))?;
     let (target_bytes, draft_bytes) = engine.weight_bytes();
     let mut out = aggregate(&gens);
     let (device, tp) = engine.placement();
@@ -163,7 +184,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     }
     if device != "cpu" {
         // The host's bandwidth is no floor for a GPU (scripts/gpu measures the device's).
-        return print_bench(&out, args.json);
+        return Ok(print_bench(&out, args));
     }
     // Measured before and after the run; the floor takes the better one, since other load on
     // the machine can only lower a measurement.
@@ -181,17 +202,21 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     if let Some(rate) = target_only.and_then(|t| t["decode_tokens_per_s"].as_f64()) {
         out["target_only_ratio_to_floor"] = json!(rate / floor);
     }
-    print_bench(&out, args.json)
+    Ok(print_bench(&out, args))
 }
 
 /// Print the bench figures; the status is 1 when speculative and target-only tokens differ.
-fn print_bench(out: &Value, json: bool) -> anyhow::Result<i32> {
-    if json {
+fn print_bench(out: &Value, args: &BenchArgs) -> i32 {
+    if args.json {
         println!("{out}");
     } else {
-        println!("{}", serde_json::to_string_pretty(out)?);
+        print!("{}", bench_table::render(out, args.verbose));
     }
-    Ok(if out.get("identical") == Some(&json!(false)) { 1 } else { 0 })
+    if out.get("identical") == Some(&json!(false)) {
+        1
+    } else {
+        0
+    }
 }
 
 #[cfg(test)]

@@ -3,16 +3,29 @@
 
 use clap::Args;
 
+use super::catalog::known_remedies;
 use super::flags::LaunchFlags;
-use crate::finding_text::Paint;
+use crate::finding::Severity;
+use crate::finding_text::{ColorChoice, Paint};
 use crate::preflight::apply::{apply_all, ApplyError};
 use crate::preflight::check_spec;
 use crate::preflight::render;
 use crate::preflight::report::Report;
 use crate::spec::LaunchSpec;
 
+/// Exit status for errors found (and, with `--strict`, for warnings).
+const EXIT_ERRORS: i32 = 1;
 /// Exit status for inputs that cannot be judged (also an unknown `--apply` id).
 const EXIT_UNREADABLE: i32 = 2;
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  specdeck check --model-path T --speculative-draft-model-path D --speculative-algorithm EAGLE3
+  specdeck check --json -- SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python3 -m sglang.launch_server --model-path T ...
+  specdeck check --model-path T --speculative-draft-model-path D --apply clamp-context-length
+
+Exit status: 0 no errors (warnings allowed), 1 errors (or warnings, with --strict), 2 unreadable input,
+a bad flag value or an --apply id that no finding offers.";
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -21,12 +34,19 @@ pub struct CheckArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Fail on warnings too: exit 1 when any finding is a warning.
+    #[arg(long)]
+    strict: bool,
     /// A whole pasted launch command (`-- SGLANG_X=1 python3 -m sglang.launch_server ...`).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
-pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
+pub fn run(args: &CheckArgs, color: ColorChoice) -> anyhow::Result<i32> {
+    if let Err(e) = known_remedies(&args.flags.apply) {
+        eprintln!("specdeck check: {e}");
+        return Ok(EXIT_UNREADABLE);
+    }
     let mut spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
     let applied = match apply_all(&mut spec, &args.flags.apply, check_spec) {
         Ok(applied) => applied,
@@ -36,14 +56,17 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         }
         Err(e) => return Err(e.into()),
     };
-    let report = Report::new(check_spec(&spec));
+    let mut report = Report::new(check_spec(&spec));
+    if args.strict && report.exit == 0 && report.count(Severity::Warning) > 0 {
+        report.exit = EXIT_ERRORS;
+    }
     if args.json {
         for a in &applied {
             eprintln!("specdeck check: {}", a.describe());
         }
         println!("{}", report.to_json());
     } else {
-        print!("{}", render::text(&report, &spec, &applied, Paint::for_stdout()));
+        print!("{}", render::text(&report, &spec, &applied, Paint::for_stdout(color)));
     }
     Ok(report.exit)
 }

@@ -8,7 +8,9 @@ use clap::Subcommand;
 pub enum ConvertCommand {
     /// Write an HF-style folder (config.json, bf16 model.safetensors, tokenizer.json) from a GGUF.
     Gguf {
+        /// The GGUF file to read.
         input: PathBuf,
+        /// The folder to write config.json, model.safetensors and tokenizer.json into.
         out_dir: PathBuf,
         /// Element type of model.safetensors: bf16, or f32 for an exact copy of the
         /// dequantized values.

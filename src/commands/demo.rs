@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::catalog::known_remedies;
 use super::launch::start_engine;
 use crate::console::session::{run_session, SessionConfig};
 use crate::demo;
+use crate::finding_text::ColorChoice;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -25,7 +27,8 @@ pub struct DemoArgs {
     keymap: Option<PathBuf>,
 }
 
-pub fn run(args: DemoArgs, headless: bool) -> anyhow::Result<i32> {
+pub fn run(args: DemoArgs, headless: bool, color: ColorChoice) -> anyhow::Result<i32> {
+    known_remedies(&args.apply)?;
     let pair = demo::extract()?;
     let config = SessionConfig {
         spec: pair.spec(),
@@ -37,6 +40,7 @@ pub fn run(args: DemoArgs, headless: bool) -> anyhow::Result<i32> {
         event_log: args.event_log,
         headless,
         replay: None,
+        color,
     };
     run_session(config, start_engine)
 }

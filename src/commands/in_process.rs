@@ -6,21 +6,24 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::catalog::known_remedies;
 use super::flags::LaunchFlags;
+use super::json_error::{Failure, Kind};
 use crate::engine::ranks::{engine_for, Serve};
 use crate::engine::request::{Cancel, LaunchOutcome, PreflightFn};
 use crate::event::{Event, EventReceiver, EventSink, LogLevel, PhaseTimer};
 use crate::finding::{exit_code, Finding};
-use crate::finding_text::{self, Paint};
+use crate::finding_text::{self, ColorChoice, Paint};
 use crate::phase::PhaseId;
 use crate::preflight::apply::apply_all;
 use crate::preflight::check_spec;
 use crate::spec::LaunchSpec;
 
 /// The spec the flags describe, with their `--apply FIX_ID` remedies applied.
-pub(super) fn launch_spec(flags: &LaunchFlags) -> anyhow::Result<LaunchSpec> {
-    let mut spec = flags.to_spec(LaunchSpec::default())?;
-    apply_all(&mut spec, &flags.apply, check_spec)?;
+pub(super) fn launch_spec(flags: &LaunchFlags) -> Result<LaunchSpec, Failure> {
+    known_remedies(&flags.apply).map_err(|e| Failure::new(Kind::Apply, e))?;
+    let mut spec = flags.to_spec(LaunchSpec::default()).map_err(|e| Failure::new(Kind::Input, e))?;
+    apply_all(&mut spec, &flags.apply, check_spec).map_err(|e| Failure::new(Kind::Apply, e))?;
     Ok(spec)
 }
 
@@ -42,14 +45,17 @@ pub(super) fn phases_json(phases: &[(PhaseId, f64)]) -> Value {
     phases.iter().map(|(p, s)| json!({"phase": p.name(), "seconds": s})).collect()
 }
 
-/// A finding on stderr, its fixes headed by `command` (`specdeck generate`).
-fn print_finding(f: &Finding, command: &str) {
-    eprint!("{}", finding_text::text(f, Paint { color: false }, Some(command)));
-}
-
 /// A launched engine (the CPU reference, one GPU, or one rank per GPU with `--tp-size`), or
-/// the exit status of a failed launch (after printing why).
-pub(super) fn start(spec: &LaunchSpec, command: &str) -> Result<(Box<dyn Serve>, EventReceiver), i32> {
+/// the findings that stopped the launch (printed on stderr, their fixes headed by `command`,
+/// `specdeck generate`).
+pub(super) fn start(spec: &LaunchSpec, command: &str, color: ColorChoice) -> Result<(Box<dyn Serve>, EventReceiver), Failure> {
+    let paint = Paint::for_stderr(color);
+    let refused = |findings: Vec<Finding>| {
+        for f in &findings {
+            eprint!("{}", finding_text::text(f, paint, Some(command)));
+        }
+        Failure::refused(exit_code(&findings).max(1), findings)
+    };
     let (sink, mut rx) = EventSink::channel();
     // These commands keep the default signal dispositions: a signal ends the process at
     // once, so nothing needs to cancel a generation here.
@@ -57,8 +63,7 @@ pub(super) fn start(spec: &LaunchSpec, command: &str) -> Result<(Box<dyn Serve>,
         Ok(e) => e,
         Err(f) => {
             phase_seconds(&mut rx);
-            print_finding(&f, command);
-            return Err(exit_code(std::slice::from_ref(&f)).max(1));
+            return Err(refused(vec![f]));
         }
     };
     let preflight: PreflightFn = Arc::new(check_spec);
@@ -69,9 +74,8 @@ pub(super) fn start(spec: &LaunchSpec, command: &str) -> Result<(Box<dyn Serve>,
     let mut findings: Vec<Finding> = Vec::new();
     while let Ok(ev) = rx.try_recv() {
         if let Event::Finding(f) = ev.event {
-            print_finding(&f, command);
             findings.push(f);
         }
     }
-    Err(exit_code(&findings).max(1))
+    Err(refused(findings))
 }

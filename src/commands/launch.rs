@@ -5,28 +5,44 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::catalog::known_remedies;
 use super::flags::LaunchFlags;
 use crate::console::session::{run_session, SessionConfig};
 use crate::console::EngineControl;
 use crate::engine::handle::EngineHandle;
 use crate::engine::request::PreflightFn;
 use crate::event::EventSink;
+use crate::finding_text::ColorChoice;
 use crate::spec::LaunchSpec;
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  specdeck launch --model-path T --speculative-draft-model-path D --speculative-algorithm EAGLE3
+  specdeck launch --headless --model-path T --prompt 'Hello' --event-log run.jsonl
+  specdeck launch --model-path T --speculative-draft-model-path D --apply clamp-context-length
+
+Exit status: 0 quit (or, headless, ready with the prompt done), 1 the launch failed at a finding
+(headless: with the --apply hint), 2 unreadable input, a bad flag value or an unknown --apply id,
+130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.";
 
 #[derive(Args, Debug)]
 pub struct LaunchArgs {
     #[command(flatten)]
     flags: LaunchFlags,
+    /// Print the events instead of drawing the console, even on a TTY.
+    #[arg(long)]
+    headless: bool,
     /// Record every event as JSONL.
     #[arg(long, value_name = "FILE")]
     event_log: Option<PathBuf>,
     /// A prompt to generate once the engine is ready.
     #[arg(long)]
     prompt: Option<String>,
-    #[arg(long, default_value_t = 64)]
+    /// Most tokens to generate for a prompt.
+    #[arg(long, default_value_t = 64, value_name = "N")]
     max_new_tokens: usize,
-    /// Console layout name (layouts/*.toml) or path.
-    #[arg(long)]
+    /// Console layout: default, compact, wide, or a layout file.
+    #[arg(long, value_name = "NAME|FILE")]
     layout: Option<String>,
     /// Keymap file (default: $XDG_CONFIG_HOME/specdeck/keymap.toml when present).
     #[arg(long, value_name = "FILE")]
@@ -36,7 +52,9 @@ pub struct LaunchArgs {
     command: Vec<String>,
 }
 
-pub fn run(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
+/// `headless` is also true for `specdeck --headless launch`.
+pub fn run(args: LaunchArgs, headless: bool, color: ColorChoice) -> anyhow::Result<i32> {
+    known_remedies(&args.flags.apply)?;
     let spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
     let config = SessionConfig {
         spec,
@@ -46,8 +64,9 @@ pub fn run(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
         layout: args.layout,
         keymap: args.keymap,
         event_log: args.event_log,
-        headless,
+        headless: headless || args.headless,
         replay: None,
+        color,
     };
     run_session(config, start_engine)
 }

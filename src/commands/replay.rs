@@ -6,12 +6,25 @@ use clap::Args;
 use crate::console::app::ReplaySource;
 use crate::console::session::{has_tty, run_session, SessionConfig};
 use crate::event::LogLevel;
+use crate::finding_text::ColorChoice;
 use crate::replay::{self, HeadlessOptions, ReplayOptions, Source};
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  specdeck replay server.log
+  specdeck replay --follow --headless /var/log/sglang.log
+  kubectl logs pod/sglang-0 | specdeck replay --json -
+
+Exit status: 0 the launch got ready, 1 it failed (the diagnosis says why), 2 an unreadable log or a
+bad flag value, 3 the log ends before either (text and --json alike).";
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
     /// The log file, or - for standard input.
     log: String,
+    /// Print the timeline instead of drawing the console, even on a TTY.
+    #[arg(long)]
+    headless: bool,
     /// Keep reading as the file grows (survives truncation and rotation).
     #[arg(long)]
     follow: bool,
@@ -23,15 +36,16 @@ pub struct ReplayArgs {
     speed: f64,
 }
 
-pub fn run(args: &ReplayArgs, headless: bool) -> anyhow::Result<i32> {
+/// `headless` is also true for `specdeck --headless replay`.
+pub fn run(args: &ReplayArgs, headless: bool, color: ColorChoice) -> anyhow::Result<i32> {
     replay::check_speed(args.speed)?;
     let source = Source::parse(&args.log);
-    if args.json || headless || !has_tty() {
+    if args.json || headless || args.headless || !has_tty() {
         return replay::command(&source, &HeadlessOptions { follow: args.follow, speed: args.speed, json: args.json });
     }
     let opts = ReplayOptions { follow: args.follow, speed: args.speed, logs: true };
     let replay = ReplaySource { file: source.label(), following: args.follow };
-    let config = SessionConfig { max_new_tokens: 64, replay: Some(replay), ..SessionConfig::default() };
+    let config = SessionConfig { max_new_tokens: 64, replay: Some(replay), color, ..SessionConfig::default() };
     run_session(config, move |sink| {
         std::thread::spawn(move || {
             if let Err(e) = replay::produce(&source, &opts, &sink) {

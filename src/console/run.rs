@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::time::Duration;
 
-use crossterm::event::KeyEvent;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 use tui_input::InputRequest;
@@ -148,6 +148,11 @@ impl<F: Frontend> Runner<'_, F> {
         match input {
             UserInput::Key(key) => {
                 let action = self.session.state.keymap().map_key(self.session.state.input_mode(), &key)?;
+                // In raw mode Ctrl-C arrives as a key, not as SIGINT; quitting with it exits
+                // 130 all the same, as the interrupted command a shell reports.
+                if action == Action::Quit && is_ctrl_c(&key) {
+                    self.signal.get_or_insert(libc::SIGINT);
+                }
                 self.step(Input::Action(action))
             }
             UserInput::Paste(text) => {
@@ -170,6 +175,10 @@ impl<F: Frontend> Runner<'_, F> {
             }
         }
     }
+}
+
+fn is_ctrl_c(key: &KeyEvent) -> bool {
+    key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL)
 }
 
 /// Run a session until it exits. `inputs` carries keys and signals; `events` is the stream.

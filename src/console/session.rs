@@ -17,6 +17,7 @@ use super::run::{run, Outcome, Session};
 use super::terminal::{spawn_signal_watch, spawn_terminal_input, TerminalFrontend, TerminalGuard};
 use super::theme::Theme;
 use crate::event::EventSink;
+use crate::finding_text::ColorChoice;
 use crate::recorder::Recorder;
 use crate::spec::LaunchSpec;
 use crate::telemetry;
@@ -37,6 +38,8 @@ pub struct SessionConfig {
     pub headless: bool,
     /// The recording a replay reads (the console's title names it).
     pub replay: Option<ReplaySource>,
+    /// `--color`: the console's theme.
+    pub color: ColorChoice,
 }
 
 /// Whether this process can run the console: a terminal on both stdin and stdout, of a kind
@@ -83,7 +86,7 @@ pub fn run_session(
         let outcome: Outcome = if interactive {
             let mut guard = TerminalGuard::enter().context("cannot set up the terminal")?;
             spawn_terminal_input(tx);
-            let mut frontend = TerminalFrontend::new(&mut guard.terminal, Theme::from_env());
+            let mut frontend = TerminalFrontend::new(&mut guard.terminal, Theme::for_choice(config.color));
             run(session, events, inputs, &mut frontend).await
         } else {
             let mut printer = Printer::new(std::io::stdout().lock(), std::io::stderr());

@@ -1,10 +1,11 @@
 //! Styles. The default theme uses only the 16 ANSI colours, which every terminal and SSH
-//! session renders. With `NO_COLOR` set, colours are dropped and the modifiers (bold,
+//! session renders. With `--color never` (or `NO_COLOR` set), colours are dropped and the modifiers (bold,
 //! reversed, underlined) carry the meaning alone, so nothing depends on colour.
 
 use ratatui::style::{Color, Modifier, Style};
 
 use crate::event::{LogLevel, PhaseState};
+use crate::finding_text::ColorChoice;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Theme {
@@ -12,9 +13,10 @@ pub struct Theme {
 }
 
 impl Theme {
-    /// Colour unless `NO_COLOR` is set to a non-empty value (no-color.org).
-    pub fn from_env() -> Theme {
-        Theme { color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) }
+    /// The theme `--color` asks for; the console always draws on a terminal, so `auto`
+    /// colours unless `NO_COLOR` is set to a non-empty value (no-color.org).
+    pub fn for_choice(choice: ColorChoice) -> Theme {
+        Theme { color: choice.colors(true) }
     }
 
     pub fn colored() -> Theme {
