@@ -4,12 +4,12 @@
 use clap::Args;
 
 use super::flags::LaunchFlags;
+use super::pasted::PastedLine;
 use crate::finding_text::Paint;
 use crate::preflight::apply::{apply_all, ApplyError};
 use crate::preflight::check_spec;
 use crate::preflight::render;
 use crate::preflight::report::Report;
-use crate::spec::LaunchSpec;
 
 /// Exit status for inputs that cannot be judged (also an unknown `--apply` id).
 const EXIT_UNREADABLE: i32 = 2;
@@ -21,13 +21,12 @@ pub struct CheckArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-    /// A whole pasted launch command (`-- SGLANG_X=1 python3 -m sglang.launch_server ...`).
-    #[arg(last = true, value_name = "COMMAND")]
-    command: Vec<String>,
+    #[command(flatten)]
+    line: PastedLine,
 }
 
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
-    let mut spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
+    let mut spec = args.flags.to_spec(args.line.spec()?)?;
     let applied = match apply_all(&mut spec, &args.flags.apply, check_spec) {
         Ok(applied) => applied,
         Err(e @ ApplyError::Unknown { .. }) => {
@@ -37,13 +36,15 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         Err(e) => return Err(e.into()),
     };
     let report = Report::new(check_spec(&spec));
+    // The user's line with the fixes in, once a fix is applied.
+    let fixed = (!applied.is_empty()).then(|| spec.fixed_command());
     if args.json {
         for a in &applied {
             eprintln!("specdeck check: {}", a.describe());
         }
-        println!("{}", report.to_json());
+        println!("{}", report.check_json(&spec, fixed));
     } else {
-        print!("{}", render::text(&report, &spec, &applied, Paint::for_stdout()));
+        print!("{}", render::text(&report, &spec, &applied, fixed.as_deref(), Paint::for_stdout()));
     }
     Ok(report.exit)
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::flags::LaunchFlags;
+use super::pasted::PastedLine;
 use crate::console::session::{run_session, SessionConfig};
 use crate::console::EngineControl;
 use crate::engine::handle::EngineHandle;
 use crate::engine::request::PreflightFn;
 use crate::event::EventSink;
-use crate::spec::LaunchSpec;
 
 #[derive(Args, Debug)]
 pub struct LaunchArgs {
@@ -31,13 +31,12 @@ pub struct LaunchArgs {
     /// Keymap file (default: $XDG_CONFIG_HOME/specdeck/keymap.toml when present).
     #[arg(long, value_name = "FILE")]
     keymap: Option<PathBuf>,
-    /// A pasted launch command, as for `check`.
-    #[arg(last = true, value_name = "COMMAND")]
-    command: Vec<String>,
+    #[command(flatten)]
+    line: PastedLine,
 }
 
 pub fn run(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
-    let spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
+    let spec = args.flags.to_spec(args.line.spec()?)?;
     let config = SessionConfig {
         spec,
         apply: args.flags.apply,

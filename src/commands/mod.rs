@@ -11,6 +11,7 @@ mod flags;
 mod generate;
 mod in_process;
 mod launch;
+mod pasted;
 mod replay;
 
 use clap::{Parser, Subcommand};
