@@ -5,13 +5,13 @@ use clap::Args;
 
 use super::catalog::known_remedies;
 use super::flags::LaunchFlags;
+use super::pasted::PastedLine;
 use crate::finding::Severity;
 use crate::finding_text::{ColorChoice, Paint};
 use crate::preflight::apply::{apply_all, ApplyError};
 use crate::preflight::check_spec;
 use crate::preflight::render;
 use crate::preflight::report::Report;
-use crate::spec::LaunchSpec;
 
 /// Exit status for errors found (and, with `--strict`, for warnings).
 const EXIT_ERRORS: i32 = 1;
@@ -37,9 +37,8 @@ pub struct CheckArgs {
     /// Fail on warnings too: exit 1 when any finding is a warning.
     #[arg(long)]
     strict: bool,
-    /// A whole pasted launch command (`-- SGLANG_X=1 python3 -m sglang.launch_server ...`).
-    #[arg(last = true, value_name = "COMMAND")]
-    command: Vec<String>,
+    #[command(flatten)]
+    line: PastedLine,
 }
 
 pub fn run(args: &CheckArgs, color: ColorChoice) -> anyhow::Result<i32> {
@@ -47,7 +46,7 @@ pub fn run(args: &CheckArgs, color: ColorChoice) -> anyhow::Result<i32> {
         eprintln!("specdeck check: {e}");
         return Ok(EXIT_UNREADABLE);
     }
-    let mut spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
+    let mut spec = args.flags.to_spec(args.line.spec()?)?;
     let applied = match apply_all(&mut spec, &args.flags.apply, check_spec) {
         Ok(applied) => applied,
         Err(e @ ApplyError::Unknown { .. }) => {
@@ -60,13 +59,15 @@ pub fn run(args: &CheckArgs, color: ColorChoice) -> anyhow::Result<i32> {
     if args.strict && report.exit == 0 && report.count(Severity::Warning) > 0 {
         report.exit = EXIT_ERRORS;
     }
+    // The user's line with the fixes in, once a fix is applied.
+    let fixed = (!applied.is_empty()).then(|| spec.fixed_command());
     if args.json {
         for a in &applied {
             eprintln!("specdeck check: {}", a.describe());
         }
-        println!("{}", report.to_json());
+        println!("{}", report.check_json(&spec, fixed));
     } else {
-        print!("{}", render::text(&report, &spec, &applied, Paint::for_stdout(color)));
+        print!("{}", render::text(&report, &spec, &applied, fixed.as_deref(), Paint::for_stdout(color)));
     }
     Ok(report.exit)
 }

@@ -7,13 +7,13 @@ use clap::Args;
 
 use super::catalog::known_remedies;
 use super::flags::LaunchFlags;
+use super::pasted::PastedLine;
 use crate::console::session::{run_session, SessionConfig};
 use crate::console::EngineControl;
 use crate::engine::handle::EngineHandle;
 use crate::engine::request::PreflightFn;
 use crate::event::EventSink;
 use crate::finding_text::ColorChoice;
-use crate::spec::LaunchSpec;
 
 pub const AFTER_HELP: &str = "\
 Examples:
@@ -47,15 +47,14 @@ pub struct LaunchArgs {
     /// Keymap file (default: $XDG_CONFIG_HOME/specdeck/keymap.toml when present).
     #[arg(long, value_name = "FILE")]
     keymap: Option<PathBuf>,
-    /// A pasted launch command, as for `check`.
-    #[arg(last = true, value_name = "COMMAND")]
-    command: Vec<String>,
+    #[command(flatten)]
+    line: PastedLine,
 }
 
 /// `headless` is also true for `specdeck --headless launch`.
 pub fn run(args: LaunchArgs, headless: bool, color: ColorChoice) -> anyhow::Result<i32> {
     known_remedies(&args.flags.apply)?;
-    let spec = args.flags.to_spec(LaunchSpec::from_words(&args.command)?)?;
+    let spec = args.flags.to_spec(args.line.spec()?)?;
     let config = SessionConfig {
         spec,
         apply: args.flags.apply,

@@ -14,6 +14,7 @@ mod generate;
 mod in_process;
 mod json_error;
 mod launch;
+mod pasted;
 mod replay;
 mod version;
 

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::model::config::{ConfigError, DerivedContext, ModelConfig};
 use crate::phase::PhaseId;
-use crate::spec::{LaunchSpec, SpecChange, ALLOW_LONGER_CONTEXT_ENV};
+use crate::spec::{LaunchSpec, Server, SpecChange, ALLOW_LONGER_CONTEXT_ENV};
 
 pub const ID: &str = "context-length-exceeds-draft";
 pub const CLAMP: &str = "clamp-context-length";
@@ -55,9 +55,20 @@ pub fn check_against(tgt: TargetContext, draft: &ModelConfig, spec: &LaunchSpec)
     if tgt.length <= trained.length {
         return Ok(None);
     }
-    let allowed = spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV);
+    // vLLM never refuses: its EAGLE proposer runs at the target's max_model_len whatever the
+    // drafter's config says (vllm/config/speculative.py, v1 spec_decode), so the mismatch only
+    // costs acceptance.
+    let vllm = spec.server == Server::Vllm;
+    let allowed = vllm || spec.env_truthy(ALLOW_LONGER_CONTEXT_ENV);
     let draft_key = trained.source.as_ref().map(|f| f.pointer.clone()).unwrap_or_else(|| "/max_position_embeddings".into());
-    let message = if allowed {
+    let message = if vllm {
+        format!(
+            "The target's context length ({}) is greater than the drafter's derived context length ({}). vLLM runs \
+             the drafter at the target's max_model_len ({}) and does not refuse; acceptance drops for positions past \
+             {} (the drafter's trained length).",
+            tgt.length, trained.length, tgt.length, trained.length
+        )
+    } else if allowed {
         format!(
             "The target's context length ({}) is greater than the drafter's derived context length ({}). \
              {ALLOW_LONGER_CONTEXT_ENV} is set, so the drafter's positions are extended to {}; \
@@ -76,7 +87,7 @@ pub fn check_against(tgt: TargetContext, draft: &ModelConfig, spec: &LaunchSpec)
     let mut finding = Finding::new(ID, severity, PhaseId::DrafterInit, message)
         .with_evidence(tgt.evidence)
         .with_evidence(derived_evidence(Side::Draft, draft, &trained));
-    if allowed {
+    if allowed && !vllm {
         let value = spec.env.get(ALLOW_LONGER_CONTEXT_ENV).cloned().unwrap_or_default();
         finding = finding.with_evidence(Evidence::new(Side::Launch, "environment", ALLOW_LONGER_CONTEXT_ENV, value));
     }

@@ -96,6 +96,8 @@ pub struct RopeScaling {
 pub struct ModelConfig {
     pub file: PathBuf,
     pub root: Value,
+    /// How the folder is shown instead of its path (a Hugging Face snapshot's repo id).
+    shown_as: Option<String>,
 }
 
 impl ModelConfig {
@@ -118,11 +120,11 @@ impl ModelConfig {
         if !root.is_object() {
             return Err(ConfigError::NotAnObject { file: file.to_path_buf() });
         }
-        Ok(ModelConfig { file: file.to_path_buf(), root })
+        Ok(ModelConfig { file: file.to_path_buf(), root, shown_as: None })
     }
 
     pub fn from_value(file: impl Into<PathBuf>, root: Value) -> ModelConfig {
-        ModelConfig { file: file.into(), root }
+        ModelConfig { file: file.into(), root, shown_as: None }
     }
 
     /// A copy with in-memory overrides (JSON pointer → value) applied. Missing parents are
@@ -132,11 +134,19 @@ impl ModelConfig {
         for (pointer, value) in overrides {
             set_pointer(&mut root, pointer, value.clone());
         }
-        ModelConfig { file: self.file.clone(), root }
+        ModelConfig { file: self.file.clone(), root, shown_as: self.shown_as.clone() }
     }
 
     pub fn file_name(&self) -> String {
-        self.file.display().to_string()
+        match (&self.shown_as, self.file.file_name()) {
+            (Some(folder), Some(name)) => format!("{folder}/{}", name.to_string_lossy()),
+            _ => self.file.display().to_string(),
+        }
+    }
+
+    /// The same config, its folder shown as `folder` (`org/name (snapshot 0e9e39f)`).
+    pub fn shown_as(self, folder: String) -> ModelConfig {
+        ModelConfig { shown_as: Some(folder), ..self }
     }
 
     /// The raw value at a JSON pointer.

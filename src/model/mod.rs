@@ -5,5 +5,6 @@ pub mod checkpoint;
 pub mod config;
 pub mod convert;
 pub mod gguf;
+pub mod hub;
 pub(crate) mod open;
 pub(crate) mod tokenizer;

@@ -9,6 +9,7 @@ use safetensors::Dtype;
 
 use crate::model::checkpoint::{Checkpoint, CheckpointError};
 use crate::model::config::{ConfigError, ModelConfig};
+use crate::model::hub::{self, HubError};
 use crate::model::open;
 use crate::spec::LaunchSpec;
 
@@ -29,6 +30,10 @@ pub enum InputError {
     Json { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: cannot read: {source}")]
     Io { file: PathBuf, source: std::io::Error },
+    /// A repo id the Hugging Face cache does not hold; `fetch` says how to get the config
+    /// files `check` reads.
+    #[error("{source}. check reads only the config.json of the target and of the drafter: fetch {fetch}")]
+    Hub { repo: String, source: HubError, fetch: String },
 }
 
 impl InputError {
@@ -36,6 +41,7 @@ impl InputError {
     pub fn subject(&self) -> String {
         let path = match self {
             InputError::MissingFlag { flag, .. } => return flag.to_string(),
+            InputError::Hub { repo, .. } => return repo.clone(),
             InputError::NoFolder { dir } | InputError::NotAFolder { dir } => dir,
             InputError::Config(e) => e.file(),
             InputError::Checkpoint(e) => match e {
@@ -143,6 +149,24 @@ pub struct ModelFiles {
 }
 
 impl ModelFiles {
+    /// Load the folder a model flag names: the path as given, or, for a repo id that is no
+    /// path here, its snapshot in the Hugging Face cache (shown by the repo id).
+    pub fn locate(side: Side, given: &str, revision: Option<&str>, fetch: &str) -> Result<ModelFiles, InputError> {
+        let path = Path::new(given);
+        if open::exists_in_any_form(path) || !hub::is_repo_id(given) {
+            return ModelFiles::load(side, path);
+        }
+        let caches = hub::cache_dirs(|k| std::env::var(k).ok());
+        let snapshot = hub::resolve(given, revision, &caches).map_err(|source| InputError::Hub {
+            repo: given.to_string(),
+            source,
+            fetch: fetch.to_string(),
+        })?;
+        let mut files = ModelFiles::load(side, &snapshot.dir)?;
+        files.config = files.config.shown_as(snapshot.label());
+        Ok(files)
+    }
+
     pub fn load(side: Side, dir: &Path) -> Result<ModelFiles, InputError> {
         if !dir.exists() {
             return Err(InputError::NoFolder { dir: dir.to_path_buf() });
@@ -169,6 +193,20 @@ impl ModelFiles {
     }
 }
 
+/// `huggingface-cli download ID config.json` for each model flag that is a repo id.
+fn fetch_commands(spec: &LaunchSpec) -> String {
+    let sides = [(&spec.model_path, &spec.revision), (&spec.draft_model_path, &spec.draft_revision)];
+    let commands: Vec<String> = sides
+        .into_iter()
+        .filter_map(|(path, revision)| {
+            let id = path.as_deref().filter(|p| hub::is_repo_id(p))?;
+            let revision = revision.as_deref().map(|r| format!(" --revision {r}")).unwrap_or_default();
+            Some(format!("`huggingface-cli download {id} config.json{revision}`"))
+        })
+        .collect();
+    commands.join(" and ")
+}
+
 /// The drafter: its files as on disk and its config with the launch's in-memory overrides.
 pub struct Draft {
     pub files: ModelFiles,
@@ -186,11 +224,12 @@ impl Inputs {
     /// Load the target and (when given) the drafter. On failure, every unreadable input is
     /// returned with its side, so one run reports them all.
     pub fn load(spec: &LaunchSpec) -> Result<Inputs, Vec<(Side, InputError)>> {
+        let fetch = fetch_commands(spec);
         let target = match &spec.model_path {
-            Some(p) => ModelFiles::load(Side::Target, Path::new(p)),
+            Some(p) => ModelFiles::locate(Side::Target, p, spec.revision.as_deref(), &fetch),
             None => Err(InputError::MissingFlag { flag: "--model-path", what: "target model" }),
         };
-        let draft = spec.draft_model_path.as_ref().map(|p| ModelFiles::load(Side::Draft, Path::new(p)));
+        let draft = spec.draft_model_path.as_ref().map(|p| ModelFiles::locate(Side::Draft, p, spec.draft_revision.as_deref(), &fetch));
         match (target, draft) {
             (Ok(target), None) => Ok(Inputs { target, draft: None }),
             (Ok(target), Some(Ok(files))) => {

@@ -17,7 +17,8 @@
 //! - **KV cache** for `context × running requests` tokens (`--max-running-requests`, else 1:
 //!   one full-length request is the least a server must hold). Per token: MLA targets keep
 //!   the latent, `layers·(kv_lora_rank + qk_rope_head_dim)` elements, on every rank; others
-//!   `layers·2·(nkv/TP, at least 1)·hd`. The drafter's own KV is added the same way.
+//!   `layers·2·(nkv/TP, at least 1)·hd`. The drafter's own KV is added the same way. Bytes
+//!   per element follow `--kv-cache-dtype` (fp8: 1), else the run dtype.
 //! - **graph estimate** (rough): 512 MiB of fixed workspace plus, for the largest captured
 //!   batch (`--cuda-graph-max-bs`, else 48) × tokens per verify step, f32 logits over the
 //!   vocab shard and 16 hidden-sized activations.
@@ -177,6 +178,17 @@ fn dtype_bytes(cfg: &ModelConfig, flag: Option<&str>) -> f64 {
     }
 }
 
+/// Bytes per KV element: `--kv-cache-dtype` (fp8 kinds 1, fp4 half a byte), else the run
+/// dtype's, as SGLang's "auto" is.
+fn kv_bytes(cfg: &ModelConfig, flag: Option<&str>, kv_dtype: Option<&str>) -> f64 {
+    match kv_dtype {
+        Some(d) if d.starts_with("fp8") => 1.0,
+        Some(d) if d.starts_with("fp4") => 0.5,
+        Some("bf16" | "bfloat16") => 2.0,
+        _ => dtype_bytes(cfg, flag),
+    }
+}
+
 /// Bytes per weight: quantized checkpoints by their bits, else the run dtype.
 fn weight_bytes_per_param(cfg: &ModelConfig, flag: Option<&str>) -> f64 {
     let Some(q) = cfg.value("quantization_config").map(|f| f.value) else { return dtype_bytes(cfg, flag) };
@@ -272,7 +284,7 @@ fn estimate(ctx: &RuleContext) -> Result<Estimate, ConfigError> {
         target_source,
         draft_weights,
         requests: spec.max_running_requests.map(f64::from).unwrap_or(1.0).max(1.0),
-        kv_bytes: dtype_bytes(tcfg, flag),
+        kv_bytes: kv_bytes(tcfg, flag, spec.kv_cache_dtype.as_deref()),
         target,
         draft,
         tokens_per_step,

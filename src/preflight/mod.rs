@@ -20,6 +20,7 @@ pub(crate) mod env_typo;
 pub mod gpu;
 pub(crate) mod inputs;
 pub(crate) mod memory;
+pub(crate) mod paging;
 pub(crate) mod parallel;
 pub(crate) mod render;
 pub(crate) mod report;
@@ -41,6 +42,18 @@ use crate::spec::{Algorithm, LaunchSpec};
 use architecture::DraftKind;
 use gpu::GpuInventory;
 use inputs::{Draft, InputError, Inputs, ModelFiles};
+
+/// Flags of `FLAGS` that the spec holds but no rule reads yet: echoed as not checked.
+const UNREAD_FLAGS: &[&str] =
+    &["--served-model-name", "--quantization", "--dp-size", "--ep-size", "--max-total-tokens", "--speculative-draft-attention-backend"];
+
+/// The launch's flags that no rule checks, as (flag, value): every flag specdeck does not
+/// read, and those it holds but no rule reads. Shown so a pasted flag is never dropped
+/// without a word.
+pub fn not_checked(spec: &LaunchSpec) -> Vec<(String, Option<String>)> {
+    let unread = spec.flags().into_iter().filter(|(f, _)| UNREAD_FLAGS.contains(f)).map(|(f, v)| (f.to_string(), Some(v)));
+    unread.chain(spec.extra_flags.iter().cloned()).collect()
+}
 
 /// All rules, with this machine's GPU inventory (NVML when present).
 pub fn check_spec(spec: &LaunchSpec) -> Vec<Finding> {
@@ -92,6 +105,7 @@ const RULES: &[fn(&RuleContext) -> RuleResult] = &[
     draft_vocab::check,
     tokenizer::check,
     spec_args::check,
+    paging::check,
     parallel::check,
     memory::check,
     dtype::check,

@@ -100,7 +100,7 @@ mod tests {
         assert_eq!(spec.mem_fraction_static, Some(0.85));
         assert_eq!(spec.speculative_algorithm, Some(Algorithm::Eagle3));
         assert_eq!(spec.cuda_graph_max_bs, Some(64));
-        assert_eq!(spec.extra_flags, vec![("--page-size".to_string(), Some("1".to_string()))]);
+        assert_eq!((spec.page_size, spec.extra_flags.len()), (Some(1), 0));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::engine::context::{ALLOW, CLAMP};
 use crate::finding::Remedy;
 use crate::phase::PhaseId;
+use crate::preflight::paging;
 use crate::spec::{SpecChange, ALLOW_LONGER_CONTEXT_ENV};
 
 use super::rules::{Ctx, Engine, C, M, N};
@@ -232,13 +233,11 @@ pub fn launch_blocking() -> Vec<Remedy> {
 }
 
 pub fn eagle_topk_one(_: &Ctx) -> Vec<Remedy> {
-    vec![set_flag("eagle-topk-1", "--speculative-eagle-topk", 1, "Draft a chain instead of a tree")]
+    vec![paging::topk_one()]
 }
 
-pub fn page_size_or_topk(ctx: &Ctx) -> Vec<Remedy> {
-    let mut out = vec![set_flag("page-size-1", "--page-size", 1, "Keep the tree draft with unpaged KV")];
-    out.extend(eagle_topk_one(ctx));
-    out
+pub fn page_size_or_topk(_: &Ctx) -> Vec<Remedy> {
+    paging::page_size_or_topk()
 }
 
 pub fn spec_v2_topk(ctx: &Ctx) -> Vec<Remedy> {

@@ -4,6 +4,7 @@
 
 use crate::finding::Severity::{Error, Info, Warning};
 use crate::phase::PhaseId::*;
+use crate::preflight::paging;
 
 use super::remedies as fix;
 use super::rules::Action::*;
@@ -115,22 +116,8 @@ static GEMMA_ASSISTANT: Failure = failure(
     "The $cls draft runs under --speculative-algorithm NEXTN or EAGLE, not EAGLE3.",
     fix::algorithm_eagle,
 );
-static TOPK_PAGE: Failure = failure(
-    "speculative-args",
-    Error,
-    Some(Preflight),
-    "--speculative-eagle-topk > 1 (tree drafting) with --page-size > 1 is not supported on this attention backend \
-     (0.5.2/0.5.9: flashinfer only; 0.5.23: flashinfer, fa3, triton). Some backends raise page_size by themselves \
-     (trtllm_mha to 64, FlashMLA to 64).",
-    fix::page_size_or_topk,
-);
-static TOPK_TRTLLM: Failure = failure(
-    "speculative-args",
-    Error,
-    Some(Preflight),
-    "The trtllm_mha attention backend supports --speculative-eagle-topk 1 only.",
-    fix::eagle_topk_one,
-);
+static TOPK_PAGE: Failure = failure("speculative-args", Error, Some(Preflight), paging::TOPK_PAGE, fix::page_size_or_topk);
+static TOPK_TRTLLM: Failure = failure("speculative-args", Error, Some(Preflight), paging::TOPK_TRTLLM, fix::eagle_topk_one);
 static TOPK_SPEC_V2: Failure = failure(
     "speculative-args",
     Error,
@@ -198,8 +185,7 @@ static FLEX_ATTENTION: Failure = failure(
     "Speculative decoding does not run on the Flex Attention backend; pick another --attention-backend.",
     fix::none,
 );
-static CHUNK_PAGE: Failure =
-    failure("speculative-args", Error, Some(Preflight), "--chunked-prefill-size must be a multiple of --page-size.", fix::none);
+static CHUNK_PAGE: Failure = failure("speculative-args", Error, Some(Preflight), paging::CHUNK_PAGE, fix::none);
 static MIXED_CHUNK: Failure = failure(
     "speculative-args",
     Error,

@@ -1,11 +1,22 @@
 //! The launch spec: SGLang-compatible flags plus environment, and the parse of a pasted
-//! SGLang command line. Remedies change a `LaunchSpec`, never the user's files.
+//! launch line (SGLang's or vLLM's, wrapped in docker or env, or in a script). Remedies
+//! change a `LaunchSpec`, never the user's files; `fixed_command` writes the user's line back
+//! with them.
+
+mod argparse;
+mod fixed;
+mod flags;
+mod line;
+mod vllm;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use flags::{find_flag, FlagDef, FLAGS, SPECDECK_ONLY};
+pub use line::{LaunchLine, LineArg, Server};
 
 /// The env var SGLang reads to let the target context exceed the drafter's positions.
 pub const ALLOW_LONGER_CONTEXT_ENV: &str = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN";
@@ -23,7 +34,10 @@ impl Algorithm {
     pub fn parse(s: &str) -> Option<Algorithm> {
         match s.to_ascii_uppercase().as_str() {
             "EAGLE3" => Some(Algorithm::Eagle3),
-            "EAGLE" => Some(Algorithm::Eagle),
+            // SGLang runs NEXTN as EAGLE (server_args.py: `if self.speculative_algorithm ==
+            // "NEXTN": self.speculative_algorithm = "EAGLE"`); MTP is the name other stacks
+            // give the same multi-token-prediction drafting.
+            "EAGLE" | "NEXTN" | "MTP" => Some(Algorithm::Eagle),
             "STANDALONE" => Some(Algorithm::Standalone),
             "NONE" => Some(Algorithm::None),
             _ => None,
@@ -77,6 +91,10 @@ pub enum SpecError {
     MissingValue { flag: String },
     #[error("the pasted command line has unbalanced quotes")]
     BadQuoting,
+    #[error("{flag}: ambiguous option: could match {} (SGLang accepts a prefix of one option only)", candidates.join(", "))]
+    Ambiguous { flag: String, candidates: Vec<String> },
+    #[error("no line of the script runs sglang or vllm (python -m sglang.launch_server, vllm serve, ...)")]
+    NoServerLine,
 }
 
 /// One typed change to a `LaunchSpec`.
@@ -151,225 +169,33 @@ pub struct LaunchSpec {
     pub applied: Vec<String>,
     /// Flags of a pasted command line that specdeck does not act on, kept for display.
     pub extra_flags: Vec<(String, Option<String>)>,
-}
-
-/// One launch flag specdeck acts on: its SGLang name, the other spellings SGLang accepts, its
-/// help, and how it sets, shows and clears its field of `LaunchSpec`. `FLAGS` is the one table
-/// that `set_flag`, the pasted-command parser and the command line (src/commands/flags.rs) read.
-pub struct FlagDef {
-    /// The canonical name, `--context-length`.
-    pub name: &'static str,
-    pub aliases: &'static [&'static str],
-    /// The value's placeholder in `--help` (`DIR`); empty for a switch, which takes no value.
-    pub value_name: &'static str,
-    /// The line `--help` shows; empty for none.
-    pub help: &'static str,
-    /// Set the field from a value, or say what value was expected.
-    set: fn(&mut LaunchSpec, &str) -> Result<(), &'static str>,
-    /// The value set, as a command line spells it (empty for a switch that is on); `None` at
-    /// the default.
-    get: fn(&LaunchSpec) -> Option<String>,
-    /// Back to the default.
-    clear: fn(&mut LaunchSpec),
-}
-
-impl FlagDef {
-    pub fn is_switch(&self) -> bool {
-        self.value_name.is_empty()
-    }
-
-    fn is_called(&self, flag: &str) -> bool {
-        self.name == flag || self.aliases.contains(&flag)
-    }
-}
-
-impl fmt::Debug for FlagDef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-fn text(value: &str) -> Result<String, &'static str> {
-    Ok(value.to_string())
-}
-
-fn num<T: std::str::FromStr>(value: &str, expected: &'static str) -> Result<T, &'static str> {
-    value.trim().parse().map_err(|_| expected)
-}
-
-/// A switch's value: none (on), or an explicit `--flag=true|false|1|0`.
-fn switch(value: &str) -> Result<bool, &'static str> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "" | "1" | "true" => Ok(true),
-        "0" | "false" => Ok(false),
-        _ => Err("true or false"),
-    }
-}
-
-const INTEGER: &str = "an integer";
-const POSITIVE: &str = "a positive integer";
-
-/// An integer above 0 (`--tp-size 0` or `--context-length 0` describe no launch).
-fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<T, &'static str> {
-    num(value, POSITIVE).and_then(|n: T| if n > T::default() { Ok(n) } else { Err(POSITIVE) })
-}
-
-/// A finite number in `range` (NaN and infinities are outside every range).
-fn within(value: &str, range: impl std::ops::RangeBounds<f64>, expected: &'static str) -> Result<f64, &'static str> {
-    num(value, expected).and_then(|n: f64| if n.is_finite() && range.contains(&n) { Ok(n) } else { Err(expected) })
-}
-
-/// The flags `LaunchSpec::set_flag` understands, in the order `LaunchSpec::flags` lists them.
-pub const FLAGS: &[FlagDef] = &[
-    FlagDef {
-        name: "--model-path",
-        aliases: &["--model"],
-        value_name: "DIR",
-        help: "",
-        set: |s, v| text(v).map(|v| s.model_path = Some(v)),
-        get: |s| s.model_path.clone(),
-        clear: |s| s.model_path = None,
-    },
-    FlagDef {
-        name: "--speculative-draft-model-path",
-        aliases: &["--speculative-draft-model", "--speculative-draft"],
-        value_name: "DIR",
-        help: "",
-        set: |s, v| text(v).map(|v| s.draft_model_path = Some(v)),
-        get: |s| s.draft_model_path.clone(),
-        clear: |s| s.draft_model_path = None,
-    },
-    FlagDef {
-        name: "--speculative-algorithm",
-        aliases: &[],
-        value_name: "ALGO",
-        help: "EAGLE3, EAGLE, STANDALONE or NONE",
-        set: |s, v| Algorithm::parse(v).ok_or("EAGLE3, EAGLE, STANDALONE or NONE").map(|a| s.speculative_algorithm = Some(a)),
-        get: |s| s.speculative_algorithm.map(|a| a.name().to_string()),
-        clear: |s| s.speculative_algorithm = None,
-    },
-    FlagDef {
-        name: "--tp-size",
-        aliases: &["--tp", "--tensor-parallel-size"],
-        value_name: "N",
-        help: "",
-        set: |s, v| positive(v).map(|n| s.tp_size = Some(n)),
-        get: |s| s.tp_size.map(|v| v.to_string()),
-        clear: |s| s.tp_size = None,
-    },
-    FlagDef {
-        name: "--context-length",
-        aliases: &[],
-        value_name: "TOKENS",
-        help: "",
-        set: |s, v| positive(v).map(|n| s.context_length = Some(n)),
-        get: |s| s.context_length.map(|v| v.to_string()),
-        clear: |s| s.context_length = None,
-    },
-    FlagDef {
-        name: "--speculative-num-steps",
-        aliases: &[],
-        value_name: "S",
-        help: "",
-        set: |s, v| num(v, INTEGER).map(|n| s.speculative_num_steps = Some(n)),
-        get: |s| s.speculative_num_steps.map(|v| v.to_string()),
-        clear: |s| s.speculative_num_steps = None,
-    },
-    FlagDef {
-        name: "--speculative-eagle-topk",
-        aliases: &[],
-        value_name: "K",
-        help: "",
-        set: |s, v| num(v, INTEGER).map(|n| s.speculative_eagle_topk = Some(n)),
-        get: |s| s.speculative_eagle_topk.map(|v| v.to_string()),
-        clear: |s| s.speculative_eagle_topk = None,
-    },
-    FlagDef {
-        name: "--speculative-num-draft-tokens",
-        aliases: &[],
-        value_name: "N",
-        help: "",
-        set: |s, v| num(v, INTEGER).map(|n| s.speculative_num_draft_tokens = Some(n)),
-        get: |s| s.speculative_num_draft_tokens.map(|v| v.to_string()),
-        clear: |s| s.speculative_num_draft_tokens = None,
-    },
-    FlagDef {
-        name: "--dtype",
-        aliases: &[],
-        value_name: "DTYPE",
-        help: "",
-        set: |s, v| text(v).map(|v| s.dtype = Some(v)),
-        get: |s| s.dtype.clone(),
-        clear: |s| s.dtype = None,
-    },
-    FlagDef {
-        name: "--mem-fraction-static",
-        aliases: &[],
-        value_name: "F",
-        help: "",
-        set: |s, v| within(v, f64::MIN_POSITIVE..=1.0, "a fraction in (0, 1], such as 0.85").map(|n| s.mem_fraction_static = Some(n)),
-        get: |s| s.mem_fraction_static.map(|v| v.to_string()),
-        clear: |s| s.mem_fraction_static = None,
-    },
-    FlagDef {
-        name: "--cuda-graph-max-bs",
-        aliases: &[],
-        value_name: "B",
-        help: "",
-        set: |s, v| num(v, INTEGER).map(|n| s.cuda_graph_max_bs = Some(n)),
-        get: |s| s.cuda_graph_max_bs.map(|v| v.to_string()),
-        clear: |s| s.cuda_graph_max_bs = None,
-    },
-    FlagDef {
-        name: "--max-running-requests",
-        aliases: &[],
-        value_name: "N",
-        help: "",
-        set: |s, v| num(v, INTEGER).map(|n| s.max_running_requests = Some(n)),
-        get: |s| s.max_running_requests.map(|v| v.to_string()),
-        clear: |s| s.max_running_requests = None,
-    },
-    FlagDef {
-        name: "--gpu-memory-gib",
-        aliases: &[],
-        value_name: "GIB",
-        help: "GPU memory per device for the budget when NVML has no GPU to ask",
-        set: |s, v| within(v, f64::MIN_POSITIVE.., "a finite number of GiB above 0").map(|n| s.gpu_memory_gib = Some(n)),
-        get: |s| s.gpu_memory_gib.map(|v| v.to_string()),
-        clear: |s| s.gpu_memory_gib = None,
-    },
-    FlagDef {
-        name: "--device",
-        aliases: &[],
-        value_name: "DEVICE",
-        help: "auto (CUDA when present, else CPU), cpu or cuda",
-        set: |s, v| Device::parse(v).ok_or("auto, cpu or cuda").map(|d| s.device = d),
-        get: |s| (s.device != Device::Auto).then(|| s.device.name().to_string()),
-        clear: |s| s.device = Device::Auto,
-    },
-    FlagDef {
-        name: "--enable-deterministic-inference",
-        aliases: &[],
-        value_name: "",
-        help: "Batch-invariant matmuls everywhere, prefill included (SGLang's switch): output no longer depends on a step's \
-               row count or, over 2 GPUs, on the tensor-parallel split",
-        set: |s, v| switch(v).map(|on| s.deterministic = on),
-        get: |s| s.deterministic.then(String::new),
-        clear: |s| s.deterministic = false,
-    },
-];
-
-/// The flag `flag` names, by its canonical name or an alias.
-pub fn find_flag(flag: &str) -> Option<&'static FlagDef> {
-    FLAGS.iter().find(|def| def.is_called(flag))
+    pub page_size: Option<u32>,
+    pub attention_backend: Option<String>,
+    pub draft_attention_backend: Option<String>,
+    pub kv_cache_dtype: Option<String>,
+    pub quantization: Option<String>,
+    pub dp_size: Option<u32>,
+    pub ep_size: Option<u32>,
+    /// -1 turns chunked prefill off, as in SGLang.
+    pub chunked_prefill_size: Option<i64>,
+    pub max_total_tokens: Option<u64>,
+    pub served_model_name: Option<String>,
+    /// The target's revision in the Hugging Face cache.
+    pub revision: Option<String>,
+    /// The drafter's revision in the Hugging Face cache.
+    pub draft_revision: Option<String>,
+    /// The server the launch line starts (its semantics differ: see src/engine/context.rs).
+    #[serde(default)]
+    pub server: Server,
+    /// The pasted line as typed, for `fixed_command`.
+    pub line: Option<LaunchLine>,
 }
 
 impl LaunchSpec {
     /// Set one flag by its SGLang name. Unknown flags are kept in `extra_flags`.
     pub fn set_flag(&mut self, flag: &str, value: &str) -> Result<(), SpecError> {
         let Some(def) = find_flag(flag) else {
-            self.extra_flags.retain(|(f, _)| f != flag);
-            self.extra_flags.push((flag.to_string(), Some(value.to_string())));
+            self.set_extra(flag, Some(value.to_string()));
             return Ok(());
         };
         (def.set)(self, value).map_err(|expected| SpecError::BadValue { flag: def.name.to_string(), expected, value: value.to_string() })
@@ -424,59 +250,123 @@ impl LaunchSpec {
         Ok(())
     }
 
-    /// Parse a pasted launch command, e.g.
-    /// `SGLANG_X=1 python3 -m sglang.launch_server --model-path M --tp 8 --trust-remote-code`.
-    /// Leading `VAR=value` words become env; everything before the first `--flag` is the
-    /// program; boolean flags (no value) are kept in `extra_flags`.
-    pub fn from_command_line(line: &str) -> Result<LaunchSpec, SpecError> {
-        let joined = line.replace("\\\r\n", " ").replace("\\\n", " ");
-        let words = shlex::split(&joined).ok_or(SpecError::BadQuoting)?;
-        Self::from_words(&words)
+    /// Set a flag specdeck does not act on (kept, echoed as not checked).
+    fn set_extra(&mut self, flag: &str, value: Option<String>) {
+        self.extra_flags.retain(|(f, _)| f != flag);
+        self.extra_flags.push((flag.to_string(), value));
     }
 
-    /// As `from_command_line`, for words already split by a shell.
+    /// A variable of the environment the launch runs in (this process's), unless the line
+    /// sets it: part of the line's own environment, so no fix reports it as added.
+    pub fn inherit_env(&mut self, name: &str, value: &str) {
+        if !self.env.contains_key(name) {
+            self.env.insert(name.to_string(), value.to_string());
+            if let Some(line) = &mut self.line {
+                line.env.insert(name.to_string(), value.to_string());
+            }
+        }
+    }
+
+    /// Parse a pasted launch command, e.g.
+    /// `SGLANG_X=1 python3 -m sglang.launch_server --model-path M --tp 8 --trust-remote-code`:
+    /// one line, a line with backslash-newlines, or a shell script (the line that runs the
+    /// server is taken, with the variables exported before it).
+    pub fn from_command_line(text: &str) -> Result<LaunchSpec, SpecError> {
+        let (words, exports) = line::command_words(text)?;
+        Self::from_line_words(words, exports)
+    }
+
+    /// As `from_command_line`, for words already split by a shell; one word holding a whole
+    /// line (a quoted paste) is split again.
     pub fn from_words<S: AsRef<str>>(words: &[S]) -> Result<LaunchSpec, SpecError> {
+        match words {
+            [one] if one.as_ref().trim().contains(char::is_whitespace) => Self::from_command_line(one.as_ref()),
+            _ => Self::from_line_words(words.iter().map(|w| w.as_ref().to_string()).collect(), BTreeMap::new()),
+        }
+    }
+
+    /// The spec of a launch line: the environment of its wrapper, and its arguments read as
+    /// the server it starts reads them. No words, no line: an empty spec.
+    fn from_line_words(words: Vec<String>, exports: BTreeMap<String, String>) -> Result<LaunchSpec, SpecError> {
         let mut spec = LaunchSpec::default();
-        let words: Vec<&str> = words.iter().map(|w| w.as_ref()).collect();
-        let mut i = 0;
-        while i < words.len() && !words[i].starts_with("--") {
-            let w = words[i];
-            if let Some((name, value)) = w.split_once('=') {
-                if is_env_name(name) {
-                    spec.env.insert(name.to_string(), value.to_string());
-                }
-            }
-            i += 1;
+        if words.is_empty() {
+            return Ok(spec);
         }
-        while i < words.len() {
-            let w = words[i];
-            i += 1;
-            if !w.starts_with("--") {
-                continue; // a stray positional word; SGLang has none we act on
-            }
-            let (flag, value) = match w.split_once('=') {
-                Some((f, v)) => (f, Some(v.to_string())),
-                None if i < words.len() && !words[i].starts_with("--") => {
-                    i += 1;
-                    (w, Some(words[i - 1].to_string()))
-                }
-                None => (w, None),
-            };
-            match (value, find_flag(flag)) {
-                (Some(v), _) => spec.set_flag(flag, &v)?,
-                (None, Some(def)) if def.is_switch() => spec.set_flag(flag, "")?,
-                (None, Some(_)) => return Err(SpecError::MissingValue { flag: flag.to_string() }),
-                (None, None) => spec.extra_flags.push((flag.to_string(), None)),
-            }
-        }
+        let (start, server, len) = line::find_program(&words).unwrap_or_else(|| {
+            // No known program: what precedes the first flag is the program, after its
+            // leading assignments.
+            let first_flag = words.iter().position(|w| w.starts_with("--")).unwrap_or(words.len());
+            let start = words[..first_flag].iter().take_while(|w| line::env_slots(std::slice::from_ref(w)).len() == 1).count();
+            (start, Server::Sglang, first_flag - start)
+        });
+        let end = words[start + len..].iter().position(|w| line::is_shell_operator(w)).map_or(words.len(), |n| start + len + n);
+        let mut launch = LaunchLine {
+            server,
+            wrapper: words[..start].to_vec(),
+            program: words[start..start + len].to_vec(),
+            tail: words[end..].to_vec(),
+            ..LaunchLine::default()
+        };
+        spec.env = exports;
+        spec.env.extend(line::env_slots(&launch.wrapper).into_iter().map(|slot| (slot.name, slot.value)));
+        let args = &words[start + len..end];
+        launch.args = match server {
+            Server::Sglang => spec.read_sglang_args(args)?,
+            Server::Vllm => spec.read_vllm_args(args)?,
+        };
+        launch.flags = spec.flags().into_iter().map(|(f, v)| (f.to_string(), v)).collect();
+        launch.extra_flags = spec.extra_flags.clone();
+        launch.env = spec.env.clone();
+        spec.server = server;
+        spec.line = Some(launch);
         Ok(spec)
     }
-}
 
-fn is_env_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-        && !name.starts_with(|c: char| c.is_ascii_digit())
+    /// SGLang's arguments, read as its argparse reads them (prefixes included).
+    fn read_sglang_args(&mut self, args: &[String]) -> Result<Vec<LineArg>, SpecError> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            let w = &args[i];
+            i += 1;
+            if !w.starts_with("--") {
+                // A stray positional word; SGLang has none, but the line keeps it.
+                out.push(LineArg { spelling: String::new(), sets: None, value: Some(w.clone()), joined: false });
+                continue;
+            }
+            let (flag, joined_value) = match w.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None => (w.as_str(), None),
+            };
+            let resolved = argparse::resolve(flag)?;
+            let takes_value = !matches!(&resolved, argparse::Resolved::Known(def) if def.is_switch());
+            let joined = joined_value.is_some();
+            let value = match joined_value {
+                Some(v) => Some(v),
+                None if takes_value && i < args.len() && !args[i].starts_with("--") => {
+                    i += 1;
+                    Some(args[i - 1].clone())
+                }
+                None => None,
+            };
+            let sets = match resolved {
+                argparse::Resolved::Known(def) => {
+                    match &value {
+                        Some(v) => self.set_flag(def.name, v)?,
+                        None if def.is_switch() => self.set_flag(def.name, "")?,
+                        None => return Err(SpecError::MissingValue { flag: flag.to_string() }),
+                    }
+                    def.name.to_string()
+                }
+                argparse::Resolved::Other(name) => {
+                    self.set_extra(&name, value.clone());
+                    name
+                }
+            };
+            out.push(LineArg { spelling: flag.to_string(), sets: Some(sets), value, joined });
+        }
+        Ok(out)
+    }
 }
 
 impl fmt::Display for LaunchSpec {
@@ -516,7 +406,7 @@ mod tests {
         assert!(spec.deterministic);
         assert_eq!((spec.tp_size, spec.extra_flags.len()), (Some(2), 0));
         assert_eq!(spec.to_string(), "--model-path /m --tp-size 2 --enable-deterministic-inference");
-        assert_eq!(LaunchSpec::from_command_line(&spec.to_string()).unwrap(), spec);
+        assert_eq!(LaunchSpec::from_command_line(&spec.to_string()).unwrap().flags(), spec.flags());
         spec.unset_flag("--enable-deterministic-inference");
         assert!(!spec.deterministic);
         let err = LaunchSpec::from_command_line("x --enable-deterministic-inference=maybe").unwrap_err();
