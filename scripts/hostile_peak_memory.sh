@@ -33,10 +33,10 @@ peak "replay: the demo recording (reference)" "$BIN" replay --json testdata/demo
 piped "replay -: one 1 GiB line of 'x' (no newline)" "head -c 1G /dev/zero | tr '\\0' x"
 piped "replay -: 1 GiB of NUL bytes (/dev/zero through a pipe)" "head -c 1G /dev/zero"
 piped "replay -: one line of 64 Mi '[' (JSON nesting)" "python3 -c 'import sys; sys.stdout.write(\"{\\\"t\\\":0,\\\"x\\\":\" + \"[\" * (64 << 20))'"
-piped "replay -: 10^6 lines of 5000-deep JSON nesting (10 GB)" "python3 -c '
+piped "replay -: 10^5 lines of 5000-deep JSON nesting (1 GB)" "python3 -c '
 import sys
 line = \"{\\\"t\\\":0,\\\"type\\\":\\\"log\\\",\\\"x\\\":\" + \"[\" * 5000 + \"]\" * 5000 + \"}\\n\"
-for _ in range(10**6): sys.stdout.write(line)'"
+for _ in range(10**5): sys.stdout.write(line)'"
 piped "replay -: 5*10^6 finding events (JSONL, over the findings cap)" "python3 -c '
 import sys
 for i in range(5 * 10**6): sys.stdout.write(\"{\\\"t\\\":%d,\\\"type\\\":\\\"finding\\\",\\\"id\\\":\\\"f%d\\\",\\\"severity\\\":\\\"warning\\\",\\\"phase\\\":\\\"preflight\\\",\\\"message\\\":\\\"m\\\",\\\"evidence\\\":[],\\\"remedies\\\":[]}\\n\" % (i, i))'"

@@ -653,3 +653,20 @@ fn an_engine_error_about_a_zero_shows_0_in_its_evidence() {
     assert_eq!(f.evidence, [Evidence::new(Side::Target, cfg_path.display().to_string(), "/num_attention_heads", json!(0))]);
     assert!(text(&f, Paint { color: false }, None).contains("/num_attention_heads = 0"), "{}", text(&f, Paint { color: false }, None));
 }
+
+/// Weight loads of one rank past 255 (the count was a u8) and of thousands of ranks (past the
+/// 1024 counted apart), and tracebacks of thousands of processes (past the 256 kept open):
+/// each replays to its end.
+#[test]
+fn replay_counts_of_hostile_size_stay_in_range() {
+    let mut log = String::new();
+    for i in 0..300 {
+        log.push_str(&format!("[2025-09-05 20:48:{:02} TP0] Load weight begin. avail mem=70.00 GB\n", i % 60));
+    }
+    for i in 0..3000 {
+        log.push_str(&format!("[2025-09-05 20:49:00 TP{i}] Load weight begin. avail mem=70.00 GB\n"));
+        log.push_str(&format!("(Worker pid={i}) Traceback (most recent call last):\n"));
+    }
+    let (_, report) = specdeck::replay::replay_bytes("counts.log", log.as_bytes());
+    assert_eq!(report.lines, 300 + 2 * 3000);
+}

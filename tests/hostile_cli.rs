@@ -466,3 +466,11 @@ fn control_characters_in_error_messages_are_escaped() {
     assert!(!stderr.contains('\x1b') && !stderr.contains('\x07'), "{stderr:?}");
     assert!(stderr.contains("log\\u{1b}]0;owned\\u{7}\\u{1b}[2J.jsonl: cannot open the log"), "{stderr}");
 }
+
+#[test]
+fn an_error_that_quotes_its_cause_does_not_say_it_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = refused(&["convert", "gguf", "/dev/null", path(&dir.path().join("out"))]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.ends_with("\nspecdeck: /dev/null: cannot read: is a character device, not a regular file\n"), "{stderr:?}");
+}
