@@ -118,7 +118,9 @@ async fn a_recorded_live_demo_replays_to_the_same_final_screen() {
         let panes = |s: &str| s.lines().take(h as usize - 1).map(str::to_string).collect::<Vec<_>>();
         assert_eq!(panes(&replayed), panes(&live), "final panes at {w}x{h}");
         let bar = replayed.lines().last().unwrap();
-        assert!(bar.starts_with(&format!("\" REPLAY {} · not following ·", log.display())), "{bar}");
+        // At 80 columns the file is named without its folders, so the key hints keep their place.
+        let named = if w == 80 { "demo.jsonl".to_string() } else { log.display().to_string() };
+        assert!(bar.starts_with(&format!("\" REPLAY {named} · not following ·")), "{bar}");
     }
 }
 
