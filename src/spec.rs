@@ -365,6 +365,11 @@ pub fn find_flag(flag: &str) -> Option<&'static FlagDef> {
 }
 
 impl LaunchSpec {
+    /// The user's launch line with the applied fixes, ready to paste (the console's `y` copies it).
+    pub fn fixed_command(&self) -> String {
+        self.to_string()
+    }
+
     /// Set one flag by its SGLang name. Unknown flags are kept in `extra_flags`.
     pub fn set_flag(&mut self, flag: &str, value: &str) -> Result<(), SpecError> {
         let Some(def) = find_flag(flag) else {

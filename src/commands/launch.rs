@@ -25,6 +25,9 @@ pub struct LaunchArgs {
     prompt: Option<String>,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
+    /// Send prompts through the tokenizer's chat template (`c` toggles it in the console).
+    #[arg(long)]
+    chat: bool,
     /// Console layout name (layouts/*.toml) or path.
     #[arg(long)]
     layout: Option<String>,
@@ -48,6 +51,7 @@ pub fn run(args: LaunchArgs, headless: bool) -> anyhow::Result<i32> {
         event_log: args.event_log,
         headless,
         replay: None,
+        chat: args.chat,
     };
     run_session(config, start_engine)
 }

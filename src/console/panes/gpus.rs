@@ -1,11 +1,13 @@
-//! GPUs: memory used/total as a bar, utilisation, temperature and power for each GPU, from
-//! the NVML sampler; or the one line saying there is none and the CPU engine is in use.
+//! GPUs: memory used/total as a bar, utilisation, temperature and power for each GPU, under
+//! column headers (dropped before a GPU row is), from the NVML sampler; or the one line saying
+//! there is none and the CPU engine is in use.
 
 use ratatui::buffer::Buffer;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget, Wrap};
 
 use super::pane::{bar, fmt_bytes, Pane};
+use crate::console::scroll::Scroll;
 use crate::console::text::truncate;
 use crate::event::GpuSample;
 
@@ -28,7 +30,7 @@ impl Gpus {
     }
 }
 
-pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, buf: &mut Buffer) {
+pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, scroll: Scroll, buf: &mut Buffer) {
     let title = match gpus.samples.len() {
         0 => " GPUs ".to_string(),
         n => format!(" GPUs · {n} "),
@@ -40,9 +42,22 @@ pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, buf: &mut Buffer) {
         return;
     }
     let width = inner.width as usize;
-    let rows: Vec<Line> = gpus.samples.iter().map(|g| gpu_row(pane, g, width)).collect();
+    let height = inner.height as usize;
+    let mut rows: Vec<Line> = Vec::new();
+    let with_header = height > gpus.samples.len();
+    if with_header {
+        let header =
+            format!("{:>2} {:<12} {:<width$}{}", "#", "name", "memory", TAIL_HEADER, width = width.saturating_sub(16 + TAIL_HEADER.len()));
+        rows.push(Line::styled(truncate(&header, width), pane.theme.dim()));
+    }
+    let body = height - usize::from(with_header);
+    let top = scroll.top(gpus.samples.len(), body, 0);
+    rows.extend(gpus.samples.iter().skip(top).take(body).map(|g| gpu_row(pane, g, width)));
     Paragraph::new(rows).render(inner, buf);
 }
+
+/// The headers of the columns after the memory bar, as wide as `gpu_row`'s tail.
+const TAIL_HEADER: &str = " util  temp  power";
 
 fn gpu_row<'a>(pane: &Pane<'_>, g: &GpuSample, width: usize) -> Line<'a> {
     let lead = format!("{:>2} {:<12} ", g.index, truncate(&g.name, 12));
