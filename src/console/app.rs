@@ -876,6 +876,80 @@ mod tests {
         assert_eq!(s.shown_pane(&both), PaneKind::Generate);
     }
 
+    fn type_keys(s: &mut State, text: &str) -> Vec<Effect> {
+        let keys = Keymap::default();
+        let mut effects = Vec::new();
+        for c in text.chars() {
+            let key = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::NONE);
+            if let Some(action) = keys.map_key(s.input_mode(), &key) {
+                effects.extend(s.apply(Input::Action(action)));
+            }
+        }
+        effects
+    }
+
+    #[test]
+    fn keys_typed_into_the_prompt_never_act_and_esc_leaves_it() {
+        let mut s = state(live());
+        failed_launch(&mut s);
+        assert_eq!(type_keys(&mut s, "i"), vec![]);
+        assert_eq!((s.input_mode(), s.focused_pane()), (InputMode::Text, Some(PaneKind::Generate)));
+        assert_eq!(type_keys(&mut s, "q r 12 ?/"), vec![], "no quit, relaunch, fix, help or search");
+        assert_eq!(s.generate.prompt(), "q r 12 ?/");
+        assert_eq!((s.attempt, s.quitting, s.screen.help_open()), (1, false, false));
+        s.apply(Input::Action(Action::Cancel));
+        assert_eq!((s.input_mode(), s.focused_pane()), (InputMode::Normal, Some(PaneKind::Generate)));
+        assert_eq!(type_keys(&mut s, "q"), vec![Effect::Shutdown]);
+    }
+
+    #[test]
+    fn focus_never_moves_into_the_prompt_by_itself() {
+        let mut s = State::new(LaunchSpec::default(), live(), Keymap::default(), vec![Layout::builtin("compact").unwrap()]);
+        failed_launch(&mut s);
+        s.apply(Input::Action(Action::FocusNext));
+        s.apply(Input::Action(Action::FocusNext));
+        assert_eq!(s.focused_pane(), Some(PaneKind::Diagnosis));
+        s.apply(ev(1.0, Event::Launch { attempt: 2, spec: LaunchSpec::default() }));
+        s.apply(ev(2.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
+        assert_eq!(s.focused_pane(), Some(PaneKind::Generate), "the slot shows the generation once ready");
+        assert_eq!(s.input_mode(), InputMode::Normal, "but the keys still act");
+    }
+
+    #[test]
+    fn y_copies_the_fixed_command_or_on_the_diagnosis_the_diagnosis() {
+        let mut s = state(live());
+        failed_launch(&mut s);
+        let [Effect::Emit(_), Effect::Launch(_)] = &s.apply(Input::Action(Action::ApplyRemedy(1)))[..] else { panic!("a relaunch") };
+        let fixed = s.spec.fixed_command();
+        assert!(fixed.contains("--context-length 131072"), "{fixed}");
+        assert_eq!(s.apply(Input::Action(Action::Copy)), vec![Effect::Copy { what: Copied::FixedCommand, text: fixed }]);
+        let saved = Ok("~/.local/state/specdeck/fixed-command.sh".to_string());
+        s.apply(Input::Copied { what: Copied::FixedCommand, osc52: true, saved });
+        assert_eq!(s.notice(), Some("copied the fixed command (OSC 52); also in ~/.local/state/specdeck/fixed-command.sh"));
+        let mut s = state(live());
+        failed_launch(&mut s);
+        s.apply(Input::Action(Action::FocusNext));
+        s.apply(Input::Action(Action::FocusNext));
+        assert_eq!(s.focused_pane(), Some(PaneKind::Diagnosis));
+        let [Effect::Copy { what: Copied::Diagnosis, text }] = &s.apply(Input::Action(Action::Copy))[..] else { panic!("a copy") };
+        assert!(text.starts_with("error[context-length-exceeds-draft] at drafter-init\n"), "{text}");
+        assert!(text.contains("clamp-context-length"), "{text}");
+    }
+
+    #[test]
+    fn the_layout_follows_the_terminal_until_one_is_chosen() {
+        let mut s = state(Options { size_layout: true, ..live() });
+        s.apply(Input::Resize { width: 80, height: 24 });
+        assert_eq!(s.screen.layout().name, "compact");
+        s.apply(Input::Resize { width: 120, height: 40 });
+        assert_eq!(s.screen.layout().name, "default");
+        s.apply(Input::Action(Action::CycleLayout));
+        s.apply(Input::Resize { width: 80, height: 24 });
+        assert_eq!(s.screen.layout().name, "compact", "L chose the next layout, kept at any size");
+        s.apply(Input::Resize { width: 200, height: 60 });
+        assert_eq!(s.screen.layout().name, "compact");
+    }
+
     #[test]
     fn help_is_modal() {
         let mut s = state(live());

@@ -186,9 +186,10 @@ pub(super) fn draw(pane: &Pane<'_>, phases: &Phases, view: &View, buf: &mut Buff
         rows.extend(wrap_words(fixed, width.saturating_sub(2)).into_iter().map(|row| Line::raw(format!("  {row}"))));
     }
     // Keep the phase in progress (or the one that failed) in view when rows do not fit; once
-    // ready, from the ready row down: the ready times and the fixed command.
+    // ready, the end: the ready times and all of the fixed command.
     let height = inner.height as usize;
-    let own = if phases.state_of(PhaseId::Ready) == Some(PhaseState::Done) { current } else { current.saturating_sub(height / 2) };
+    let ready = phases.state_of(PhaseId::Ready) == Some(PhaseState::Done);
+    let own = if ready { rows.len() } else { current.saturating_sub(height / 2) };
     let start = view.scroll.top(rows.len(), height, own);
     let shown: Vec<Line> = rows.into_iter().skip(start).take(height).collect();
     Paragraph::new(shown).render(inner, buf);
