@@ -569,3 +569,29 @@ fn at_80x24_100x30_and_120x40_the_diagnosis_and_the_fixed_command_are_on_screen(
         }
     }
 }
+
+/// Every pane scrolls, `z` shows the focused one over the whole screen, and `w` wraps the
+/// log's long lines (the TP rank of the source column kept whole).
+#[test]
+fn panes_scroll_zoom_and_wrap_on_their_keys() {
+    let mut phases = pane_state("phases", &demo_story(Stage::Relaunched));
+    let bottom = draw(&phases, Theme::monochrome(), 80, 12).backend().to_string();
+    assert!(bottom.contains("fixed command (y copies it):") && !bottom.contains("preflight"), "{bottom}");
+    phases.apply(Input::Action(Action::ScrollTop));
+    let top = draw(&phases, Theme::monochrome(), 80, 12).backend().to_string();
+    assert!(top.contains("│✓ preflight") && !top.contains("fixed command"), "{top}");
+
+    let mut story = demo_story(Stage::Relaunched);
+    story.log(LogLevel::Info, "Worker_TP13", &format!("a long line {} END", "x".repeat(150)));
+    let mut state = story_state("default", &story);
+    while state.focused_pane() != Some(specdeck::console::layout::PaneKind::Log) {
+        state.apply(Input::Action(Action::FocusNext));
+    }
+    state.apply(Input::Action(Action::Zoom));
+    state.apply(Input::Action(Action::ToggleWrap));
+    let term = draw(&state, Theme::monochrome(), 80, 24);
+    let screen = term.backend().to_string();
+    assert!(screen.starts_with("\"┌ Log · all levels · follow · wrap "), "zoomed: the log alone\n{screen}");
+    assert!(screen.contains("I …er_TP13 a long line xxx") && screen.contains("xxx END"), "{screen}");
+    assert!(bottom_line(&term).starts_with(" attempt 3 · ready in 261 ms"), "the status bar stays: {}", bottom_line(&term));
+}
