@@ -638,3 +638,64 @@ async fn a_paste_types_into_the_prompt_and_is_never_read_as_keys() {
     assert_eq!(outcome.state.attempt(), 1, "no relaunch");
     assert_eq!(outcome.state.generate().prompt(), "To be, q  1 r");
 }
+
+/// The console as `specdeck` opens it with no `--layout`: the layout follows the terminal's
+/// size, and at every size the diagnosis shows the finding, the files, the key and both
+/// values; after the remedy, the fixed command.
+#[test]
+fn at_80x24_100x30_and_120x40_the_diagnosis_and_the_fixed_command_are_on_screen() {
+    for (stage, name) in [(Stage::Diagnosis, "diagnosis"), (Stage::Relaunched, "relaunched")] {
+        let story = demo_story(stage);
+        for (w, h) in [(80, 24), (100, 30), (120, 40)] {
+            let options = Options { size_layout: true, ..options() };
+            let mut state =
+                State::new(spec(), options, Keymap::default(), Layout::cycle_starting_with(Layout::builtin("default").unwrap()));
+            state.apply(Input::Resize { width: w, height: h });
+            assert_eq!(state.screen().layout().name, if w < 100 { "compact" } else { "default" }, "{w}x{h}");
+            feed(&mut state, &story.events);
+            let term = draw(&state, Theme::monochrome(), w, h);
+            insta::assert_snapshot!(format!("sized_{w}x{h}_{name}"), term.backend());
+            let screen = term.backend().to_string();
+            let wanted: &[&str] = match stage {
+                Stage::Diagnosis => &[
+                    "context-length-exceeds-draft",
+                    "target …/target/config.json",
+                    "draft …/draft/config.json",
+                    "14▶\"max_position_embeddings\": 262144,",
+                    "24▶\"max_position_embeddings\": 131072,",
+                    "clamp-context-length",
+                ],
+                _ => &["fixed command (y copies it):", "--model-path testdata/console/pair/target", "--context-length"],
+            };
+            for text in wanted {
+                assert!(screen.contains(text), "{w}x{h} {name}: {text:?} missing from\n{screen}");
+            }
+        }
+    }
+}
+
+/// Every pane scrolls, `z` shows the focused one over the whole screen, and `w` wraps the
+/// log's long lines (the TP rank of the source column kept whole).
+#[test]
+fn panes_scroll_zoom_and_wrap_on_their_keys() {
+    let mut phases = pane_state("phases", &demo_story(Stage::Relaunched));
+    let bottom = draw(&phases, Theme::monochrome(), 80, 12).backend().to_string();
+    assert!(bottom.contains("fixed command (y copies it):") && !bottom.contains("preflight"), "{bottom}");
+    phases.apply(Input::Action(Action::ScrollTop));
+    let top = draw(&phases, Theme::monochrome(), 80, 12).backend().to_string();
+    assert!(top.contains("│✓ preflight") && !top.contains("fixed command"), "{top}");
+
+    let mut story = demo_story(Stage::Relaunched);
+    story.log(LogLevel::Info, "Worker_TP13", &format!("a long line {} END", "x".repeat(150)));
+    let mut state = story_state("default", &story);
+    while state.focused_pane() != Some(specdeck::console::layout::PaneKind::Log) {
+        state.apply(Input::Action(Action::FocusNext));
+    }
+    state.apply(Input::Action(Action::Zoom));
+    state.apply(Input::Action(Action::ToggleWrap));
+    let term = draw(&state, Theme::monochrome(), 80, 24);
+    let screen = term.backend().to_string();
+    assert!(screen.starts_with("\"┌ Log · all levels · follow · wrap "), "zoomed: the log alone\n{screen}");
+    assert!(screen.contains("I …er_TP13 a long line xxx") && screen.contains("xxx END"), "{screen}");
+    assert!(bottom_line(&term).starts_with(" attempt 3 · ready in 261 ms"), "the status bar stays: {}", bottom_line(&term));
+}

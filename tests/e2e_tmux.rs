@@ -122,8 +122,34 @@ fn demo_diagnosis_fix_relaunch_generate_and_quit_in_tmux() {
     });
     assert!(screen.contains("Phases · relaunch #1"), "{screen}");
 
+    // A prompt with q, r and digits in it is typed and sent, not read as keys.
+    tmux.keys(&["i"]);
+    tmux.wait_for("the prompt mode", Duration::from_secs(10), |s| s.contains(" INSERT ") && s.contains("esc leave"));
+    tmux.keys(&["C-u"]);
+    tmux.keys(&["-l", "q r 12"]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the typed prompt sent", Duration::from_secs(60), |s| s.contains("> q r 12") && s.contains(" · done"));
+    assert!(screen.contains("Phases · relaunch #1") && screen.contains(" INSERT "), "no relaunch, no fix, no quit: {screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the prompt left", Duration::from_secs(10), |s| !s.contains(" INSERT "));
+
+    // A paste is never read as keys: its q does not quit.
+    tmux.run(&["set-buffer", "-b", "blob", "q\nqqq 1 r q"]);
+    tmux.run(&["paste-buffer", "-p", "-b", "blob", "-t", "e2e"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let screen = tmux.screen();
+    assert_eq!(tmux.pane_flag("alternate_on"), "1", "the paste did not quit: {screen}");
+    assert!(screen.contains("Phases · relaunch #1"), "the paste did not relaunch: {screen}");
+
+    // y copies the fixed command to the state dir's file (and by OSC 52 to the terminal).
+    tmux.keys(&["y"]);
+    let fixed = tmux.home().join(".local/state/specdeck/fixed-command.sh");
+    tmux.wait_for("the copy's notice", Duration::from_secs(10), |s| s.contains("~/.local/state/specdeck/fixed-command.sh"));
+    assert!(std::fs::read_to_string(&fixed).unwrap().contains("--context-length 131072"));
+
     tmux.keys(&["q"]);
-    tmux.wait_for("the shell prompt after quitting", Duration::from_secs(20), |s| s.trim_end().ends_with(PROMPT.trim_end()));
+    let screen = tmux.wait_for("the shell prompt after quitting", Duration::from_secs(20), |s| s.trim_end().ends_with(PROMPT.trim_end()));
+    assert!(screen.contains("specdeck: the fixed command (clamp-context-length):"), "printed on exit: {screen}");
     assert_eq!(tmux.pane_flag("alternate_on"), "0", "the alternate screen was left");
     assert_eq!(tmux.pane_flag("cursor_flag"), "1", "the cursor is visible again");
     tmux.type_line(&format!("stty -g | cmp -s - {} && echo TERMINAL-RESTORED", path_str(&stty_before)));
@@ -131,6 +157,7 @@ fn demo_diagnosis_fix_relaunch_generate_and_quit_in_tmux() {
 
     let events = std::fs::read_to_string(&log).unwrap();
     assert!(events.contains(r#""type":"remedy-applied","id":"clamp-context-length""#), "{events}");
+    assert!(events.contains(r#""text":"q r 12""#), "the typed prompt was sent: {events}");
     assert!(events.lines().last().unwrap().contains(r#""type":"exit""#), "the engine shut down cleanly");
 }
 

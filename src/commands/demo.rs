@@ -41,6 +41,7 @@ pub fn run(args: DemoArgs, headless: bool, color: ColorChoice) -> anyhow::Result
         headless,
         replay: None,
         color,
+        chat: false,
     };
     run_session(config, start_engine)
 }

@@ -41,6 +41,9 @@ pub struct LaunchArgs {
     /// Most tokens to generate for a prompt.
     #[arg(long, default_value_t = 64, value_name = "N")]
     max_new_tokens: usize,
+    /// Send prompts through the tokenizer's chat template (`c` toggles it in the console).
+    #[arg(long)]
+    chat: bool,
     /// Console layout: default, compact, wide, or a layout file.
     #[arg(long, value_name = "NAME|FILE")]
     layout: Option<String>,
@@ -66,6 +69,7 @@ pub fn run(args: LaunchArgs, headless: bool, color: ColorChoice) -> anyhow::Resu
         headless: headless || args.headless,
         replay: None,
         color,
+        chat: args.chat,
     };
     run_session(config, start_engine)
 }

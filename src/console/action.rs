@@ -38,15 +38,31 @@ pub enum Action {
     Submit,
     /// Esc: close help, or cancel the search.
     Cancel,
+    /// Copy the fixed launch command (on the diagnosis: the diagnosis as text).
+    Copy,
+    /// Put the keyboard in the prompt (INSERT) until Esc.
+    EditPrompt,
+    /// Prompts go through the tokenizer's chat template, or not.
+    ToggleChat,
+    /// Show the focused pane full-screen, or the layout again.
+    Zoom,
+    /// Log: wrap long lines instead of cutting them.
+    ToggleWrap,
+    /// Log: show only the lines that match the search (again: every line).
+    FilterIn,
+    /// Log: hide the lines that match the search (again: every line).
+    FilterOut,
+    /// Log: wall-clock times instead of seconds since the launch.
+    ToggleClock,
     /// Text entry into the prompt or the search (never bound in the keymap: printable keys
     /// and the editing keys produce these while a text field has the focus).
     Edit(InputRequest),
 }
 
 impl Action {
-    /// Whether the action acts on an engine (a replay has none to act on).
+    /// Whether the action acts on an engine (a replay has none to act on, and no prompt).
     pub fn acts_on_engine(&self) -> bool {
-        matches!(self, Action::Relaunch | Action::ApplyRemedy(_))
+        matches!(self, Action::Relaunch | Action::ApplyRemedy(_) | Action::EditPrompt | Action::ToggleChat)
     }
 
     /// Every action a keymap can bind, in the order help lists them.
@@ -73,6 +89,14 @@ impl Action {
             Action::PageDown,
             Action::ScrollTop,
             Action::ScrollBottom,
+            Action::Copy,
+            Action::EditPrompt,
+            Action::ToggleChat,
+            Action::Zoom,
+            Action::ToggleWrap,
+            Action::FilterIn,
+            Action::FilterOut,
+            Action::ToggleClock,
         ]);
         all
     }
@@ -103,6 +127,14 @@ impl Action {
             Action::PrevFinding => "prev-finding",
             Action::Submit => "submit",
             Action::Cancel => "cancel",
+            Action::Copy => "copy",
+            Action::EditPrompt => "prompt",
+            Action::ToggleChat => "chat",
+            Action::Zoom => "zoom",
+            Action::ToggleWrap => "wrap",
+            Action::FilterIn => "filter-in",
+            Action::FilterOut => "filter-out",
+            Action::ToggleClock => "clock",
         };
         Some(fixed.to_string())
     }
@@ -135,7 +167,15 @@ impl Action {
             Action::NextFinding => "diagnosis: show the next finding".into(),
             Action::PrevFinding => "diagnosis: show the previous finding".into(),
             Action::Submit => "send the prompt / confirm the search".into(),
-            Action::Cancel => "close help / cancel the search".into(),
+            Action::Cancel => "close help / cancel the search / leave the prompt".into(),
+            Action::Copy => "copy the fixed command (on the diagnosis: the diagnosis)".into(),
+            Action::EditPrompt => "type into the prompt (Esc leaves it)".into(),
+            Action::ToggleChat => "prompt: chat template on/off".into(),
+            Action::Zoom => "show the focused pane full-screen, or the layout".into(),
+            Action::ToggleWrap => "log: wrap long lines on/off".into(),
+            Action::FilterIn => "log: only lines matching the search (again: all)".into(),
+            Action::FilterOut => "log: hide lines matching the search (again: all)".into(),
+            Action::ToggleClock => "log: wall-clock times on/off".into(),
             Action::Edit(_) => "edit text".into(),
         }
     }
@@ -148,7 +188,7 @@ mod tests {
     #[test]
     fn every_bindable_action_round_trips_through_its_name() {
         let all = Action::bindable();
-        assert_eq!(all.len(), 30);
+        assert_eq!(all.len(), 38);
         for a in all {
             let name = a.name().unwrap();
             assert_eq!(Action::from_name(&name), Some(a), "{name}");

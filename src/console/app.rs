@@ -11,6 +11,7 @@
 //! reaches across panes, and every effect, is decided here.
 
 use super::action::Action;
+use super::clipboard::Copied;
 use super::engine::GenerateParams;
 use super::keymap::{InputMode, Keymap};
 use super::layout::{Layout, PaneKind};
@@ -22,6 +23,7 @@ use super::panes::phases::{Counter, Phases, ReadyInfo};
 use super::screen::Screen;
 use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
 use crate::finding::{exit_code, Finding, Severity};
+use crate::finding_text::{self, Paint};
 use crate::phase::PhaseId;
 use crate::preflight::apply;
 use crate::spec::{LaunchSpec, SpecChange};
@@ -40,6 +42,18 @@ pub enum Input {
         path: String,
         text: Result<String, String>,
     },
+    /// The terminal's size, at the start and after each resize.
+    Resize {
+        width: u16,
+        height: u16,
+    },
+    /// What became of a copy: whether the OSC 52 sequence went out, and the file it was saved
+    /// to (as shown to the user) or why it could not be.
+    Copied {
+        what: Copied,
+        osc52: bool,
+        saved: Result<String, String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +64,11 @@ pub enum Effect {
     /// Put an event on the stream (so it is shown, recorded and replayable).
     Emit(Event),
     ReadFile(String),
+    /// Put text on the clipboard (OSC 52) and in its file under the state dir.
+    Copy {
+        what: Copied,
+        text: String,
+    },
     Exit(i32),
 }
 
@@ -67,6 +86,13 @@ pub struct Options {
     pub max_new_tokens: usize,
     /// Set when the events come from a recording: the title names it.
     pub replay: Option<ReplaySource>,
+    /// Prompts go through the tokenizer's chat template (`launch --chat`; `c` toggles it).
+    pub chat: bool,
+    /// No layout was asked for: compact or default by the terminal's size.
+    pub size_layout: bool,
+    /// The wall-clock time (Unix seconds) of the stream's epoch, when known: the log can
+    /// show its lines' times of day.
+    pub wall_epoch: Option<f64>,
 }
 
 /// The recording a replay reads, as its title names it.
@@ -114,6 +140,9 @@ pub struct State {
     gpus: Gpus,
     log: LogView,
     generate: Generate,
+    /// The keyboard is in the prompt (INSERT): set only by the user (`i`, or Tab onto the
+    /// Generate pane), left by Esc or Tab.
+    insert: bool,
     quitting: bool,
     engine_exited: bool,
     exit_code: i32,
@@ -122,11 +151,15 @@ pub struct State {
 impl State {
     pub fn new(spec: LaunchSpec, options: Options, keymap: Keymap, layouts: Vec<Layout>) -> State {
         let keymap = if options.engine_attached { keymap } else { keymap.without_engine_keys() };
+        let mut screen = Screen::new(layouts);
+        if options.size_layout {
+            screen.size_layout_to_terminal();
+        }
         State {
-            generate: Generate::new(options.prompt.clone()),
+            generate: Generate::new(options.prompt.clone(), options.chat),
             options,
             keymap,
-            screen: Screen::new(layouts),
+            screen,
             notice: None,
             now: 0.0,
             spec,
@@ -136,6 +169,7 @@ impl State {
             diagnosis: Diagnosis::default(),
             gpus: Gpus::default(),
             log: LogView::default(),
+            insert: false,
             quitting: false,
             engine_exited: false,
             exit_code: 0,
@@ -207,6 +241,21 @@ impl State {
         &self.generate
     }
 
+    /// The spec the next launch uses: the user's line with the remedies applied so far.
+    pub fn spec(&self) -> &LaunchSpec {
+        &self.spec
+    }
+
+    /// The wall-clock time of the stream's epoch, when known.
+    pub fn wall_epoch(&self) -> Option<f64> {
+        self.options.wall_epoch
+    }
+
+    /// Whether the keyboard is in the prompt.
+    pub fn inserting(&self) -> bool {
+        self.insert && self.options.engine_attached
+    }
+
     pub fn engine_exited(&self) -> bool {
         self.engine_exited
     }
@@ -216,8 +265,12 @@ impl State {
         self.exit_code
     }
 
-    /// The pane a slot shows now: the first of its panes with something to say.
+    /// The pane a slot shows now: the prompt while it has the keyboard, else the first of its
+    /// panes with something to say.
     pub fn shown_pane(&self, panes: &[PaneKind]) -> PaneKind {
+        if self.inserting() && panes.contains(&PaneKind::Generate) {
+            return PaneKind::Generate;
+        }
         panes.iter().copied().find(|&p| self.has_content(p)).unwrap_or(panes[0])
     }
 
@@ -238,7 +291,7 @@ impl State {
     pub fn input_mode(&self) -> InputMode {
         if self.screen.help_open() {
             InputMode::Normal
-        } else if self.log.search_input().is_some() || self.focused_pane() == Some(PaneKind::Generate) {
+        } else if self.log.search_input().is_some() || self.inserting() {
             InputMode::Text
         } else {
             InputMode::Normal
@@ -268,6 +321,20 @@ impl State {
                 self.diagnosis.on_file_loaded(path, text);
                 Vec::new()
             }
+            Input::Resize { width, height } => {
+                self.screen.fit(width, height);
+                Vec::new()
+            }
+            Input::Copied { what, osc52, saved } => {
+                let what = what.describe();
+                self.notice = Some(match (osc52, saved) {
+                    (true, Ok(file)) => format!("copied {what} (OSC 52); also in {file}"),
+                    (false, Ok(file)) => format!("{what} is in {file}"),
+                    (true, Err(e)) => format!("copied {what} (OSC 52); no file: {e}"),
+                    (false, Err(e)) => format!("could not copy {what}: {e}"),
+                });
+                Vec::new()
+            }
         }
     }
 
@@ -281,6 +348,7 @@ impl State {
                 self.spec = spec;
                 self.phases.clear_launch();
                 self.diagnosis.clear_launch();
+                *self.screen.scroll_mut(PaneKind::Phases) = Default::default();
                 self.ready = None;
                 self.generate.clear_launch();
                 let what = if attempt > 1 { "relaunch" } else { "launch" };
@@ -422,6 +490,10 @@ impl State {
     // ----- actions ------------------------------------------------------------------------
 
     fn on_action(&mut self, action: Action) -> Vec<Effect> {
+        if self.screen.help_open() && is_scroll(&action) {
+            self.screen.help_scroll_mut().apply(&action);
+            return Vec::new();
+        }
         if self.screen.help_open() && !matches!(action, Action::Quit) {
             // Help is modal: any key closes it, and only `?`/Esc are consumed by that.
             self.screen.set_help(false);
@@ -438,7 +510,43 @@ impl State {
                 Vec::new()
             }
             Action::FocusNext | Action::FocusPrev => {
+                self.insert = false;
                 self.screen.move_focus(action == Action::FocusNext);
+                // Tabbing onto the prompt is asking for it; a slot that turns into the prompt
+                // under the focus (at ready) is not.
+                self.insert = self.focused_pane() == Some(PaneKind::Generate);
+                Vec::new()
+            }
+            Action::EditPrompt => {
+                if self.screen.focus_pane(PaneKind::Generate) {
+                    self.insert = true;
+                } else {
+                    self.notice = Some(format!("the {} layout has no prompt", self.screen.layout().name));
+                }
+                Vec::new()
+            }
+            Action::ToggleChat => {
+                let on = self.generate.toggle_chat();
+                self.notice = Some(format!("chat template {}", if on { "on" } else { "off" }));
+                Vec::new()
+            }
+            Action::Copy => {
+                let (what, text) = match (self.focused_pane(), self.diagnosis.shown()) {
+                    (Some(PaneKind::Diagnosis), Some(f)) => (Copied::Diagnosis, finding_text::text(f, Paint { color: false }, None)),
+                    _ => (Copied::FixedCommand, self.spec.fixed_command()),
+                };
+                vec![Effect::Copy { what, text }]
+            }
+            Action::Zoom => {
+                self.screen.toggle_zoom();
+                Vec::new()
+            }
+            Action::ToggleClock if self.options.wall_epoch.is_none() => {
+                self.notice = Some("this stream has no wall clock".into());
+                Vec::new()
+            }
+            Action::Cancel if self.log.search_input().is_none() && self.insert => {
+                self.insert = false;
                 Vec::new()
             }
             Action::CycleLayout => {
@@ -446,7 +554,16 @@ impl State {
                 self.notice = Some(format!("layout: {}", self.screen.layout().name));
                 Vec::new()
             }
-            Action::Search | Action::SearchNext | Action::SearchPrev | Action::ToggleFollow | Action::CycleLevel | Action::Cancel => {
+            Action::Search
+            | Action::SearchNext
+            | Action::SearchPrev
+            | Action::ToggleFollow
+            | Action::CycleLevel
+            | Action::Cancel
+            | Action::ToggleWrap
+            | Action::FilterIn
+            | Action::FilterOut
+            | Action::ToggleClock => {
                 if let Some(notice) = self.log.on_action(&action) {
                     self.notice = Some(notice);
                 }
@@ -455,8 +572,9 @@ impl State {
             Action::ScrollUp | Action::ScrollDown | Action::PageUp | Action::PageDown | Action::ScrollTop | Action::ScrollBottom => {
                 match self.focused_pane() {
                     Some(PaneKind::Diagnosis) => self.diagnosis.scroll(&action),
-                    // The log scrolls from anywhere else: it is the one long pane.
-                    _ => self.log.scroll(&action),
+                    // The status bar never has the focus; the log is the one long pane.
+                    Some(PaneKind::Log | PaneKind::Status) | None => self.log.scroll(&action),
+                    Some(pane) => self.screen.scroll_mut(pane).apply(&action),
                 }
                 Vec::new()
             }
@@ -466,7 +584,7 @@ impl State {
             }
             Action::Submit => {
                 if self.log.search_input().is_some() {
-                    self.log.confirm_search();
+                    self.notice = self.log.confirm_search();
                     Vec::new()
                 } else if self.options.engine_attached {
                     self.send_prompt()
@@ -475,8 +593,7 @@ impl State {
                 }
             }
             Action::Edit(request) => {
-                let prompt_focused = self.focused_pane() == Some(PaneKind::Generate);
-                if !self.log.edit_search(request) && prompt_focused && self.options.engine_attached {
+                if !self.log.edit_search(request) && self.inserting() {
                     self.generate.edit(request);
                 }
                 Vec::new()
@@ -543,7 +660,8 @@ impl State {
         // Sent exactly as typed: trailing newlines are part of a completion prompt.
         let text = self.generate.prompt().to_string();
         if text.trim().is_empty() {
-            self.notice = Some("type a prompt first (Tab to the Generate pane)".into());
+            let key = self.keymap.hint(&Action::EditPrompt).unwrap_or_else(|| "tab".into());
+            self.notice = Some(format!("type a prompt first ({key} to type into the prompt)"));
             return Vec::new();
         }
         if self.ready.is_none() || !self.can_launch() {
@@ -555,9 +673,13 @@ impl State {
         let max_new_tokens = self.options.max_new_tokens;
         vec![
             Effect::Emit(Event::Prompt { text: text.clone(), max_new_tokens }),
-            Effect::Generate(GenerateParams::greedy(text, max_new_tokens)),
+            Effect::Generate(GenerateParams { chat: self.generate.chat(), ..GenerateParams::greedy(text, max_new_tokens) }),
         ]
     }
+}
+
+fn is_scroll(action: &Action) -> bool {
+    matches!(action, Action::ScrollUp | Action::ScrollDown | Action::PageUp | Action::PageDown | Action::ScrollTop | Action::ScrollBottom)
 }
 
 #[cfg(test)]
@@ -766,6 +888,80 @@ mod tests {
         s.apply(ev(1.0, Event::Launch { attempt: 2, spec: LaunchSpec::default() }));
         s.apply(ev(2.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
         assert_eq!(s.shown_pane(&both), PaneKind::Generate);
+    }
+
+    fn type_keys(s: &mut State, text: &str) -> Vec<Effect> {
+        let keys = Keymap::default();
+        let mut effects = Vec::new();
+        for c in text.chars() {
+            let key = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::NONE);
+            if let Some(action) = keys.map_key(s.input_mode(), &key) {
+                effects.extend(s.apply(Input::Action(action)));
+            }
+        }
+        effects
+    }
+
+    #[test]
+    fn keys_typed_into_the_prompt_never_act_and_esc_leaves_it() {
+        let mut s = state(live());
+        failed_launch(&mut s);
+        assert_eq!(type_keys(&mut s, "i"), vec![]);
+        assert_eq!((s.input_mode(), s.focused_pane()), (InputMode::Text, Some(PaneKind::Generate)));
+        assert_eq!(type_keys(&mut s, "q r 12 ?/"), vec![], "no quit, relaunch, fix, help or search");
+        assert_eq!(s.generate.prompt(), "q r 12 ?/");
+        assert_eq!((s.attempt, s.quitting, s.screen.help_open()), (1, false, false));
+        s.apply(Input::Action(Action::Cancel));
+        assert_eq!((s.input_mode(), s.focused_pane()), (InputMode::Normal, Some(PaneKind::Generate)));
+        assert_eq!(type_keys(&mut s, "q"), vec![Effect::Shutdown]);
+    }
+
+    #[test]
+    fn focus_never_moves_into_the_prompt_by_itself() {
+        let mut s = State::new(LaunchSpec::default(), live(), Keymap::default(), vec![Layout::builtin("compact").unwrap()]);
+        failed_launch(&mut s);
+        s.apply(Input::Action(Action::FocusNext));
+        s.apply(Input::Action(Action::FocusNext));
+        assert_eq!(s.focused_pane(), Some(PaneKind::Diagnosis));
+        s.apply(ev(1.0, Event::Launch { attempt: 2, spec: LaunchSpec::default() }));
+        s.apply(ev(2.0, Event::Ready { elapsed_s: 1.0, reused_target: false }));
+        assert_eq!(s.focused_pane(), Some(PaneKind::Generate), "the slot shows the generation once ready");
+        assert_eq!(s.input_mode(), InputMode::Normal, "but the keys still act");
+    }
+
+    #[test]
+    fn y_copies_the_fixed_command_or_on_the_diagnosis_the_diagnosis() {
+        let mut s = state(live());
+        failed_launch(&mut s);
+        let [Effect::Emit(_), Effect::Launch(_)] = &s.apply(Input::Action(Action::ApplyRemedy(1)))[..] else { panic!("a relaunch") };
+        let fixed = s.spec.fixed_command();
+        assert!(fixed.contains("--context-length 131072"), "{fixed}");
+        assert_eq!(s.apply(Input::Action(Action::Copy)), vec![Effect::Copy { what: Copied::FixedCommand, text: fixed }]);
+        let saved = Ok("~/.local/state/specdeck/fixed-command.sh".to_string());
+        s.apply(Input::Copied { what: Copied::FixedCommand, osc52: true, saved });
+        assert_eq!(s.notice(), Some("copied the fixed command (OSC 52); also in ~/.local/state/specdeck/fixed-command.sh"));
+        let mut s = state(live());
+        failed_launch(&mut s);
+        s.apply(Input::Action(Action::FocusNext));
+        s.apply(Input::Action(Action::FocusNext));
+        assert_eq!(s.focused_pane(), Some(PaneKind::Diagnosis));
+        let [Effect::Copy { what: Copied::Diagnosis, text }] = &s.apply(Input::Action(Action::Copy))[..] else { panic!("a copy") };
+        assert!(text.starts_with("error[context-length-exceeds-draft] at drafter-init\n"), "{text}");
+        assert!(text.contains("clamp-context-length"), "{text}");
+    }
+
+    #[test]
+    fn the_layout_follows_the_terminal_until_one_is_chosen() {
+        let mut s = state(Options { size_layout: true, ..live() });
+        s.apply(Input::Resize { width: 80, height: 24 });
+        assert_eq!(s.screen.layout().name, "compact");
+        s.apply(Input::Resize { width: 120, height: 40 });
+        assert_eq!(s.screen.layout().name, "default");
+        s.apply(Input::Action(Action::CycleLayout));
+        s.apply(Input::Resize { width: 80, height: 24 });
+        assert_eq!(s.screen.layout().name, "compact", "L chose the next layout, kept at any size");
+        s.apply(Input::Resize { width: 200, height: 60 });
+        assert_eq!(s.screen.layout().name, "compact");
     }
 
     #[test]

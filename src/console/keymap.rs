@@ -215,6 +215,14 @@ impl Default for Keymap {
                     Action::PageDown => keys(&["pagedown"]),
                     Action::ScrollTop => keys(&["home", "g"]),
                     Action::ScrollBottom => keys(&["end", "G"]),
+                    Action::Copy => keys(&["y"]),
+                    Action::EditPrompt => keys(&["i"]),
+                    Action::ToggleChat => keys(&["c"]),
+                    Action::Zoom => keys(&["z"]),
+                    Action::ToggleWrap => keys(&["w"]),
+                    Action::FilterIn => keys(&["&"]),
+                    Action::FilterOut => keys(&["!"]),
+                    Action::ToggleClock => keys(&["t"]),
                     Action::Edit(_) => Vec::new(),
                 };
                 (action, chords)
@@ -326,6 +334,7 @@ impl Keymap {
                 }
                 Action::ApplyRemedy(_) if digits => {}
                 Action::Submit if self.recording => rows.push((join_keys(keys), "confirm the search".to_string())),
+                Action::Cancel if self.recording => rows.push((join_keys(keys), "close help / cancel the search".to_string())),
                 _ => {
                     let keys = if keys.is_empty() { "(unbound)".to_string() } else { join_keys(keys) };
                     rows.push((keys, action.describe()));
@@ -333,6 +342,17 @@ impl Keymap {
             }
         }
         rows
+    }
+
+    /// The first key of an action that works in `mode` (in a text field, printable keys
+    /// type), or None.
+    pub fn hint_in(&self, mode: InputMode, action: &Action) -> Option<String> {
+        let typed = |chord: &&KeyChord| {
+            mode == InputMode::Text
+                && matches!(chord.code, KeyCode::Char(_))
+                && !chord.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT)
+        };
+        self.keys_for(action).iter().find(|c| !typed(c)).map(ToString::to_string)
     }
 
     /// The first key of an action, for hints (`?`), or None when unbound.
@@ -410,6 +430,8 @@ mod tests {
         assert_eq!(km.map_key(InputMode::Text, &press(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
         assert_eq!(km.map_key(InputMode::Text, &press(KeyCode::Enter, KeyModifiers::NONE)), Some(Action::Submit));
         assert_eq!(km.map_key(InputMode::Text, &press(KeyCode::Tab, KeyModifiers::NONE)), Some(Action::FocusNext));
+        assert_eq!(km.hint_in(InputMode::Text, &Action::Quit).as_deref(), Some("ctrl-c"), "q types in a text field");
+        assert_eq!(km.hint_in(InputMode::Normal, &Action::Quit).as_deref(), Some("q"));
         assert_eq!(
             km.map_key(InputMode::Text, &press(KeyCode::Backspace, KeyModifiers::NONE)),
             Some(Action::Edit(InputRequest::DeletePrevChar))
@@ -426,10 +448,10 @@ mod tests {
         assert_eq!(km.keys_for(&Action::Quit).len(), 2);
         let help = km.help_rows();
         assert!(help.contains(&("ctrl-r".to_string(), "relaunch with the current spec".to_string())), "{help:?}");
-        assert_eq!(help.len(), 22);
+        assert_eq!(help.len(), 30);
         assert_eq!(help[2], ("1-9".to_string(), "apply that remedy of the diagnosis and relaunch".to_string()));
         let moved = Keymap::default().patched("k.toml", "[bindings]\nremedy-1 = \"F1\"\n").unwrap().help_rows();
-        assert_eq!(moved.len(), 30);
+        assert_eq!(moved.len(), 38);
         assert_eq!(moved[2].0, "f1");
     }
 

@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod app;
+pub mod clipboard;
 pub(crate) mod engine;
 pub(crate) mod excerpt;
 pub mod headless;
@@ -13,6 +14,7 @@ pub(crate) mod log;
 pub mod panes;
 pub mod run;
 pub(crate) mod screen;
+pub(crate) mod scroll;
 pub(crate) mod session;
 pub mod terminal;
 pub(crate) mod text;

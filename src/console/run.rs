@@ -14,6 +14,7 @@ use tui_input::InputRequest;
 
 use super::action::Action;
 use super::app::{Effect, Input, State};
+use super::clipboard;
 use super::engine::EngineControl;
 use super::keymap::InputMode;
 use crate::event::{EventReceiver, EventSink, TimedEvent};
@@ -59,6 +60,14 @@ pub trait Frontend {
     }
     /// The terminal went away: stop drawing.
     fn lost(&mut self) {}
+    /// The screen's size, for front ends that draw.
+    fn size(&self) -> Option<(u16, u16)> {
+        None
+    }
+    /// Set the terminal's clipboard (OSC 52).
+    fn copy(&mut self, _text: &str) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "no terminal to copy to"))
+    }
     /// The session ends with `code`.
     fn finish(&mut self, _state: &State, _code: i32) -> io::Result<()> {
         Ok(())
@@ -88,6 +97,14 @@ pub fn read_source(path: &str) -> Result<String, String> {
         return Err(format!("{} bytes: too large to quote", meta.len()));
     }
     std::fs::read_to_string(path).map_err(|e| e.to_string())
+}
+
+/// `~/…` for a path under the home directory, as the status bar shows it.
+fn home_relative(path: &std::path::Path) -> String {
+    match dirs::home_dir().and_then(|home| path.strip_prefix(home).ok().map(|rest| rest.display().to_string())) {
+        Some(rest) => format!("~/{rest}"),
+        None => path.display().to_string(),
+    }
 }
 
 struct Runner<'a, F: Frontend> {
@@ -122,11 +139,21 @@ impl<F: Frontend> Runner<'_, F> {
                         let text = read_source(&path);
                         pending.push_back(Input::FileLoaded { path, text });
                     }
+                    Effect::Copy { what, text } => {
+                        let osc52 = self.frontend.copy(&text).is_ok();
+                        let saved = clipboard::save(what, &text).map(|p| home_relative(&p)).map_err(|e| e.to_string());
+                        pending.push_back(Input::Copied { what, osc52, saved });
+                    }
                     Effect::Exit(code) => return Some(code),
                 }
             }
         }
         None
+    }
+
+    fn resized(&mut self) -> Option<i32> {
+        let (width, height) = self.frontend.size()?;
+        self.step(Input::Resize { width, height })
     }
 
     fn engine(&mut self, command: impl FnOnce(&mut dyn EngineControl)) {
@@ -164,7 +191,7 @@ impl<F: Frontend> Runner<'_, F> {
                 chars.fold(None, |exit, c| exit.or_else(|| self.step(Input::Action(Action::Edit(InputRequest::InsertChar(c))))))
             }
             UserInput::Action(action) => self.step(Input::Action(action)),
-            UserInput::Resize => None,
+            UserInput::Resize => self.resized(),
             UserInput::Hangup => {
                 self.frontend.lost();
                 self.step(Input::Action(Action::Quit))
@@ -190,7 +217,7 @@ pub async fn run<F: Frontend>(
 ) -> Outcome {
     let draws = frontend.draws();
     let mut runner = Runner { session, frontend, shutdown_by: None, recorder_error: None, signal: None };
-    let mut code = None;
+    let mut code = runner.resized();
     for effect in runner.session.state.start() {
         if let Effect::Launch(spec) = effect {
             runner.engine(|e| e.launch(spec));

@@ -40,6 +40,8 @@ pub struct SessionConfig {
     pub replay: Option<ReplaySource>,
     /// `--color`: the console's theme.
     pub color: ColorChoice,
+    /// Prompts go through the tokenizer's chat template (`launch --chat`).
+    pub chat: bool,
 }
 
 /// Whether this process can run the console: a terminal on both stdin and stdout, of a kind
@@ -54,6 +56,12 @@ fn term_can_draw(term: Option<&str>) -> bool {
     !matches!(term.map(str::trim), None | Some("") | Some("dumb"))
 }
 
+/// The wall-clock time (Unix seconds) of the sink's epoch.
+fn wall_epoch(sink: &EventSink) -> f64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    now - sink.now()
+}
+
 /// Run a session. `start` gets the event sink and returns the engine to drive, or `None`
 /// when the events come from elsewhere (a replay producer it started on the sink).
 pub fn run_session(
@@ -64,6 +72,7 @@ pub fn run_session(
     // Configuration errors are reported before the terminal changes mode.
     let keymap = Keymap::load(config.keymap.as_deref())?;
     let layout = Layout::resolve(config.layout.as_deref().unwrap_or("default"))?;
+    let layout_given = config.layout.is_some();
     let recorder = config.event_log.as_deref().map(Recorder::create).transpose().context("--event-log")?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = runtime.block_on(async move {
@@ -80,6 +89,9 @@ pub fn run_session(
             prompt: config.prompt,
             max_new_tokens: config.max_new_tokens,
             replay: config.replay,
+            chat: config.chat,
+            size_layout: !layout_given,
+            wall_epoch: engine.is_some().then(|| wall_epoch(&sink)),
         };
         let state = State::new(config.spec, options, keymap, Layout::cycle_starting_with(layout));
         let session = Session { state, engine, sink, recorder };
@@ -94,6 +106,11 @@ pub fn run_session(
         };
         anyhow::Ok(outcome)
     })?;
+    // The terminal is back to normal here: the line the session fixed stays on screen to paste.
+    let spec = outcome.state.spec();
+    if interactive && !spec.applied.is_empty() {
+        println!("specdeck: the fixed command ({}):\n{}", spec.applied.join(", "), spec.fixed_command());
+    }
     match outcome.recorder_error {
         Some(e) => {
             eprintln!("specdeck: the event log stopped early: {e}");

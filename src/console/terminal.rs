@@ -12,6 +12,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::app::State;
+use super::clipboard::ClipboardBackend;
 use super::panes;
 use super::run::{Frontend, UserInput};
 use super::theme::Theme;
@@ -63,7 +64,7 @@ impl<'a, B: Backend> TerminalFrontend<'a, B> {
     }
 }
 
-impl<B: Backend> Frontend for TerminalFrontend<'_, B> {
+impl<B: Backend + ClipboardBackend> Frontend for TerminalFrontend<'_, B> {
     fn draw(&mut self, state: &State) -> io::Result<()> {
         if self.lost {
             return Ok(());
@@ -77,6 +78,15 @@ impl<B: Backend> Frontend for TerminalFrontend<'_, B> {
 
     fn lost(&mut self) {
         self.lost = true;
+    }
+
+    fn size(&self) -> Option<(u16, u16)> {
+        self.terminal.size().ok().map(|s| (s.width, s.height))
+    }
+
+    /// Through the backend, so the sequence reaches the terminal between frames.
+    fn copy(&mut self, text: &str) -> io::Result<()> {
+        self.terminal.backend_mut().set_clipboard(text)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Small text helpers shared by the panes and the config readers.
 
-use unicode_width::UnicodeWidthChar;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// The 1-based line of a byte offset in `text`.
 pub fn line_of_offset(text: &str, offset: usize) -> usize {
@@ -46,9 +46,61 @@ pub fn wrap_runs<T: Copy + PartialEq>(runs: impl IntoIterator<Item = (impl AsRef
     rows
 }
 
+/// Word wrap for prose and command lines: rows of at most `width` columns (8 at least),
+/// broken at spaces. A word wider than a row (a path, an env-var name) goes on rows of its
+/// own, broken after a `_ / - . , = :` where one fits and cut only where none does.
+pub fn wrap_words(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(8);
+    let mut rows = Vec::new();
+    let mut row = String::new();
+    for word in text.split_whitespace() {
+        let needed = if row.is_empty() { word.width() } else { row.width() + 1 + word.width() };
+        if needed <= width {
+            if !row.is_empty() {
+                row.push(' ');
+            }
+            row.push_str(word);
+            continue;
+        }
+        if !row.is_empty() {
+            rows.push(std::mem::take(&mut row));
+        }
+        let mut rest = word;
+        while rest.width() > width {
+            let cut = break_point(rest, width);
+            rows.push(rest[..cut].to_string());
+            rest = &rest[cut..];
+        }
+        row = rest.to_string();
+    }
+    if !row.is_empty() {
+        rows.push(row);
+    }
+    rows
+}
+
+/// Where to break a word wider than `width`: after the last separator that fits, else at
+/// the width.
+fn break_point(word: &str, width: usize) -> usize {
+    let mut used = 0;
+    let mut fits = 0;
+    let mut after_separator = None;
+    for (i, c) in word.char_indices() {
+        used += c.width().unwrap_or(0);
+        if used > width {
+            break;
+        }
+        fits = i + c.len_utf8();
+        if "_/-.,=:".contains(c) {
+            after_separator = Some(fits);
+        }
+    }
+    after_separator.unwrap_or(fits.max(word.chars().next().map_or(0, char::len_utf8)))
+}
+
 /// Cut a string to at most `width` columns, ending with `…` when cut.
 pub fn truncate(text: &str, width: usize) -> String {
-    if unicode_width::UnicodeWidthStr::width(text) <= width {
+    if text.width() <= width {
         return text.to_string();
     }
     let mut out = String::new();
@@ -82,6 +134,16 @@ mod tests {
     fn runs_wrap_at_width_and_keep_tags() {
         let rows = wrap_runs([("abc", 1u8), ("de\nf", 2u8)], 4);
         assert_eq!(rows, vec![vec![("abc".to_string(), 1), ("d".to_string(), 2)], vec![("e".to_string(), 2)], vec![("f".to_string(), 2)],]);
+    }
+
+    #[test]
+    fn words_wrap_whole_and_long_tokens_break_after_a_separator() {
+        assert_eq!(wrap_words("the quick brown fox", 10), ["the quick", "brown fox"]);
+        assert_eq!(wrap_words("abcdefghijkl xy", 8), ["abcdefgh", "ijkl xy"]);
+        assert_eq!(
+            wrap_words("set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 now", 20),
+            ["set", "SGLANG_ALLOW_", "OVERWRITE_LONGER_", "CONTEXT_LEN=1 now"]
+        );
     }
 
     #[test]

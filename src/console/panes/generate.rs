@@ -9,6 +9,7 @@ use ratatui::widgets::{Paragraph, Widget};
 use tui_input::{Input as TextInput, InputRequest};
 
 use super::pane::{bar, Pane};
+use crate::console::scroll::Scroll;
 use crate::console::text::{truncate, wrap_runs};
 use crate::event::GenerationStats;
 
@@ -19,12 +20,24 @@ pub struct Generate {
     generation: Generation,
     /// A prompt given up front is sent once, at the first ready.
     auto_send: bool,
+    /// Prompts go through the tokenizer's chat template.
+    chat: bool,
 }
 
 impl Generate {
-    pub(crate) fn new(prompt: Option<String>) -> Generate {
+    pub(crate) fn new(prompt: Option<String>, chat: bool) -> Generate {
         let auto_send = prompt.is_some();
-        Generate { prompt: TextInput::new(prompt.unwrap_or_default()), generation: Generation::default(), auto_send }
+        Generate { prompt: TextInput::new(prompt.unwrap_or_default()), generation: Generation::default(), auto_send, chat }
+    }
+
+    pub fn chat(&self) -> bool {
+        self.chat
+    }
+
+    /// Chat template on or off; returns the new setting.
+    pub(crate) fn toggle_chat(&mut self) -> bool {
+        self.chat = !self.chat;
+        self.chat
     }
 
     pub fn prompt(&self) -> &str {
@@ -143,15 +156,19 @@ pub(super) enum Prompting {
     Ready,
 }
 
-pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, prompting: Prompting, buf: &mut Buffer) {
+pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, prompting: Prompting, inserting: bool, scroll: Scroll, buf: &mut Buffer) {
     let theme = pane.theme;
-    let title = Line::from(vec![
+    let mut title = vec![
         Span::styled(" Generate · ", theme.title()),
         Span::styled("draft-accepted", theme.drafted_token()),
         Span::styled(" / ", theme.title()),
         Span::styled("target", theme.target_token()),
         Span::styled(" tokens ", theme.title()),
-    ]);
+    ];
+    if generate.chat {
+        title.push(Span::styled("· chat ", theme.title()));
+    }
+    let title = Line::from(title);
     let inner = pane.frame(title, buf);
     let generation = &generate.generation;
     let hist = generation.accept_histogram();
@@ -159,13 +176,14 @@ pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, prompting: Prompting, b
     let [prompt_area, output_area, stats_area, hist_area] =
         Layout::vertical([Constraint::Length(1), Constraint::Fill(1), Constraint::Length(1), Constraint::Length(hist_rows as u16)])
             .areas(inner);
-    draw_prompt(pane, &generate.prompt, prompt_area, buf);
+    draw_prompt(pane, &generate.prompt, inserting, prompt_area, buf);
     let width = output_area.width as usize;
     let runs = generation.pieces.iter().map(|(text, drafted)| (text.as_str(), *drafted));
     let rows = if generation.pieces.is_empty() { Vec::new() } else { wrap_runs(runs, width) };
-    // Show the tail: the newest text stays in view as it streams.
-    let start = rows.len().saturating_sub(output_area.height as usize);
-    let lines: Vec<Line> = rows[start..]
+    // Show the tail: the newest text stays in view as it streams, unless scrolled back.
+    let start = scroll.top(rows.len(), output_area.height as usize, rows.len());
+    let end = (start + output_area.height as usize).min(rows.len());
+    let lines: Vec<Line> = rows[start..end]
         .iter()
         .map(|row| {
             Line::from(
@@ -190,7 +208,7 @@ pub(super) fn draw(pane: &Pane<'_>, generate: &Generate, prompting: Prompting, b
     draw_histogram(pane, hist, hist_rows, hist_area, buf);
 }
 
-fn draw_prompt(pane: &Pane<'_>, prompt: &TextInput, area: ratatui::layout::Rect, buf: &mut Buffer) {
+fn draw_prompt(pane: &Pane<'_>, prompt: &TextInput, inserting: bool, area: ratatui::layout::Rect, buf: &mut Buffer) {
     let theme = pane.theme;
     // The prompt is one line on screen; show its newlines as ↵ (one cell each, so the
     // cursor arithmetic is unchanged).
@@ -198,7 +216,7 @@ fn draw_prompt(pane: &Pane<'_>, prompt: &TextInput, area: ratatui::layout::Rect,
     let value = value.as_str();
     let width = (area.width as usize).saturating_sub(3);
     let mut spans = vec![Span::styled("> ", theme.key())];
-    if pane.focused {
+    if inserting {
         let cursor = prompt.visual_cursor();
         let scroll = prompt.visual_scroll(width);
         let shown: String = value.chars().skip(scroll).collect();
@@ -237,11 +255,12 @@ fn draw_histogram(pane: &Pane<'_>, hist: &[u64], rows: usize, area: ratatui::lay
     }
     let max = hist.iter().copied().max().unwrap_or(0).max(1);
     let width = area.width as usize;
-    let lines: Vec<Line> = hist
-        .iter()
-        .enumerate()
-        .skip(1)
-        .take(rows)
+    // The top bucket (every draft token accepted) stays when the rows run out.
+    let top = hist.len() - 1;
+    let shown = (1..hist.len()).take(rows.saturating_sub(1)).chain((rows > 0).then_some(top)).collect::<std::collections::BTreeSet<_>>();
+    let lines: Vec<Line> = shown
+        .into_iter()
+        .map(|len| (len, &hist[len]))
         .map(|(len, &count)| {
             let lead = format!("accept {len:>2} ");
             let tail = format!(" {count}");
@@ -264,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_replayed_prompt_fills_the_input_and_starts_the_generation() {
-        let mut g = Generate::new(None);
+        let mut g = Generate::new(None, false);
         g.on_prompt(3.0, "To be".into());
         assert_eq!((g.prompt(), g.generation.prompt.as_str(), g.generation.sent_t), ("To be", "To be", 3.0));
         assert!(g.generation.active);

@@ -1,6 +1,7 @@
-//! GPUs: memory used/total as a bar, utilisation, temperature and power for each GPU, from
-//! the NVML sampler; or the one line saying there is none and the CPU engine is in use. A
-//! replayed text log brings its own GPUs instead: the memory its lines state, per TP rank.
+//! GPUs: memory used/total as a bar, utilisation, temperature and power for each GPU, under
+//! column headers (dropped before a GPU row is), from the NVML sampler; or the one line saying
+//! there is none and the CPU engine is in use. A replayed text log brings its own GPUs instead:
+//! the memory its lines state, per TP rank.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget, Wrap};
 
 use super::pane::{bar, fmt_bytes, Pane};
+use crate::console::scroll::Scroll;
 use crate::console::text::truncate;
 use crate::event::GpuSample;
 
@@ -52,9 +54,9 @@ impl Gpus {
     }
 }
 
-pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, buf: &mut Buffer) {
+pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, scroll: Scroll, buf: &mut Buffer) {
     if gpus.samples.is_empty() && !gpus.logged.is_empty() {
-        return draw_logged(pane, &gpus.logged, buf);
+        return draw_logged(pane, &gpus.logged, scroll, buf);
     }
     let title = match gpus.samples.len() {
         0 => " GPUs ".to_string(),
@@ -67,9 +69,22 @@ pub(super) fn draw(pane: &Pane<'_>, gpus: &Gpus, buf: &mut Buffer) {
         return;
     }
     let width = inner.width as usize;
-    let rows: Vec<Line> = gpus.samples.iter().map(|g| gpu_row(pane, g, width)).collect();
+    let height = inner.height as usize;
+    let mut rows: Vec<Line> = Vec::new();
+    let with_header = height > gpus.samples.len();
+    if with_header {
+        let header =
+            format!("{:>2} {:<12} {:<width$}{}", "#", "name", "memory", TAIL_HEADER, width = width.saturating_sub(16 + TAIL_HEADER.len()));
+        rows.push(Line::styled(truncate(&header, width), pane.theme.dim()));
+    }
+    let body = height - usize::from(with_header);
+    let top = scroll.top(gpus.samples.len(), body, 0);
+    rows.extend(gpus.samples.iter().skip(top).take(body).map(|g| gpu_row(pane, g, width)));
     Paragraph::new(rows).render(inner, buf);
 }
+
+/// The headers of the columns after the memory bar, as wide as `gpu_row`'s tail.
+const TAIL_HEADER: &str = " util  temp  power";
 
 fn gpu_row<'a>(pane: &Pane<'_>, g: &GpuSample, width: usize) -> Line<'a> {
     let lead = format!("{:>2} {:<12} ", g.index, truncate(&g.name, 12));
@@ -91,12 +106,14 @@ fn gpu_row<'a>(pane: &Pane<'_>, g: &GpuSample, width: usize) -> Line<'a> {
 
 /// A replay's GPUs: what the log says of each rank's memory, used of total as a bar where it
 /// gives the total, else the free memory alone. The log says nothing of load, heat or power.
-fn draw_logged(pane: &Pane<'_>, logged: &BTreeMap<u32, LoggedMemory>, buf: &mut Buffer) {
+fn draw_logged(pane: &Pane<'_>, logged: &BTreeMap<u32, LoggedMemory>, scroll: Scroll, buf: &mut Buffer) {
     let title = format!(" GPUs · {} in the log ", logged.len());
     let inner = pane.frame(Line::styled(title, pane.theme.title()), buf);
     let width = inner.width as usize;
+    let top = scroll.top(logged.len(), inner.height as usize, 0);
     let rows: Vec<Line> = logged
         .iter()
+        .skip(top)
         .map(|(&gpu, m)| {
             let lead = format!("{gpu:>2} TP{gpu:<10} ");
             let free = m.free_bytes.map(|f| format!(" {} free", fmt_bytes(f))).unwrap_or_default();

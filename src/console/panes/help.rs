@@ -6,9 +6,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Widget};
 
 use crate::console::keymap::Keymap;
+use crate::console::scroll::Scroll;
 use crate::console::theme::Theme;
 
-pub(super) fn draw(keymap: &Keymap, engine_attached: bool, theme: &Theme, area: Rect, buf: &mut Buffer) {
+pub(super) fn draw(keymap: &Keymap, engine_attached: bool, scroll: Scroll, theme: &Theme, area: Rect, buf: &mut Buffer) {
     // A replay has no prompt to type into: only the search takes text.
     let typing = if engine_attached {
         " In the prompt and the search, letters type; Enter sends; Tab leaves "
@@ -21,7 +22,11 @@ pub(super) fn draw(keymap: &Keymap, engine_attached: bool, theme: &Theme, area: 
         .into_iter()
         .map(|(keys, what)| Line::from(vec![Span::styled(format!(" {keys:<key_width$}  "), theme.key()), Span::raw(what)]))
         .collect();
-    let height = (lines.len() as u16 + 2).min(area.height);
+    // The status bar stays in view below (a replay's title is there).
+    let height = (lines.len() as u16 + 2).min(area.height.saturating_sub(1));
+    // The scroll keys move the list when it is taller than the screen.
+    let top = scroll.top(lines.len(), usize::from(height.saturating_sub(2)), 0);
+    let lines: Vec<Line> = lines.into_iter().skip(top).collect();
     let width = area.width.saturating_sub(4).min(90);
     let [popup] = Layout::horizontal([Constraint::Length(width)]).flex(Flex::Center).areas(area);
     let [popup] = Layout::vertical([Constraint::Length(height)]).flex(Flex::Center).areas(popup);

@@ -20,7 +20,7 @@ pub use pane::fmt_secs;
 use pane::Pane;
 
 use super::app::State;
-use super::layout::PaneKind;
+use super::layout::{PaneKind, Slot};
 use super::theme::Theme;
 use crate::phase::PhaseId;
 
@@ -41,12 +41,16 @@ pub fn draw_buffer(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
         return;
     }
     let screen = state.screen();
-    for (index, slot) in screen.layout().slots(area).into_iter().enumerate() {
+    for (index, slot) in shown_slots(state, area) {
         let pane = Pane { theme, area: slot.area, focused: index == screen.focus() && !screen.help_open() };
         match state.shown_pane(&slot.panes) {
-            PaneKind::Phases => phases::draw(&pane, state.phases(), state.attempt(), state.now(), buf),
-            PaneKind::Gpus => gpus::draw(&pane, state.gpus(), buf),
-            PaneKind::Log => log::draw(&pane, state.log(), buf),
+            PaneKind::Phases => {
+                let fixed = (!state.spec().applied.is_empty()).then(|| state.spec().fixed_command());
+                let view = phases::View { attempt: state.attempt(), now: state.now(), fixed, scroll: screen.scroll(PaneKind::Phases) };
+                phases::draw(&pane, state.phases(), &view, buf)
+            }
+            PaneKind::Gpus => gpus::draw(&pane, state.gpus(), screen.scroll(PaneKind::Gpus), buf),
+            PaneKind::Log => log::draw(&pane, state.log(), state.wall_epoch(), buf),
             PaneKind::Diagnosis => {
                 let preflight = state.phases().state_of(PhaseId::Preflight);
                 diagnosis::draw(&pane, state.diagnosis(), state.keymap(), state.attempt(), preflight, buf)
@@ -57,12 +61,32 @@ pub fn draw_buffer(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
                     (true, false) => generate::Prompting::NotReady,
                     (true, true) => generate::Prompting::Ready,
                 };
-                generate::draw(&pane, state.generate(), prompt, buf)
+                generate::draw(&pane, state.generate(), prompt, state.inserting(), screen.scroll(PaneKind::Generate), buf)
             }
             PaneKind::Status => status::draw(&pane, state, buf),
         }
     }
     if screen.help_open() {
-        help::draw(state.keymap(), state.engine_attached(), theme, area, buf);
+        help::draw(state.keymap(), state.engine_attached(), screen.help_scroll(), theme, area, buf);
     }
+}
+
+/// The slots to draw, with their index in the layout: all of them, or the focused one over
+/// the whole screen with the status bar kept at the bottom when zoomed.
+fn shown_slots(state: &State, area: Rect) -> Vec<(usize, Slot)> {
+    let screen = state.screen();
+    let slots = screen.layout().slots(area);
+    if !screen.zoomed() {
+        return slots.into_iter().enumerate().collect();
+    }
+    let status = slots.iter().position(|s| s.panes == [PaneKind::Status]);
+    let bar = u16::from(status.is_some());
+    let mut shown = Vec::new();
+    if let Some(focused) = slots.get(screen.focus()) {
+        shown.push((screen.focus(), Slot { panes: focused.panes.clone(), area: Rect { height: area.height - bar, ..area } }));
+    }
+    if let Some(i) = status {
+        shown.push((i, Slot { panes: vec![PaneKind::Status], area: Rect { y: area.bottom() - 1, height: 1, ..area } }));
+    }
+    shown
 }

@@ -1,6 +1,6 @@
 //! Phases: the start-up timeline with state and elapsed time per phase, load gauges (bytes,
-//! rate, ETA; one per GPU when sharded), a gauge per graph-capture batch size, and the
-//! ready time of a relaunch next to the cold start.
+//! rate, ETA; one per GPU when sharded), a gauge per graph-capture batch size, the ready time
+//! of a relaunch next to the cold start, and the fixed command once a remedy is applied.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
 use super::pane::{bar, fmt_bytes, fmt_secs, Pane};
-use crate::console::text::truncate;
+use crate::console::scroll::Scroll;
+use crate::console::text::{truncate, wrap_words};
 use crate::event::{PhaseState, ProgressUnit};
 use crate::phase::PhaseId;
 
@@ -160,7 +161,17 @@ impl Phases {
     }
 }
 
-pub(super) fn draw(pane: &Pane<'_>, phases: &Phases, attempt: u32, now: f64, buf: &mut Buffer) {
+/// What the pane shows besides the phases' own state.
+pub(super) struct View {
+    pub attempt: u32,
+    pub now: f64,
+    /// The launch line with the applied remedies, once there are any.
+    pub fixed: Option<String>,
+    pub scroll: Scroll,
+}
+
+pub(super) fn draw(pane: &Pane<'_>, phases: &Phases, view: &View, buf: &mut Buffer) {
+    let (attempt, now) = (view.attempt, view.now);
     let title = match attempt {
         0 => " Phases ".to_string(),
         1 => " Phases · launch ".to_string(),
@@ -181,9 +192,16 @@ pub(super) fn draw(pane: &Pane<'_>, phases: &Phases, attempt: u32, now: f64, buf
         }
     }
     rows.extend(ready_rows(pane, phases));
-    // Keep the phase in progress (or the one that failed) in view when rows do not fit.
+    if let Some(fixed) = &view.fixed {
+        rows.push(Line::styled("fixed command (y copies it):", pane.theme.title()));
+        rows.extend(wrap_words(fixed, width.saturating_sub(2)).into_iter().map(|row| Line::raw(format!("  {row}"))));
+    }
+    // Keep the phase in progress (or the one that failed) in view when rows do not fit; once
+    // ready, the end: the ready times and all of the fixed command.
     let height = inner.height as usize;
-    let start = if rows.len() <= height { 0 } else { current.saturating_sub(height / 2).min(rows.len() - height) };
+    let ready = phases.state_of(PhaseId::Ready) == Some(PhaseState::Done);
+    let own = if ready { rows.len() } else { current.saturating_sub(height / 2) };
+    let start = view.scroll.top(rows.len(), height, own);
     let shown: Vec<Line> = rows.into_iter().skip(start).take(height).collect();
     Paragraph::new(shown).render(inner, buf);
 }
@@ -246,7 +264,7 @@ fn gauges<'a>(pane: &Pane<'_>, phases: &Phases, phase: PhaseId, width: usize) ->
                     _ => truncate(&c.label, 8),
                 };
                 let figures = format!(" {}/{}", c.done, c.total);
-                gauge_line(pane, label, fraction(c.done, c.total), figures, width)
+                gauge_line(pane, label, fraction(c.done, c.total), &[figures], width)
             })
             .collect(),
     }
@@ -267,22 +285,26 @@ fn byte_gauge<'a>(pane: &Pane<'_>, gpu: Option<u32>, counters: &[&Counter], runn
     let t0 = counters.iter().map(|c| c.first_t).fold(f64::INFINITY, f64::min);
     let t1 = counters.iter().map(|c| c.last_t).fold(f64::NEG_INFINITY, f64::max);
     let rate = if t1 > t0 { Some(moved as f64 / (t1 - t0)) } else { None };
-    let mut figures = format!(" {}/{}", fmt_bytes(done), fmt_bytes(total));
-    if let Some(r) = rate {
-        figures.push_str(&format!(" {}/s", fmt_bytes(r as u64)));
-        if running && done < total && r > 0.0 {
-            figures.push_str(&format!(" ETA {}", fmt_secs((total - done) as f64 / r)));
-        }
-    }
+    let amount = format!(" {}/{}", fmt_bytes(done), fmt_bytes(total));
+    let rate_text = rate.map(|r| format!(" {}/s", fmt_bytes(r as u64))).unwrap_or_default();
+    let eta = match rate {
+        Some(r) if running && done < total && r > 0.0 => format!(" ETA {}", fmt_secs((total - done) as f64 / r)),
+        _ => String::new(),
+    };
     let label = match gpu {
         Some(g) => format!("gpu{g}"),
         None => "load".to_string(),
     };
-    gauge_line(pane, label, fraction(done, total), figures, width)
+    // The rate goes before the ETA when they do not both fit.
+    let figures = [format!("{amount}{rate_text}{eta}"), format!("{amount}{eta}"), amount];
+    gauge_line(pane, label, fraction(done, total), &figures, width)
 }
 
-fn gauge_line<'a>(pane: &Pane<'_>, label: String, fraction: f64, figures: String, width: usize) -> Line<'a> {
+/// A gauge with the first of `figures` (fullest first) that fits beside the narrowest bar.
+fn gauge_line<'a>(pane: &Pane<'_>, label: String, fraction: f64, figures: &[String], width: usize) -> Line<'a> {
     let lead = format!("    {label:<8}");
+    let room = width.saturating_sub(lead.chars().count() + 4);
+    let figures = figures.iter().find(|f| f.chars().count() <= room).unwrap_or(&figures[figures.len() - 1]).clone();
     let bar_width = width.saturating_sub(lead.chars().count() + figures.chars().count()).clamp(4, 30);
     let (filled, empty) = bar(bar_width, fraction);
     Line::from(vec![

@@ -13,7 +13,7 @@ use crate::console::action::Action;
 use crate::console::excerpt::window;
 use crate::console::keymap::Keymap;
 use crate::console::panes::pane::Pane;
-use crate::console::text::{truncate, wrap_runs};
+use crate::console::text::{truncate, wrap_words};
 use crate::event::PhaseState;
 use crate::finding::{Evidence, Finding, Severity, Side};
 use crate::spec::SpecChange;
@@ -43,22 +43,23 @@ pub(in crate::console::panes) fn draw(
     let width = inner.width as usize;
     let height = inner.height as usize;
     let columns = quoted_files(d, finding);
-    let message = word_wrap(&finding.message, width);
+    let message = wrap_words(&finding.message, width);
     let other = other_evidence(pane, d, finding, &columns, width);
     let remedies = remedies(pane, keymap, finding, width);
     let descriptions: usize = remedies.iter().map(|(_, d)| d.len()).sum();
-    let marked_rows = if columns.is_empty() { 0 } else { 1 + marked_count(d, finding) };
+    let arrangement = Arrangement::new(d, finding, &columns, width);
+    let marked_rows = arrangement.evidence_rows();
 
-    // Share the height in order of importance: what is wrong and the fixes first, then the
-    // evidence lines, then context.
+    // Share the height in order of importance: what is wrong (the finding, the files, the
+    // keys and both values) first, then the fixes, then context.
     let mut budget = Budget { left: height };
-    budget.take(1 + remedies.iter().map(|(lines, _)| lines.len()).sum::<usize>()); // header, remedies
-    let mut excerpt_rows = budget.take(marked_rows.min(2));
+    budget.take(1); // the header: severity and id
     let mut message_rows = budget.take(1);
-    excerpt_rows += budget.take(marked_rows.saturating_sub(excerpt_rows));
+    let mut excerpt_rows = budget.take(marked_rows);
+    let other_rows = budget.take(other.len());
+    budget.take(remedies.iter().map(|(lines, _)| lines.len()).sum::<usize>());
     message_rows += budget.take(message.len().min(2).saturating_sub(message_rows));
     let remedy_title = budget.take(1);
-    let other_rows = budget.take(other.len());
     message_rows += budget.take(message.len().min(4).saturating_sub(message_rows));
     if !columns.is_empty() {
         // Three lines of context around each evidence line.
@@ -77,7 +78,7 @@ pub(in crate::console::panes) fn draw(
         lines.push(Line::raw(""));
     }
     if excerpt_rows > 0 {
-        lines.extend(excerpts(pane, d, finding, &columns, width, excerpt_rows));
+        lines.extend(arrangement.excerpts(pane, d, finding, &columns, excerpt_rows));
     }
     lines.extend(other.into_iter().take(other_rows));
     if gaps > 1 {
@@ -131,21 +132,6 @@ fn clip(mut rows_of_text: Vec<String>, rows: usize, width: usize) -> Vec<String>
     rows_of_text
 }
 
-/// How many evidence lines the taller excerpt column highlights.
-fn marked_count(d: &Diagnosis, f: &Finding) -> usize {
-    quoted_files(d, f)
-        .iter()
-        .map(|(_, file)| match d.files.get(file) {
-            Some(SourceFile::Loaded { marks, .. }) => {
-                f.evidence.iter().filter(|e| e.file == *file && marks.get(&e.key).copied().flatten().is_some()).count()
-            }
-            _ => 1,
-        })
-        .max()
-        .unwrap_or(0)
-        .max(1)
-}
-
 fn idle_text(attempt: u32, preflight: Option<PhaseState>) -> String {
     match (attempt, preflight) {
         (0, _) => "Waiting for the first launch…".into(),
@@ -172,33 +158,6 @@ fn header<'a>(pane: &Pane<'_>, f: &Finding, seen: Option<String>) -> Vec<Line<'a
         spans.push(Span::styled(format!(" · {seen}"), theme.dim()));
     }
     vec![Line::from(spans)]
-}
-
-/// Word wrap for prose (messages, descriptions); long words are cut.
-fn word_wrap(text: &str, width: usize) -> Vec<String> {
-    let width = width.max(8);
-    let mut rows = Vec::new();
-    let mut row = String::new();
-    for word in text.split_whitespace() {
-        let needed = if row.is_empty() { word.width() } else { row.width() + 1 + word.width() };
-        if needed > width && !row.is_empty() {
-            rows.push(std::mem::take(&mut row));
-        }
-        if !row.is_empty() {
-            row.push(' ');
-        }
-        row.push_str(word);
-        if row.width() > width {
-            for piece in wrap_runs([(row.as_str(), ())], width) {
-                rows.push(piece.into_iter().map(|(s, _)| s).collect());
-            }
-            row = rows.pop().unwrap_or_default();
-        }
-    }
-    if !row.is_empty() {
-        rows.push(row);
-    }
-    rows
 }
 
 /// The files quoted side by side: the first target file, then the first draft file (or the
@@ -265,25 +224,93 @@ fn column_rows(d: &Diagnosis, f: &Finding, side: Side, file: &str, height: usize
         .collect()
 }
 
-fn excerpts<'a>(pane: &Pane<'_>, d: &Diagnosis, f: &Finding, files: &[(Side, String)], width: usize, height: usize) -> Vec<Line<'a>> {
-    if files.is_empty() {
+/// How the quoted files sit: side by side, or one above the other when an evidence line
+/// would need more rows in half the width (its key and value must stay readable).
+struct Arrangement {
+    stacked: bool,
+    col_width: usize,
+    /// Per file: the row naming it and its evidence lines, as fitted.
+    evidence: Vec<usize>,
+}
+
+impl Arrangement {
+    fn new(d: &Diagnosis, f: &Finding, files: &[(Side, String)], width: usize) -> Arrangement {
+        let evidence_at = |w: usize| files.iter().map(|(side, file)| 1 + fit_column(evidence_only(d, f, *side, file), w).len()).collect::<Vec<_>>();
+        let full = evidence_at(width);
+        if files.len() < 2 {
+            return Arrangement { stacked: false, col_width: width, evidence: full };
+        }
+        let half = width.saturating_sub(GAP.width()) / 2;
+        let side = evidence_at(half);
+        let stacked = side.iter().zip(&full).any(|(s, f)| s > f);
+        match stacked {
+            true => Arrangement { stacked, col_width: width, evidence: full },
+            false => Arrangement { stacked, col_width: half, evidence: side },
+        }
+    }
+
+    /// The rows the file names and the evidence lines take.
+    fn evidence_rows(&self) -> usize {
+        match self.stacked {
+            true => self.evidence.iter().sum(),
+            false => self.evidence.iter().copied().max().unwrap_or(0),
+        }
+    }
+
+    /// The excerpts in `height` rows, the evidence lines first and context with the rest.
+    fn excerpts<'a>(&self, pane: &Pane<'_>, d: &Diagnosis, f: &Finding, files: &[(Side, String)], height: usize) -> Vec<Line<'a>> {
+        if !self.stacked {
+            return side_by_side(pane, d, f, files, self.col_width, height);
+        }
+        let extra = height.saturating_sub(self.evidence_rows());
+        let first = (self.evidence[0] + extra / 2).min(height);
+        let mut lines = side_by_side(pane, d, f, &files[..1], self.col_width, first);
+        lines.extend(side_by_side(pane, d, f, &files[1..], self.col_width, height - first));
+        lines
+    }
+}
+
+/// The evidence lines of a file alone (or the one row saying it is not read).
+fn evidence_only(d: &Diagnosis, f: &Finding, side: Side, file: &str) -> Vec<Option<(String, String, bool)>> {
+    let rows = column_rows(d, f, side, file, f.evidence.len().max(1));
+    let marked: Vec<_> = rows.iter().filter(|r| r.as_ref().is_some_and(|(_, _, mark)| *mark)).cloned().collect();
+    if marked.is_empty() {
+        rows.into_iter().flatten().take(1).map(Some).collect()
+    } else {
+        marked
+    }
+}
+
+/// A column's rows fitted to `width` in at most `body` rows: the window of source lines
+/// shrinks until the wrapped evidence lines fit, so none is cut.
+fn fitted_column(d: &Diagnosis, f: &Finding, side: Side, file: &str, body: usize, width: usize) -> Vec<Option<(String, String, bool)>> {
+    let mut source_rows = body;
+    loop {
+        let mut rows = fit_column(column_rows(d, f, side, file, source_rows), width);
+        if rows.len() <= body || source_rows <= 1 {
+            rows.truncate(body);
+            return rows;
+        }
+        source_rows -= (rows.len() - body).min(source_rows - 1);
+    }
+}
+
+fn side_by_side<'a>(
+    pane: &Pane<'_>,
+    d: &Diagnosis,
+    f: &Finding,
+    files: &[(Side, String)],
+    col_width: usize,
+    height: usize,
+) -> Vec<Line<'a>> {
+    if files.is_empty() || height == 0 {
         return Vec::new();
     }
     let theme = pane.theme;
-    let col_width = match files.len() {
-        1 => width,
-        _ => width.saturating_sub(GAP.width()) / 2,
-    };
     // `height` counts the row naming the files.
     let body = height.saturating_sub(1);
-    let columns: Vec<Vec<Option<(String, String, bool)>>> = files
-        .iter()
-        .map(|(side, file)| {
-            let mut rows = fit_column(column_rows(d, f, *side, file, body), col_width);
-            rows.truncate(body);
-            rows
-        })
-        .collect();
+    let columns: Vec<Vec<Option<(String, String, bool)>>> =
+        files.iter().map(|(side, file)| fitted_column(d, f, *side, file, body, col_width)).collect();
     let mut lines = Vec::new();
     let headers: Vec<Vec<Span>> = files
         .iter()
@@ -331,7 +358,7 @@ fn fit_column(rows: Vec<Option<(String, String, bool)>>, width: usize) -> Vec<Op
         }
         let blank = " ".repeat(gutter.width());
         // Break at spaces first, so a key and its value stay whole where they fit.
-        for (i, piece) in word_wrap(&text, room).into_iter().enumerate() {
+        for (i, piece) in wrap_words(&text, room).into_iter().enumerate() {
             out.push(Some((if i == 0 { gutter.clone() } else { blank.clone() }, piece, true)));
         }
     }
@@ -385,17 +412,21 @@ fn remedies<'a>(pane: &Pane<'_>, keymap: &Keymap, f: &Finding, width: usize) -> 
         .map(|(i, r)| {
             let key = keymap.hint(&Action::ApplyRemedy(i as u8 + 1)).unwrap_or_else(|| "-".into());
             let changes: Vec<String> = r.changes.iter().map(SpecChange::describe).collect();
+            let changes = changes.join("; ");
             let lead = format!(" {key:>2}  {}  ", r.id);
-            let room = width.saturating_sub(lead.width()).max(8);
-            // What a remedy changes is the point of the line: wrap it, never cut it.
-            let mut rows = word_wrap(&changes.join("; "), room).into_iter();
+            let longest = changes.split_whitespace().map(UnicodeWidthStr::width).max().unwrap_or(0);
+            // What a remedy changes is the point of the line: wrap it, never cut it, and
+            // under the id when a word of it would not fit beside it.
+            let indent = if longest > width.saturating_sub(lead.width()) { 6 } else { lead.width() };
+            let mut rows = wrap_words(&changes, width.saturating_sub(indent)).into_iter();
+            let first = if indent == lead.width() { rows.next().unwrap_or_default() } else { String::new() };
             let mut lines = vec![Line::from(vec![
                 Span::styled(format!(" {key:>2}  "), theme.key()),
                 Span::styled(format!("{}  ", r.id), theme.title()),
-                Span::raw(rows.next().unwrap_or_default()),
+                Span::raw(first),
             ])];
-            lines.extend(rows.map(|row| Line::raw(format!("{}{row}", " ".repeat(lead.width())))));
-            let description = word_wrap(&r.description, width.saturating_sub(6))
+            lines.extend(rows.map(|row| Line::raw(format!("{}{row}", " ".repeat(indent)))));
+            let description = wrap_words(&r.description, width.saturating_sub(6))
                 .into_iter()
                 .map(|row| Line::styled(format!("      {row}"), theme.dim()))
                 .collect();
@@ -407,12 +438,6 @@ fn remedies<'a>(pane: &Pane<'_>, keymap: &Keymap, f: &Finding, width: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prose_wraps_at_words_and_cuts_long_words() {
-        assert_eq!(word_wrap("the quick brown fox", 10), ["the quick", "brown fox"]);
-        assert_eq!(word_wrap("abcdefghijkl xy", 8), ["abcdefgh", "ijkl xy"]);
-    }
 
     #[test]
     fn paths_keep_their_last_two_components() {
