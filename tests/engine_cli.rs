@@ -158,7 +158,9 @@ fn generate_and_bench_stop_at_a_hidden_size_mismatch_before_anything_loads() {
         let out = specdeck(&[command, &pair[..]].concat());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{}: {err}", command[0]);
-        assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+        // --json: the findings as a JSON error object on stdout (tests/cli.rs has its shape).
+        let error: Value = serde_json::from_slice::<Value>(&out.stdout).unwrap()["error"].clone();
+        assert_eq!((&error["kind"], &error["findings"][0]["id"]), (&"preflight".into(), &"hidden-size-mismatch".into()), "{error}");
         let message = format!(
             "error[hidden-size-mismatch] at warmup\n  The drafter expects target hidden states of width {} (/target_hidden_size), but the",
             t.hidden * 2
