@@ -59,6 +59,7 @@ fn options(replay: Option<ReplaySource>) -> Options {
         prompt: engine_attached.then(|| DEFAULT_PROMPT.to_string()),
         max_new_tokens: 64,
         replay,
+        serving: false,
     }
 }
 

@@ -37,6 +37,7 @@ pub fn run(args: DemoArgs, headless: bool) -> anyhow::Result<i32> {
         event_log: args.event_log,
         headless,
         replay: None,
+        serving: false,
     };
     run_session(config, start_engine)
 }

@@ -34,12 +34,13 @@ pub enum PaneKind {
     Log,
     Diagnosis,
     Generate,
+    Serving,
     Status,
 }
 
 impl PaneKind {
-    pub const ALL: [PaneKind; 6] =
-        [PaneKind::Phases, PaneKind::Gpus, PaneKind::Log, PaneKind::Diagnosis, PaneKind::Generate, PaneKind::Status];
+    pub const ALL: [PaneKind; 7] =
+        [PaneKind::Phases, PaneKind::Gpus, PaneKind::Log, PaneKind::Diagnosis, PaneKind::Generate, PaneKind::Serving, PaneKind::Status];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +49,7 @@ impl PaneKind {
             PaneKind::Log => "log",
             PaneKind::Diagnosis => "diagnosis",
             PaneKind::Generate => "generate",
+            PaneKind::Serving => "serving",
             PaneKind::Status => "status",
         }
     }

@@ -37,6 +37,8 @@ pub struct SessionConfig {
     pub headless: bool,
     /// The recording a replay reads (the console's title names it).
     pub replay: Option<ReplaySource>,
+    /// The engine serves HTTP: a headless run goes on after ready, until a signal.
+    pub serving: bool,
 }
 
 /// Whether this process can run the console: a terminal on both stdin and stdout, of a kind
@@ -77,6 +79,7 @@ pub fn run_session(
             prompt: config.prompt,
             max_new_tokens: config.max_new_tokens,
             replay: config.replay,
+            serving: config.serving,
         };
         let state = State::new(config.spec, options, keymap, Layout::cycle_starting_with(layout));
         let session = Session { state, engine, sink, recorder };

@@ -15,15 +15,25 @@ pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
 /// stops there, so a shutdown (a signal, `q`) acts within one step instead of at the end of
 /// the request. Clones share the flag; once set it stays set.
 #[derive(Clone, Debug, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel {
+    own: Arc<AtomicBool>,
+    /// The flag of `either`'s other side: one request's cancel beside the engine's.
+    also: Option<Arc<AtomicBool>>,
+}
 
 impl Cancel {
     pub fn set(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.own.store(true, Ordering::Relaxed);
     }
 
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.own.load(Ordering::Relaxed) || self.also.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+
+    /// Set when either `self` or `other` is: a request that its client can cancel on an
+    /// engine that its owner can shut down. Setting the result sets `self` only.
+    pub fn either(&self, other: &Cancel) -> Cancel {
+        Cancel { own: self.own.clone(), also: Some(other.own.clone()) }
     }
 }
 
