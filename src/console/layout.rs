@@ -303,7 +303,7 @@ mod tests {
     fn bad_layouts_name_the_file_and_line() {
         assert_eq!(
             error("[[row]]\n[[row.child]]\npane = \"phases\"\n[[row.child]]\npane = \"gpu\"\n"),
-            "layouts/bad.toml:5: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, status)"
+            "layouts/bad.toml:5: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, serving, status)"
         );
         assert_eq!(
             error("[[row]]\n[[row.child]]\npane = \"log\"\n[[row]]\n[[row.child]]\npane = \"log\"\n"),
