@@ -142,6 +142,85 @@ pub enum Event {
         code: i32,
         reason: String,
     },
+    /// The OpenAI-compatible server (src/server/) listens at `address` and answers for `model`.
+    Serving {
+        address: String,
+        model: String,
+    },
+    /// A request entered the server's queue. The prompt is kept only when the launch asks for
+    /// it (`--log-requests`).
+    RequestQueued {
+        id: u64,
+        /// `/v1/completions`, `/v1/chat/completions`, or `console` (the prompt box).
+        endpoint: String,
+        max_tokens: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+    },
+    /// The engine began the request, after `queued_s` in the queue.
+    RequestStarted {
+        id: u64,
+        prompt_tokens: usize,
+        queued_s: f64,
+    },
+    /// The request ended. `finish_reason` is OpenAI's (`stop`, `length`) or `cancelled`
+    /// (its client went away, or the server shut down), `invalid` (a request the engine
+    /// cannot serve: 400) or `error`.
+    RequestFinished {
+        id: u64,
+        completion_tokens: usize,
+        finish_reason: String,
+        /// Seconds from queued to the first token, and the mean seconds between tokens.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ttft_s: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        itl_s: Option<f64>,
+        mean_accept_length: f64,
+        /// Why it failed (`invalid`, `error`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// The answer, kept only with `--log-requests`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    },
+}
+
+impl Event {
+    /// The server's events in one line each, as the console's log, the headless printer and a
+    /// replay print them; `None` for every other event.
+    pub fn request_line(&self) -> Option<String> {
+        let ms = |s: f64| format!("{:.1} ms", s * 1000.0);
+        Some(match self {
+            Event::Serving { address, model } => format!("serving {model} at {address}"),
+            Event::RequestQueued { id, endpoint, max_tokens, prompt } => {
+                let prompt = prompt.as_ref().map(|p| format!(": {p:?}")).unwrap_or_default();
+                format!("request {id} queued ({endpoint}, max_tokens {max_tokens}){prompt}")
+            }
+            Event::RequestStarted { id, prompt_tokens, queued_s } => {
+                format!("request {id} started: {prompt_tokens} prompt tokens after {} queued", ms(*queued_s))
+            }
+            Event::RequestFinished { id, completion_tokens, finish_reason, ttft_s, itl_s, mean_accept_length, error, text } => {
+                let mut line = format!("request {id} {finish_reason}: {completion_tokens} tokens");
+                if let Some(s) = ttft_s {
+                    line += &format!(", TTFT {}", ms(*s));
+                }
+                if let Some(s) = itl_s {
+                    line += &format!(", ITL {}", ms(*s));
+                }
+                if *mean_accept_length > 0.0 {
+                    line += &format!(", accept length {mean_accept_length:.2}");
+                }
+                if let Some(e) = error {
+                    line += &format!(": {e}");
+                }
+                if let Some(t) = text {
+                    line += &format!(": {t:?}");
+                }
+                line
+            }
+            _ => return None,
+        })
+    }
 }
 
 /// An event with the time it happened, in seconds since the stream's epoch.

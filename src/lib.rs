@@ -17,6 +17,7 @@ pub mod phase;
 pub mod preflight;
 pub mod recorder;
 pub mod replay;
+pub mod server;
 pub mod spec;
 pub mod telemetry;
 pub mod testkit;

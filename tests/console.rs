@@ -593,7 +593,10 @@ fn bad_layout_keymap_and_event_log_paths_are_errors_naming_file_and_line() {
     assert_eq!(code, Some(2));
     assert_eq!(
         err,
-        format!("specdeck: {}:3: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, status)\n", layout.display())
+        format!(
+            "specdeck: {}:3: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, serving, status)\n",
+            layout.display()
+        )
     );
     let (code, err) = with(["--keymap", keymap.to_str().unwrap()]);
     assert_eq!(code, Some(2));

@@ -14,7 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("engine", &["engine", "telemetry", "recorder"]),
     ("preflight", &["preflight"]),
     ("replay", &["replay"]),
-    ("front ends", &["console", "serve", "cudacheck", "testkit", "demo"]),
+    ("front ends", &["console", "server", "cudacheck", "testkit", "demo"]),
     ("commands", &["commands", "lib", "main"]),
 ];
 

@@ -42,6 +42,7 @@ pub fn run(args: DemoArgs, headless: bool, color: ColorChoice) -> anyhow::Result
         replay: None,
         color,
         chat: false,
+        serving: false,
     };
     run_session(config, start_engine)
 }

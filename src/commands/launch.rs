@@ -14,6 +14,8 @@ use crate::engine::handle::EngineHandle;
 use crate::engine::request::PreflightFn;
 use crate::event::EventSink;
 use crate::finding_text::ColorChoice;
+use crate::server::control::ServingEngine;
+use crate::server::options::ServeOptions;
 
 pub const AFTER_HELP: &str = "\
 Examples:
@@ -50,6 +52,18 @@ pub struct LaunchArgs {
     /// Keymap file (default: $XDG_CONFIG_HOME/specdeck/keymap.toml when present).
     #[arg(long, value_name = "FILE")]
     keymap: Option<PathBuf>,
+    /// Serve the OpenAI-compatible API on this port (SGLang's flag; a pasted line's counts too).
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// The address to serve on (default 127.0.0.1).
+    #[arg(long, value_name = "ADDR")]
+    host: Option<String>,
+    /// Requests that may wait while one runs; beyond them the server answers 503.
+    #[arg(long, value_name = "N")]
+    max_queued_requests: Option<usize>,
+    /// Record prompts and answers of served requests in the event log.
+    #[arg(long)]
+    log_requests: bool,
     #[command(flatten)]
     line: PastedLine,
 }
@@ -57,7 +71,22 @@ pub struct LaunchArgs {
 /// `headless` is also true for `specdeck --headless launch`.
 pub fn run(args: LaunchArgs, headless: bool, color: ColorChoice) -> anyhow::Result<i32> {
     known_remedies(&args.flags.apply)?;
-    let spec = args.flags.to_spec(args.line.spec()?)?;
+    let mut spec = args.flags.to_spec(args.line.spec()?)?;
+    // The serving flags are SGLang's, read by the server from the spec as a pasted line leaves them.
+    let serving_flags = [
+        ("--port", args.port.map(|p| p.to_string())),
+        ("--host", args.host),
+        ("--max-queued-requests", args.max_queued_requests.map(|n| n.to_string())),
+    ];
+    for (flag, value) in serving_flags {
+        if let Some(v) = value {
+            spec.set_flag(flag, &v)?;
+        }
+    }
+    if args.log_requests && !spec.extra_flags.iter().any(|(f, _)| f == "--log-requests") {
+        spec.extra_flags.push(("--log-requests".into(), None));
+    }
+    let serve = ServeOptions::from_spec(&spec).map_err(anyhow::Error::msg)?;
     let config = SessionConfig {
         spec,
         apply: args.flags.apply,
@@ -70,8 +99,18 @@ pub fn run(args: LaunchArgs, headless: bool, color: ColorChoice) -> anyhow::Resu
         replay: None,
         color,
         chat: args.chat,
+        serving: serve.is_some(),
     };
-    run_session(config, start_engine)
+    match serve {
+        Some(options) => run_session(config, |sink| serve_engine(sink, &options)),
+        None => run_session(config, start_engine),
+    }
+}
+
+/// The engine behind an HTTP server and the console together (src/server/).
+fn serve_engine(sink: EventSink, options: &ServeOptions) -> anyhow::Result<Option<Box<dyn EngineControl>>> {
+    let preflight: PreflightFn = Arc::new(crate::preflight::check_spec);
+    Ok(Some(Box::new(ServingEngine::start(sink, preflight, options)?)))
 }
 
 /// The in-process engine behind the console (CONTRACTS.md 1 and 2), with the full

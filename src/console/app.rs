@@ -20,6 +20,7 @@ use super::panes::diagnosis::Diagnosis;
 use super::panes::generate::Generate;
 use super::panes::gpus::Gpus;
 use super::panes::phases::{Counter, Phases, ReadyInfo};
+use super::panes::serving::{Finished, Serving};
 use super::screen::Screen;
 use crate::event::{Event, LogLevel, PhaseState, TimedEvent};
 use crate::finding::{exit_code, Finding, Severity};
@@ -93,6 +94,8 @@ pub struct Options {
     /// The wall-clock time (Unix seconds) of the stream's epoch, when known: the log can
     /// show its lines' times of day.
     pub wall_epoch: Option<f64>,
+    /// The launch serves HTTP (`--port`): headless, it runs on after ready until a signal.
+    pub serving: bool,
 }
 
 /// The recording a replay reads, as its title names it.
@@ -143,6 +146,7 @@ pub struct State {
     /// The keyboard is in the prompt (INSERT): set only by the user (`i`, or Tab onto the
     /// Generate pane), left by Esc or Tab.
     insert: bool,
+    serving: Serving,
     quitting: bool,
     engine_exited: bool,
     exit_code: i32,
@@ -170,6 +174,7 @@ impl State {
             gpus: Gpus::default(),
             log: LogView::default(),
             insert: false,
+            serving: Serving::default(),
             quitting: false,
             engine_exited: false,
             exit_code: 0,
@@ -256,6 +261,10 @@ impl State {
         self.insert && self.options.engine_attached
     }
 
+    pub fn serving(&self) -> &Serving {
+        &self.serving
+    }
+
     pub fn engine_exited(&self) -> bool {
         self.engine_exited
     }
@@ -277,8 +286,10 @@ impl State {
     fn has_content(&self, pane: PaneKind) -> bool {
         match pane {
             PaneKind::Diagnosis => !self.diagnosis.findings().is_empty() && self.ready.is_none(),
-            PaneKind::Generate => self.ready.is_some() || !self.generate.generation().pieces.is_empty(),
+            // While the launch serves, the serving pane takes the generation's place.
+            PaneKind::Generate => (self.ready.is_some() || !self.generate.generation().pieces.is_empty()) && !self.serving.is_serving(),
             PaneKind::Gpus => self.gpus.has_content(),
+            PaneKind::Serving => self.serving.is_serving(),
             PaneKind::Phases | PaneKind::Log | PaneKind::Status => true,
         }
     }
@@ -407,13 +418,18 @@ impl State {
             Event::Stats(stats) => {
                 // The engine sends Stats when a generation ends.
                 let was_active = self.generate.on_stats(stats);
-                if was_active && self.options.exit_when_done {
+                if was_active && self.options.exit_when_done && !self.options.serving {
                     self.finish(0)
                 } else {
                     Vec::new()
                 }
             }
             Event::Ready { elapsed_s, reused_target } => self.on_ready(t, elapsed_s, reused_target),
+            event
+            @ (Event::Serving { .. } | Event::RequestQueued { .. } | Event::RequestStarted { .. } | Event::RequestFinished { .. }) => {
+                self.on_request(t, event);
+                Vec::new()
+            }
             Event::Exit { code, reason } => {
                 self.engine_exited = true;
                 self.generate.stop();
@@ -428,6 +444,27 @@ impl State {
                     Vec::new()
                 }
             }
+        }
+    }
+
+    /// A server event: a line in the log, the figures in the serving pane.
+    fn on_request(&mut self, t: f64, event: Event) {
+        let line = event.request_line().unwrap_or_default();
+        let level = match &event {
+            Event::RequestQueued { .. } | Event::RequestStarted { .. } => LogLevel::Debug,
+            Event::RequestFinished { error: Some(_), .. } => LogLevel::Warning,
+            _ => LogLevel::Info,
+        };
+        self.log.push(t, level, "server", line);
+        match event {
+            Event::Serving { address, model } => self.serving.on_serving(address, model),
+            Event::RequestQueued { id, .. } => self.serving.on_queued(t, id),
+            Event::RequestStarted { id, prompt_tokens, .. } => self.serving.on_started(t, id, prompt_tokens),
+            Event::RequestFinished { id, completion_tokens, finish_reason, ttft_s, itl_s, mean_accept_length, .. } => {
+                let f = Finished { id, completion_tokens, finish_reason: &finish_reason, ttft_s, itl_s, mean_accept_length };
+                self.serving.on_finished(t, f);
+            }
+            _ => {}
         }
     }
 
@@ -470,7 +507,7 @@ impl State {
         if self.generate.take_auto_send() {
             return self.send_prompt();
         }
-        if self.options.exit_when_done {
+        if self.options.exit_when_done && !self.options.serving {
             return self.finish(0);
         }
         Vec::new()

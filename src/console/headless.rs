@@ -90,6 +90,11 @@ impl<W: Write, E: Write> Frontend for Printer<W, E> {
                     s.tokens, s.tokens_per_s, s.mean_accept_length
                 )?;
             }
+            // Whether the server listens, and how each request ended (the queue's steps stay in the event log).
+            Event::Serving { .. } | Event::RequestFinished { .. } => {
+                self.end_line()?;
+                writeln!(self.out, "{}", ev.event.request_line().unwrap_or_default())?;
+            }
             Event::Log { level, source, line } if *level >= LogLevel::Warning => {
                 self.end_line()?;
                 let tag = if *level == LogLevel::Error { "error" } else { "warning" };

@@ -34,12 +34,13 @@ pub enum PaneKind {
     Log,
     Diagnosis,
     Generate,
+    Serving,
     Status,
 }
 
 impl PaneKind {
-    pub const ALL: [PaneKind; 6] =
-        [PaneKind::Phases, PaneKind::Gpus, PaneKind::Log, PaneKind::Diagnosis, PaneKind::Generate, PaneKind::Status];
+    pub const ALL: [PaneKind; 7] =
+        [PaneKind::Phases, PaneKind::Gpus, PaneKind::Log, PaneKind::Diagnosis, PaneKind::Generate, PaneKind::Serving, PaneKind::Status];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +49,7 @@ impl PaneKind {
             PaneKind::Log => "log",
             PaneKind::Diagnosis => "diagnosis",
             PaneKind::Generate => "generate",
+            PaneKind::Serving => "serving",
             PaneKind::Status => "status",
         }
     }
@@ -301,7 +303,7 @@ mod tests {
     fn bad_layouts_name_the_file_and_line() {
         assert_eq!(
             error("[[row]]\n[[row.child]]\npane = \"phases\"\n[[row.child]]\npane = \"gpu\"\n"),
-            "layouts/bad.toml:5: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, status)"
+            "layouts/bad.toml:5: unknown pane \"gpu\" (known: phases, gpus, log, diagnosis, generate, serving, status)"
         );
         assert_eq!(
             error("[[row]]\n[[row.child]]\npane = \"log\"\n[[row]]\n[[row.child]]\npane = \"log\"\n"),

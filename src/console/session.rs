@@ -42,6 +42,8 @@ pub struct SessionConfig {
     pub color: ColorChoice,
     /// Prompts go through the tokenizer's chat template (`launch --chat`).
     pub chat: bool,
+    /// The engine serves HTTP: a headless run goes on after ready, until a signal.
+    pub serving: bool,
 }
 
 /// Whether this process can run the console: a terminal on both stdin and stdout, of a kind
@@ -92,6 +94,7 @@ pub fn run_session(
             chat: config.chat,
             size_layout: !layout_given,
             wall_epoch: engine.is_some().then(|| wall_epoch(&sink)),
+            serving: config.serving,
         };
         let state = State::new(config.spec, options, keymap, Layout::cycle_starting_with(layout));
         let session = Session { state, engine, sink, recorder };

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use crate::engine::ranks::{engine_for, Serve};
-use crate::engine::request::{Cancel, GenerateRequest, PreflightFn};
+use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::event::{Event, EventSink, LogLevel, PhaseState};
 use crate::spec::{Device, LaunchSpec};
 
@@ -87,32 +87,48 @@ fn run_reporting_panics(events: EventSink, preflight: PreflightFn, rx: mpsc::Rec
     }
 }
 
-/// The engine is made at the first launch, for its `--device` and `--tp-size`, and made
-/// again only when a relaunch changes them (otherwise a relaunch may keep the target).
+/// The engine behind a stream of launches: made at the first launch, for its `--device` and
+/// `--tp-size`, and made again only when a relaunch changes them (otherwise a relaunch may
+/// keep the target). The console's engine thread and the server's worker both launch so.
+#[derive(Default)]
+pub struct Placed {
+    engine: Option<(Box<dyn Serve>, (Device, u32))>,
+}
+
+impl Placed {
+    /// Launch `spec`; a placement that cannot be had is reported as a failed phase.
+    pub fn launch(&mut self, spec: &LaunchSpec, events: &EventSink, preflight: &PreflightFn, cancel: &Cancel) -> Option<LaunchOutcome> {
+        let placement = (spec.device, spec.tp());
+        if self.engine.as_ref().is_none_or(|(_, p)| *p != placement) {
+            self.engine = None;
+            match engine_for(spec, events, cancel) {
+                Ok(e) => self.engine = Some((e, placement)),
+                Err(f) => {
+                    let phase = f.phase;
+                    events.emit(Event::Finding(f));
+                    events.emit(Event::Phase { phase, state: PhaseState::Failed, detail: None });
+                    return None;
+                }
+            }
+        }
+        self.engine.as_mut().map(|(e, _)| e.launch(spec, preflight))
+    }
+
+    /// The engine, once a launch made one.
+    pub fn engine(&mut self) -> Option<&mut dyn Serve> {
+        self.engine.as_mut().map(|(e, _)| &mut **e as &mut dyn Serve)
+    }
+}
+
 fn run(events: EventSink, preflight: PreflightFn, rx: mpsc::Receiver<EngineCommand>, cancel: &Cancel) {
-    let mut engine: Option<(Box<dyn Serve>, (Device, u32))> = None;
+    let mut engine = Placed::default();
     let reason = loop {
         match rx.recv() {
             Ok(EngineCommand::Launch(spec)) => {
-                let placement = (spec.device, spec.tp());
-                if engine.as_ref().is_none_or(|(_, p)| *p != placement) {
-                    engine = None;
-                    match engine_for(&spec, &events, cancel) {
-                        Ok(e) => engine = Some((e, placement)),
-                        Err(f) => {
-                            let phase = f.phase;
-                            events.emit(Event::Finding(f));
-                            events.emit(Event::Phase { phase, state: PhaseState::Failed, detail: None });
-                            continue;
-                        }
-                    }
-                }
-                if let Some((e, _)) = &mut engine {
-                    e.launch(&spec, &preflight);
-                }
+                engine.launch(&spec, &events, &preflight, cancel);
             }
-            Ok(EngineCommand::Generate(req)) => match &mut engine {
-                Some((e, _)) => {
+            Ok(EngineCommand::Generate(req)) => match engine.engine() {
+                Some(e) => {
                     if let Err(err) = e.generate_with(&req, true) {
                         events.log(LogLevel::Error, "engine", format!("generate: {err}"));
                     }

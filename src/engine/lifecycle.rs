@@ -486,14 +486,26 @@ impl<B: Backend> Engine<B> {
     /// As `generate`; `use_drafter: false` decodes target-only with the drafter left loaded
     /// (a benchmark can then alternate both modes under the same machine load).
     pub fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
+        self.generate_until(req, use_drafter, &Cancel::default())
+    }
+
+    /// The prompt's token ids as a generation reads them: the chat template applied when
+    /// asked, a BOS added otherwise.
+    pub fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError> {
+        let tok = self.tokenizer().ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
+        let text = if req.chat { tok.chat_prompt(&req.prompt)? } else { req.prompt.clone() };
+        Ok(tok.encode(&text, !req.chat)?)
+    }
+
+    /// `generate_with`, ended early also when `cancel` is set (one request's own cancel).
+    pub fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, cancel: &Cancel) -> Result<Generation, EngineError> {
         if !self.ready {
             return Err(EngineError::Request("the engine is not ready: launch it first".into()));
         }
-        let tok = &self.target.as_ref().expect("ready implies a target").tokenizer;
-        let text = if req.chat { tok.chat_prompt(&req.prompt)? } else { req.prompt.clone() };
-        let prompt = tok.encode(&text, !req.chat)?;
+        let prompt = self.prompt_ids(req)?;
         let sampling = (req.temperature > 0.0).then_some(Sampling { temperature: req.temperature, seed: req.seed, rule: verify::lossless });
-        let decoding = self.decoding(req.max_new_tokens, sampling);
+        let mut decoding = self.decoding(req.max_new_tokens, sampling);
+        decoding.cancel = self.cancel.either(cancel);
         let t = self.target.as_mut().expect("ready implies a target");
         let target = t.target.as_mut().expect("ready implies a KV cache");
         let (tok, events) = (&t.tokenizer, &self.events);

@@ -27,7 +27,14 @@ use crate::spec::LaunchSpec;
 pub trait Serve {
     fn launch(&mut self, spec: &LaunchSpec, preflight: &PreflightFn) -> LaunchOutcome;
     /// Serve a request (`use_drafter: false` decodes target-only with the drafter loaded).
-    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError>;
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
+        self.generate_until(req, use_drafter, &Cancel::default())
+    }
+    /// `generate_with`, ended at the next step once `cancel` is set (a server's request
+    /// whose client went away).
+    fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, cancel: &Cancel) -> Result<Generation, EngineError>;
+    /// The prompt's token ids as `generate_with` reads the request.
+    fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError>;
     /// Bytes of weights one target step and one draft step read, on one rank.
     fn weight_bytes(&self) -> (u64, Option<u64>);
     /// Token ids to text with the loaded target's tokenizer.
@@ -41,8 +48,12 @@ impl<B: Backend> Serve for Engine<B> {
         Engine::launch(self, spec, &**preflight)
     }
 
-    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
-        Engine::generate_with(self, req, use_drafter)
+    fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, cancel: &Cancel) -> Result<Generation, EngineError> {
+        Engine::generate_until(self, req, use_drafter, cancel)
+    }
+
+    fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError> {
+        Engine::prompt_ids(self, req)
     }
 
     fn weight_bytes(&self) -> (u64, Option<u64>) {
@@ -176,7 +187,9 @@ impl<B: Backend> Serve for RankGroup<B> {
         }
     }
 
-    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
+    /// `cancel` is not read: each rank would see it at its own step, and a rank that stopped
+    /// alone would leave the others waiting in their next all-reduce. The request runs out.
+    fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, _cancel: &Cancel) -> Result<Generation, EngineError> {
         let req = req.clone();
         let mut gens = self.on_all(move |e| e.generate_with(&req, use_drafter))?.into_iter();
         let first = gens.next().expect("a group has rank 0")?;
@@ -186,6 +199,11 @@ impl<B: Backend> Serve for RankGroup<B> {
             }
         }
         Ok(first)
+    }
+
+    fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError> {
+        let req = req.clone();
+        self.on_all(move |e| e.prompt_ids(&req))?.swap_remove(0)
     }
 
     fn weight_bytes(&self) -> (u64, Option<u64>) {

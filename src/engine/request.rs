@@ -13,7 +13,8 @@ pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
 
 /// Set by whoever shuts the engine down; a running generation asks it once per step
 /// (`stops_here`) and stops there, so a shutdown (a signal, `q`) acts within one step instead
-/// of at the end of the request. Clones share the flag; once set it stays set.
+/// of at the end of the request. Clones share the flag; once set it stays set. `either`
+/// joins one request's cancel to the engine's.
 ///
 /// The ranks of a tensor-parallel group must all stop at the same step, or one waits in a
 /// collective for a rank that has stopped. `for_ranks` gives each rank its own count of the
@@ -22,6 +23,8 @@ pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
 #[derive(Clone, Debug)]
 pub struct Cancel {
     flag: Arc<AtomicBool>,
+    /// The flag of `either`'s other side: one request's cancel beside the engine's.
+    also: Option<Arc<AtomicBool>>,
     steps: Arc<Mutex<Steps>>,
     rank: usize,
 }
@@ -43,7 +46,7 @@ impl Steps {
 impl Default for Cancel {
     /// For an engine that runs alone.
     fn default() -> Cancel {
-        Cancel { flag: Arc::default(), steps: Steps::new(1), rank: 0 }
+        Cancel { flag: Arc::default(), also: None, steps: Steps::new(1), rank: 0 }
     }
 }
 
@@ -53,13 +56,19 @@ impl Cancel {
     }
 
     pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
+        self.flag.load(Ordering::SeqCst) || self.also.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    /// Set when either `self` or `other` is: a request that its client can cancel on an
+    /// engine that its owner can shut down. Setting the result sets `self` only.
+    pub fn either(&self, other: &Cancel) -> Cancel {
+        Cancel { also: Some(other.flag.clone()), ..self.clone() }
     }
 
     /// The same flag for each of `world` ranks that generate in lockstep.
     pub fn for_ranks(&self, world: usize) -> Vec<Cancel> {
         let steps = Steps::new(world);
-        (0..world).map(|rank| Cancel { flag: self.flag.clone(), steps: steps.clone(), rank }).collect()
+        (0..world).map(|rank| Cancel { flag: self.flag.clone(), also: self.also.clone(), steps: steps.clone(), rank }).collect()
     }
 
     /// Asked once before each step: true when the generation ends here.

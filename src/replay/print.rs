@@ -31,6 +31,7 @@ pub fn render_event(line: u64, ev: &TimedEvent) -> Option<String> {
         }
         Event::Finding(f) => Some(format!("{at}{}", render_finding(f))),
         Event::Ready { elapsed_s, .. } => Some(format!("{at}ready after {elapsed_s:.1}s")),
+        Event::Serving { .. } | Event::RequestFinished { .. } => ev.event.request_line().map(|l| format!("{at}{l}")),
         _ => None,
     }
 }

@@ -9,6 +9,7 @@ mod help;
 mod log;
 mod pane;
 pub(crate) mod phases;
+pub(crate) mod serving;
 mod status;
 
 use ratatui::buffer::Buffer;
@@ -63,6 +64,7 @@ pub fn draw_buffer(state: &State, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 };
                 generate::draw(&pane, state.generate(), prompt, state.inserting(), screen.scroll(PaneKind::Generate), buf)
             }
+            PaneKind::Serving => serving::draw(&pane, state.serving(), state.now(), buf),
             PaneKind::Status => status::draw(&pane, state, buf),
         }
     }
