@@ -65,6 +65,9 @@ pub struct GenerationStats {
     pub accept_histogram: Vec<u64>,
 }
 
+// `Launch` carries the whole spec (with the pasted line) once per launch attempt; there are few
+// such events, so its size costs nothing, and boxing it would reach every match on `Launch`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Event {
