@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod convert;
+pub mod deepseek;
 pub mod gguf;
 pub(crate) mod open;
 pub(crate) mod tokenizer;
