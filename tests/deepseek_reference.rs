@@ -14,10 +14,15 @@ use specdeck::backend::cpu::CpuBackend;
 use specdeck::backend::{AttnWindow, Backend, Mask};
 use specdeck::engine::deepseek::{Attend, DeepseekModel, DeepseekTargetConfig};
 use specdeck::engine::kv::KvCache;
-use specdeck::engine::llama::{Capacity, Logits};
+use specdeck::engine::lifecycle::Engine;
+use specdeck::engine::llama::{Capacity, Family, Logits};
+use specdeck::engine::request::LaunchOutcome;
 use specdeck::engine::weights::Loader;
+use specdeck::event::{Event, EventSink};
 use specdeck::model::checkpoint::Checkpoint;
 use specdeck::model::config::ModelConfig;
+use specdeck::spec::{Algorithm, Device, LaunchSpec};
+use specdeck::testkit::{write_tokenizer, TinyLlama};
 
 /// Absolute, on logits of magnitude up to about 3 that reference.json rounds to 5 decimals:
 /// f32 on the CPU against f32 on the GPU measured within 8.4e-6.
@@ -148,4 +153,51 @@ fn the_kimi_k25_wrapper_matches_its_text_model() {
     let json: Value = serde_json::from_str(&std::fs::read_to_string(root().join("reference.json")).unwrap()).unwrap();
     assert_eq!(json["cases"]["kimi-k25"]["same_as"], "dsv3-qlora");
     matches_transformers("kimi-k25", "dsv3-qlora");
+}
+
+/// The phases a target-only launch of the folder runs, with the full preflight, and the
+/// engine left ready.
+fn launch(dir: &Path) -> (Engine<CpuBackend>, Vec<String>) {
+    let (sink, mut rx) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    let spec = LaunchSpec {
+        model_path: Some(dir.display().to_string()),
+        device: Device::Cpu,
+        speculative_algorithm: Some(Algorithm::None),
+        ..LaunchSpec::default()
+    };
+    let outcome = engine.launch(&spec, &specdeck::preflight::check_spec);
+    assert!(matches!(outcome, LaunchOutcome::Ready { reused_target: false, .. }), "{outcome:?}");
+    let phases = std::iter::from_fn(|| rx.try_recv().ok().map(|e| e.event))
+        .filter_map(|e| match e {
+            Event::Phase { phase, state, .. } => Some(format!("{phase}:{}", serde_json::to_value(state).unwrap().as_str().unwrap())),
+            _ => None,
+        })
+        .collect();
+    (engine, phases)
+}
+
+/// The Kimi-K2.5 checkpoint (with a word-level tokenizer beside it) launches through the
+/// phases a Llama target does, and the engine's target-only greedy decoding gives
+/// transformers' tokens on every prompt.
+#[test]
+fn the_engine_launches_the_kimi_k25_target_and_decodes_transformers_greedy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kimi, llama) = (dir.path().join("kimi"), dir.path().join("llama"));
+    std::fs::create_dir(&kimi).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("kimi-k25").join(file), kimi.join(file)).unwrap();
+    }
+    write_tokenizer(&kimi, 320).unwrap();
+    TinyLlama::new(Family::Llama, 3).write(&llama).unwrap();
+    let (mut engine, phases) = launch(&kimi);
+    assert_eq!(phases, launch(&llama).1);
+    assert_eq!(phases.first().map(String::as_str), Some("preflight:started"));
+    assert_eq!(phases.last().map(String::as_str), Some("ready:done"));
+    for c in cases("dsv3-qlora") {
+        // No stop tokens: transformers' 16 tokens were taken past any end-of-sequence id.
+        let mut decoding = engine.decoding(c.greedy.len(), None);
+        decoding.stop.clear();
+        assert_eq!(engine.generate_ids(&c.prompt, &decoding).unwrap().tokens, c.greedy, "prompt {:?}", c.prompt);
+    }
 }

@@ -566,7 +566,10 @@ fn a_launch_reports_what_it_cannot_use_in_the_phase_that_uses_it() {
     });
     let (finding, events) = launch_failure(&spec(&broken.target, None));
     let message = format!("{file}: /max_sequence_length = \"long\" is not a non-negative integer");
-    assert_eq!(finding, unusable(&file, "/max_sequence_length", message, PhaseId::KvAlloc, Side::Target));
+    // The evidence quotes the value the key holds.
+    let mut want = unusable(&file, "/max_sequence_length", message, PhaseId::KvAlloc, Side::Target);
+    want.evidence[0].value = json!("long");
+    assert_eq!(finding, want);
     assert_eq!(states(&events), [&UP_TO_THE_DRAFTER[..6], &["kv-alloc:failed"]].concat());
 
     // EAGLE (1/2) is refused, and so is a drafting launch without a drafter, both before

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::backend::BackendError;
 use crate::engine::EngineError;
 use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
+use crate::model::config::ConfigError;
 use crate::phase::PhaseId;
 
 pub const DEVICE_UNAVAILABLE: &str = "device-unavailable";
@@ -22,9 +23,20 @@ pub fn error_finding(side: Side, phase: PhaseId, e: &EngineError) -> Finding {
     };
     let mut f = Finding::new(id, Severity::Error, phase, e.to_string());
     if let Some((file, key)) = e.location() {
-        f = f.with_evidence(Evidence::new(side, file, key, Value::Null));
+        f = f.with_evidence(Evidence::new(side, file, key, quoted_value(e)));
     }
     f
+}
+
+/// The value a config error quotes (JSON text, or a number's digits), for its evidence;
+/// null when it quotes none.
+fn quoted_value(e: &EngineError) -> Value {
+    match e {
+        EngineError::Config(ConfigError::WrongType { value, .. } | ConfigError::OutOfRange { value, .. }) => {
+            serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.clone()))
+        }
+        _ => Value::Null,
+    }
 }
 
 /// A flag the launch cannot do without.

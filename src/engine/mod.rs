@@ -25,6 +25,7 @@ pub(crate) mod rank_vote;
 pub(crate) mod ranks;
 pub mod request;
 pub mod spec_decode;
+pub mod target_model;
 pub(crate) mod tp;
 #[cfg(test)]
 pub(crate) mod tp_emulation;

@@ -102,10 +102,7 @@ impl<B: Backend> DeepseekModel<B> {
         }
         let norm = ld.host_f32(&format!("{p}model.norm.weight"), &[c.hidden])?;
         let head = format!("{p}lm_head.weight");
-        let lm_head = match c.tie_embeddings && !ld.has(&head) {
-            true => None,
-            false => Some(Linear::load(ld, &head, c.vocab, c.hidden)?),
-        };
+        let lm_head = if c.tie_embeddings && !ld.has(&head) { None } else { Some(Linear::load(ld, &head, c.vocab, c.hidden)?) };
         let (cos, sin) = config.rope.cos_sin(cap.positions);
         let b = &*backend;
         Ok(DeepseekModel {
