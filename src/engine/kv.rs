@@ -22,8 +22,15 @@ impl<B: Backend> KvCache<B> {
         Ok(KvCache { k, v, slots, width })
     }
 
+    /// One buffer per layer and no V: an MLA target's latent (`kv_lora_rank +
+    /// qk_rope_head_dim` per token), from which attention reads both keys and values.
+    pub fn latent(backend: &B, layers: usize, slots: usize, width: usize) -> Result<Self, BackendError> {
+        let k = (0..layers).map(|_| backend.tensor(slots, width)).collect::<Result<Vec<_>, _>>()?;
+        Ok(KvCache { k, v: Vec::new(), slots, width })
+    }
+
     pub fn bytes(&self) -> u64 {
-        2 * (self.k.len() * self.slots * self.width) as u64 * 4
+        ((self.k.len() + self.v.len()) * self.slots * self.width) as u64 * 4
     }
 
     /// Keep one root-to-leaf path of a verify tree written at `base + node`: the slot of

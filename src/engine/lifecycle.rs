@@ -24,6 +24,7 @@ use crate::engine::plan::{
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
+use crate::engine::target_model::TargetModel;
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
 use crate::engine::weights::{FileProgress, Loader};
@@ -46,7 +47,7 @@ struct LoadedTarget<B: Backend> {
     key: TargetKey,
     tokenizer: TextTokenizer,
     /// The model alone between launches; with its KV cache once kv-alloc ran.
-    model: Option<LlamaModel<B>>,
+    model: Option<TargetModel<B>>,
     target: Option<Target<B>>,
 }
 
@@ -347,8 +348,7 @@ impl<B: Backend> Engine<B> {
         let tokenizer = TextTokenizer::load_dir(dir)?;
         let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
-        let model =
-            self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(LlamaModel::load(self.backend.clone(), plan.llama.clone(), ld, cap)?))?;
+        let model = self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(TargetModel::load(self.backend.clone(), &plan.model, ld, cap)?))?;
         Ok(LoadedTarget { key: plan.key.clone(), tokenizer, model: Some(model), target: None })
     }
 
@@ -418,15 +418,24 @@ impl<B: Backend> Engine<B> {
         let (kv_slots, topk) = (memory.drafter_slots, self.shape.topk);
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
         let drafter: Box<dyn Drafter<B>> = match &plan.key {
-            DrafterKey::Eagle3(_, config) => Box::new(self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
-                Eagle3Drafter::load(config.clone(), ld, &target.model, cap, kv_slots, topk)
-            })?),
+            DrafterKey::Eagle3(_, config) => {
+                let model = target.model.llama().ok_or_else(|| EngineError::Invalid {
+                    file: plan.on_disk.file_name(),
+                    key: "/architectures".into(),
+                    message:
+                        "an EAGLE-3 drafter runs beside a Llama-family target; a DeepSeek-V3-family target drafts with STANDALONE or none"
+                            .into(),
+                })?;
+                Box::new(
+                    self.load_weights(&ck, PhaseId::DrafterLoad, |ld| Eagle3Drafter::load(config.clone(), ld, model, cap, kv_slots, topk))?,
+                )
+            }
             DrafterKey::Standalone(_, config) => {
                 let model = self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
                     LlamaModel::load(self.backend.clone(), config.clone(), ld, cap).map_err(EngineError::from)
                 })?;
                 let file = plan.on_disk.file_name();
-                Box::new(StandaloneDrafter::new(model, target.model.config.vocab, kv_slots, topk, &file)?)
+                Box::new(StandaloneDrafter::new(model, target.model.vocab(), kv_slots, topk, &file)?)
             }
         };
         Ok(LoadedDrafter { key: plan.key.clone(), drafter })

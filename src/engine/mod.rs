@@ -9,13 +9,14 @@
 pub(crate) mod capture;
 pub(crate) mod compile;
 pub mod context;
+pub mod deepseek;
 pub(crate) mod device;
 pub mod drafter;
 pub mod eagle3;
 pub(crate) mod findings;
 pub(crate) mod graph_sizes;
 pub mod handle;
-pub(crate) mod kv;
+pub mod kv;
 pub mod lifecycle;
 pub mod llama;
 pub(crate) mod memory;
@@ -24,6 +25,7 @@ pub(crate) mod rank_vote;
 pub(crate) mod ranks;
 pub mod request;
 pub mod spec_decode;
+pub mod target_model;
 pub(crate) mod tp;
 #[cfg(test)]
 pub(crate) mod tp_emulation;

@@ -16,6 +16,7 @@ use crate::engine::eagle3::Eagle3Config;
 use crate::engine::findings::{error_finding, missing_flag, UNSUPPORTED_ALGORITHM};
 use crate::engine::graph_sizes::DEFAULT_MAX_BS;
 use crate::engine::llama::LlamaConfig;
+use crate::engine::target_model::TargetConfig;
 use crate::engine::tree::TreeShape;
 use crate::engine::EngineError;
 use crate::finding::{Evidence, Finding, Severity, Side};
@@ -62,7 +63,7 @@ pub struct TargetPlan {
     pub key: TargetKey,
     /// `config.json` as read for this launch.
     pub config: ModelConfig,
-    pub llama: LlamaConfig,
+    pub model: TargetConfig,
 }
 
 /// What kv-alloc and drafter-load size the caches for.
@@ -135,7 +136,7 @@ impl LaunchPlan {
                 MemoryPlan { context, kv_tokens, tree_slots, drafter_slots: kv_tokens + 1 + shape.draft_slots() }
             })
             .map_err(|e| error_finding(Side::Target, PhaseId::KvAlloc, &e.into()));
-        let drafter = DraftPlan::resolve(spec, algorithm, target.llama.layers);
+        let drafter = DraftPlan::resolve(spec, algorithm, target.model.layers());
         Ok(LaunchPlan {
             target,
             algorithm,
@@ -151,8 +152,8 @@ impl LaunchPlan {
 impl TargetPlan {
     fn read(key: TargetKey) -> Result<TargetPlan, EngineError> {
         let config = ModelConfig::load_dir(&key.dir)?;
-        let llama = LlamaConfig::from_config(&config)?;
-        Ok(TargetPlan { key, config, llama })
+        let model = TargetConfig::from_config(&config)?;
+        Ok(TargetPlan { key, config, model })
     }
 }
 

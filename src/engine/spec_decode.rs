@@ -19,15 +19,16 @@ use rand_chacha::ChaCha8Rng;
 use crate::backend::{AttnWindow, Backend, Mask};
 use crate::engine::drafter::{AuxRows, Candidate, Drafter};
 use crate::engine::kv::KvCache;
-use crate::engine::llama::{LlamaModel, Logits};
+use crate::engine::llama::Logits;
 use crate::engine::request::Cancel;
+use crate::engine::target_model::TargetModel;
 use crate::engine::tree::{self, Tree, TreeShape};
 use crate::engine::verify::{self, AcceptRule, Walk};
 use crate::engine::EngineError;
 
 /// The target with its KV cache and verify buffers.
 pub struct Target<B: Backend> {
-    pub model: LlamaModel<B>,
+    pub model: TargetModel<B>,
     pub kv: KvCache<B>,
     /// Verify-tree slots reserved after the committed tokens.
     pub tree_slots: usize,
@@ -41,14 +42,14 @@ pub struct Target<B: Backend> {
 
 impl<B: Backend> Target<B> {
     /// `kv_slots` = the longest sequence plus `tree_slots`.
-    pub fn new(model: LlamaModel<B>, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
+    pub fn new(model: TargetModel<B>, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
         let b = model.backend().clone();
-        let rows = model.capacity.logit_rows;
+        let rows = model.capacity().logit_rows;
         Ok(Target { kv: model.new_kv(kv_slots)?, mask: b.ids(rows * rows)?, argmax: b.ids(rows)?, tree_slots, graph_rows: 0, model })
     }
 
     /// Give the KV cache back and keep the model (a relaunch sizes a new cache).
-    pub fn into_model(self) -> LlamaModel<B> {
+    pub fn into_model(self) -> TargetModel<B> {
         self.model
     }
 
@@ -76,9 +77,10 @@ impl<B: Backend> Target<B> {
         let window = AttnWindow { prefix: base, region: n, queries: n };
         let (model, kv, mask_ids, argmax) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.argmax);
         let greedy = sampling.is_none();
+        let mut failed = Ok(());
         // Everything up to the argmax only enqueues work, so a greedy step can be a graph.
         let mut step = || {
-            model.inputs.set(&*b, &tree.tokens, &positions);
+            model.inputs().set(&*b, &tree.tokens, &positions);
             let mask = match &tree_mask {
                 None => Mask::Causal,
                 Some(m) => {
@@ -86,9 +88,9 @@ impl<B: Backend> Target<B> {
                     Mask::Explicit(&*mask_ids)
                 }
             };
-            model.forward(kv, window, mask, Logits::All);
-            if greedy {
-                b.argmax(&model.logits, n, argmax);
+            failed = model.forward(kv, window, mask, Logits::All);
+            if greedy && failed.is_ok() {
+                b.argmax(model.logits(), n, argmax);
             }
         };
         if greedy && n <= self.graph_rows {
@@ -97,19 +99,20 @@ impl<B: Backend> Target<B> {
         } else {
             step();
         }
+        failed?;
         let Some((s, rng)) = sampling else {
             let argmax: Vec<u32> = b.read_ids(&self.argmax, n)?.into_iter().map(|t| t as u32).collect();
             return Ok(verify::greedy(tree, &argmax));
         };
         let coins: Vec<f32> = (0..n).map(|_| rng.random::<f32>()).collect();
         let final_coin: f32 = rng.random();
-        b.softmax(&mut self.model.logits, n, s.temperature);
+        b.softmax(self.model.logits_mut(), n, s.temperature);
         let coords: Vec<(usize, usize)> =
             (1..n).map(|i| (tree.parent[i].expect("non-root nodes have parents"), tree.tokens[i] as usize)).collect();
         let mut child_prob = vec![0.0];
-        child_prob.extend(b.read_elements(&self.model.logits, &coords)?);
+        child_prob.extend(b.read_elements(self.model.logits(), &coords)?);
         let walk = verify::sample(tree, &child_prob, &coins, s.rule);
-        let next = b.sample(&self.model.logits, walk.last(), &walk.rejected, final_coin)?;
+        let next = b.sample(self.model.logits(), walk.last(), &walk.rejected, final_coin)?;
         Ok((walk, next))
     }
 
@@ -129,7 +132,7 @@ impl<B: Backend> Target<B> {
     }
 
     fn aux(&self) -> Option<&B::Tensor> {
-        self.model.capture.as_ref().map(|c| &c.aux)
+        self.model.aux()
     }
 }
 
@@ -248,7 +251,7 @@ fn generate_here<B: Backend>(
             target.max_tokens()
         )));
     }
-    let vocab = target.model.config.vocab;
+    let vocab = target.model.vocab();
     if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
         return Err(EngineError::Request(format!("prompt token {t} is outside the target's vocabulary ({vocab})")));
     }
@@ -259,16 +262,16 @@ fn generate_here<B: Backend>(
     let mut seq = prompt.to_vec();
     let mut committed = 0;
     let mut head = None;
-    let rows = target.model.capacity.rows;
+    let rows = target.model.capacity().rows;
     while committed + 1 < seq.len() {
         if d.cancel.stops_here() {
             return Ok(Generation { cancelled: true, seconds: start.elapsed().as_secs_f64(), ..Generation::default() });
         }
         let n = (seq.len() - 1 - committed).min(rows);
         let positions: Vec<usize> = (committed..committed + n).collect();
-        target.model.inputs.set(&*b, &seq[committed..committed + n], &positions);
+        target.model.inputs().set(&*b, &seq[committed..committed + n], &positions);
         let window = AttnWindow { prefix: committed, region: n, queries: n };
-        target.model.forward(&mut target.kv, window, Mask::Causal, Logits::None);
+        target.model.forward(&mut target.kv, window, Mask::Causal, Logits::None)?;
         committed += n;
         if let Some(dr) = drafter.as_deref_mut() {
             head = extend(dr, target, &seq, committed, &(0..n).collect::<Vec<_>>())?;
@@ -334,7 +337,7 @@ mod tests {
 
     use super::*;
     use crate::backend::cpu::CpuBackend;
-    use crate::engine::llama::{Capacity, Family, LlamaConfig};
+    use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
     use crate::engine::weights::Loader;
     use crate::model::checkpoint::Checkpoint;
     use crate::model::config::ModelConfig;
@@ -361,7 +364,7 @@ mod tests {
             cancel: Cancel::default(),
         };
         let prompt = [5, 9, 17, 33];
-        let mut fresh = Target::new(model, 64, 8).unwrap();
+        let mut fresh = Target::new(model.into(), 64, 8).unwrap();
         let want = generate(&mut fresh, None, &prompt, &decoding, &mut |_, _| {}).unwrap().tokens;
         let mut captured = Target::new(fresh.into_model(), 64, 8).unwrap();
         captured.capture_verify(1, false).unwrap();

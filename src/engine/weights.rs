@@ -51,6 +51,16 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(self.ck.check_layers(prefix, key, layers as u64)?)
     }
 
+    /// A tensor as f32 values on the host, its shape checked (the DeepSeek-V3 reference
+    /// computes on the host: src/engine/deepseek/).
+    pub fn host_f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, BackendError> {
+        let view = self.ck.view(name)?;
+        view.expect_shape(shape)?;
+        let v = view.to_f32()?;
+        self.advance(name);
+        Ok(v)
+    }
+
     /// An integer tensor of `len` entries, read to the host (EAGLE-3's `d2t`).
     pub fn host_i64(&mut self, name: &str, len: usize) -> Result<Vec<i64>, BackendError> {
         let view = self.ck.view(name)?;

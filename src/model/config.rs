@@ -223,6 +223,19 @@ impl ModelConfig {
         self.u64(key)?.ok_or_else(|| ConfigError::Missing { file: self.file.clone(), key: format!("/{key}") })
     }
 
+    /// A required size of at least 1, as a `usize` (the error names the file and key).
+    pub fn size(&self, key: &str) -> Result<usize, ConfigError> {
+        self.optional_size(key)?.ok_or_else(|| ConfigError::Missing { file: self.file.clone(), key: format!("/{key}") })
+    }
+
+    /// A size of at least 1 when present; `null` (DeepSeek's `q_lora_rank`) counts as absent.
+    pub fn optional_size(&self, key: &str) -> Result<Option<usize>, ConfigError> {
+        let Some(f) = self.positive_u64(key)? else { return Ok(None) };
+        usize::try_from(f.value)
+            .map(Some)
+            .map_err(|_| self.out_of_range(&f.pointer, f.value, format!("exceeds what this engine addresses ({})", usize::MAX)))
+    }
+
     pub fn wrong_type(&self, pointer: &str, value: &Value, expected: &'static str) -> ConfigError {
         ConfigError::WrongType { file: self.file.clone(), key: pointer.to_string(), value: value.to_string(), expected }
     }

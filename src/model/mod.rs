@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod convert;
+pub mod deepseek;
 pub mod gguf;
 pub mod hub;
 pub(crate) mod open;

@@ -6,10 +6,11 @@
 //!   byte sizes) when the folder has weights; otherwise from config.json:
 //!   - embedding `V·H`, plus `V·H` for an untied lm_head;
 //!   - attention per layer `H·nh·hd + 2·H·nkv·hd + nh·hd·H`; for MLA (`kv_lora_rank`),
-//!     `H·q_lora + q_lora·nh·(nope+rope)` (or `H·nh·(nope+rope)` without `q_lora_rank`)
-//!     `+ H·(kv_lora+rope) + kv_lora·nh·(nope+v) + nh·v·H`;
+//!     `H·q_lora + q_lora + q_lora·nh·(nope+rope)` (or `H·nh·(nope+rope)` without
+//!     `q_lora_rank`) `+ H·(kv_lora+rope) + kv_lora + kv_lora·nh·(nope+v) + nh·v·H` (the
+//!     `+ q_lora` and `+ kv_lora` are `q_a_layernorm` and `kv_a_layernorm`);
 //!   - MLP per layer `3·H·I`; for MoE layers (after `first_k_dense_replace`)
-//!     `(experts + shared)·3·H·I_moe + H·experts`;
+//!     `(experts + shared)·3·H·I_moe + (H + 1)·experts` (the router and its correction bias);
 //!   - an EAGLE-3 drafter: `fc` `H·n_aux·Ht`, one layer whose q/k/v read `2·H`, its MLP, and
 //!     an lm_head of `draft_vocab_size` rows (none when absent: it uses the target's);
 //!   - bytes per parameter: 1 for `quant_method: fp8`, `bits/8` for other quantized
@@ -121,8 +122,8 @@ impl Dims {
         let (h, nh) = (self.hidden, self.heads);
         match self.mla {
             Some((q_lora, kv_lora, nope, rope, v)) => {
-                let q = if q_lora > 0.0 { input * q_lora + q_lora * nh * (nope + rope) } else { input * nh * (nope + rope) };
-                q + input * (kv_lora + rope) + kv_lora * nh * (nope + v) + nh * v * h
+                let q = if q_lora > 0.0 { input * q_lora + q_lora + q_lora * nh * (nope + rope) } else { input * nh * (nope + rope) };
+                q + input * (kv_lora + rope) + kv_lora + kv_lora * nh * (nope + v) + nh * v * h
             }
             None => input * nh * self.head_dim + 2.0 * input * self.kv_heads * self.head_dim + nh * self.head_dim * h,
         }
@@ -137,7 +138,7 @@ impl Dims {
         match self.moe {
             Some((experts, shared, moe_i, dense)) => {
                 let dense = dense.min(self.layers);
-                let moe = (experts + shared) * 3.0 * self.hidden * moe_i + self.hidden * experts;
+                let moe = (experts + shared) * 3.0 * self.hidden * moe_i + (self.hidden + 1.0) * experts;
                 dense * self.dense_mlp_params() + (self.layers - dense) * moe
             }
             None => self.layers * self.dense_mlp_params(),
@@ -429,5 +430,31 @@ mod tests {
             "v_head_dim": 128}));
         let params = Dims::read(&v3).unwrap().model_params();
         assert!((params / 671e9 - 1.0).abs() < 0.005, "{params}");
+    }
+
+    /// The estimate from config.json counts exactly the parameters the engine loads, for
+    /// every DeepSeek-V3-family fixture (the MTP layer and the Kimi wrapper's vision parts,
+    /// which the engine leaves unread, are not in it).
+    #[test]
+    fn the_mla_moe_estimate_is_what_the_engine_loads() {
+        use crate::backend::cpu::CpuBackend;
+        use crate::engine::deepseek::{DeepseekModel, DeepseekTargetConfig};
+        use crate::engine::llama::Capacity;
+        use crate::engine::weights::Loader;
+        use crate::model::checkpoint::Checkpoint;
+        for case in ["dsv3-qlora", "dsv3-noqlora", "kimi-k25"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/deepseek").join(case);
+            let cfg = ModelConfig::load_dir(&dir).unwrap();
+            let ck = Checkpoint::open(&dir).unwrap();
+            let mut progress = |_| {};
+            let mut ld = Loader::new(&CpuBackend, &ck, &mut progress);
+            let config = DeepseekTargetConfig::from_config(&cfg).unwrap();
+            let model =
+                DeepseekModel::load(std::sync::Arc::new(CpuBackend), &config, &mut ld, Capacity { rows: 1, logit_rows: 1, positions: 1 })
+                    .unwrap();
+            let estimate = Dims::read(&cfg).unwrap().model_params();
+            assert_eq!((estimate as u64, estimate.fract()), (model.parameters(), 0.0), "{case}");
+            assert_eq!(config.text.parameters(), model.parameters(), "{case}");
+        }
     }
 }

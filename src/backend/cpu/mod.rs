@@ -3,7 +3,7 @@
 //! checked against it.
 
 mod attention;
-mod matmul;
+pub(crate) mod matmul;
 mod par;
 #[cfg(target_arch = "x86_64")]
 mod skinny;

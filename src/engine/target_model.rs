@@ -1,0 +1,159 @@
+//! The target the decoding loop drives: a Llama-family model (`llama`) or a DeepSeek-V3-family
+//! one (`deepseek`). Both take token ids and positions in their `StepInputs`, leave logits in
+//! one tensor and keep a `KvCache`; this is the one place that tells them apart.
+
+use std::sync::Arc;
+
+use crate::backend::{AttnWindow, Backend, BackendError, Mask};
+use crate::engine::deepseek::{DeepseekModel, DeepseekTargetConfig};
+use crate::engine::kv::KvCache;
+use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel, Logits, StepInputs};
+use crate::engine::weights::Loader;
+use crate::model::config::{ConfigError, ModelConfig};
+use crate::model::deepseek::DeepseekConfig;
+
+/// What a target's `model_type` must be, as a config error says it.
+const TARGET_MODEL_TYPES: &str = "llama, mistral, qwen2, qwen3, deepseek_v3 or kimi_k2";
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetConfig {
+    Llama(LlamaConfig),
+    Deepseek(DeepseekTargetConfig),
+}
+
+impl TargetConfig {
+    pub fn from_config(cfg: &ModelConfig) -> Result<TargetConfig, ConfigError> {
+        if DeepseekConfig::is_family(cfg) {
+            return DeepseekTargetConfig::from_config(cfg).map(TargetConfig::Deepseek);
+        }
+        match LlamaConfig::from_config(cfg) {
+            Err(ConfigError::WrongType { file, key, value, .. }) if key.ends_with("/model_type") => {
+                Err(ConfigError::WrongType { file, key, value, expected: TARGET_MODEL_TYPES })
+            }
+            other => other.map(TargetConfig::Llama),
+        }
+    }
+
+    pub fn layers(&self) -> usize {
+        match self {
+            TargetConfig::Llama(c) => c.layers,
+            TargetConfig::Deepseek(c) => c.text.layers,
+        }
+    }
+}
+
+pub enum TargetModel<B: Backend> {
+    Llama(LlamaModel<B>),
+    Deepseek(DeepseekModel<B>),
+}
+
+impl<B: Backend> From<LlamaModel<B>> for TargetModel<B> {
+    fn from(m: LlamaModel<B>) -> Self {
+        TargetModel::Llama(m)
+    }
+}
+
+impl<B: Backend> TargetModel<B> {
+    pub fn load(backend: Arc<B>, config: &TargetConfig, ld: &mut Loader<'_, B>, cap: Capacity) -> Result<Self, BackendError> {
+        match config {
+            TargetConfig::Llama(c) => LlamaModel::load(backend, c.clone(), ld, cap).map(TargetModel::Llama),
+            // Its forward reads the KV cache to the host each layer: no graphs, no ranks.
+            TargetConfig::Deepseek(_) if backend.name() != "cpu" || backend.tp_world() > 1 => {
+                Err(BackendError::Device("the DeepSeek-V3 family runs on the CPU reference at --tp-size 1 (--device cpu)".into()))
+            }
+            TargetConfig::Deepseek(c) => DeepseekModel::load(backend, c, ld, cap).map(TargetModel::Deepseek),
+        }
+    }
+
+    /// The Llama-family model, for what only it supports (an EAGLE-3 drafter shares its
+    /// embeddings and lm_head).
+    pub fn llama(&self) -> Option<&LlamaModel<B>> {
+        match self {
+            TargetModel::Llama(m) => Some(m),
+            TargetModel::Deepseek(_) => None,
+        }
+    }
+
+    pub fn backend(&self) -> &Arc<B> {
+        match self {
+            TargetModel::Llama(m) => m.backend(),
+            TargetModel::Deepseek(m) => m.backend(),
+        }
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        match self {
+            TargetModel::Llama(m) => m.capacity,
+            TargetModel::Deepseek(m) => m.capacity,
+        }
+    }
+
+    pub fn vocab(&self) -> usize {
+        match self {
+            TargetModel::Llama(m) => m.config.vocab,
+            TargetModel::Deepseek(m) => m.config.vocab,
+        }
+    }
+
+    pub fn inputs(&mut self) -> &mut StepInputs<B> {
+        match self {
+            TargetModel::Llama(m) => &mut m.inputs,
+            TargetModel::Deepseek(m) => &mut m.inputs,
+        }
+    }
+
+    pub fn logits(&self) -> &B::Tensor {
+        match self {
+            TargetModel::Llama(m) => &m.logits,
+            TargetModel::Deepseek(m) => &m.logits,
+        }
+    }
+
+    pub fn logits_mut(&mut self) -> &mut B::Tensor {
+        match self {
+            TargetModel::Llama(m) => &mut m.logits,
+            TargetModel::Deepseek(m) => &mut m.logits,
+        }
+    }
+
+    /// The captured hidden states an EAGLE-3 drafter reads, when capturing.
+    pub fn aux(&self) -> Option<&B::Tensor> {
+        let capture = match self {
+            TargetModel::Llama(m) => &m.capture,
+            TargetModel::Deepseek(m) => &m.capture,
+        };
+        capture.as_ref().map(|c| &c.aux)
+    }
+
+    pub fn weight_bytes(&self) -> u64 {
+        match self {
+            TargetModel::Llama(m) => m.weight_bytes(),
+            TargetModel::Deepseek(m) => m.weight_bytes(),
+        }
+    }
+
+    pub fn new_kv(&self, slots: usize) -> Result<KvCache<B>, BackendError> {
+        match self {
+            TargetModel::Llama(m) => m.new_kv(slots),
+            TargetModel::Deepseek(m) => m.new_kv(slots),
+        }
+    }
+
+    pub fn set_capture(&mut self, layers: Option<Vec<usize>>) -> Result<(), BackendError> {
+        match self {
+            TargetModel::Llama(m) => m.set_capture(layers),
+            TargetModel::Deepseek(m) => m.set_capture(layers),
+        }
+    }
+
+    /// Run `window.queries` tokens (ids and positions already in `inputs()`).
+    pub fn forward(&mut self, kv: &mut KvCache<B>, window: AttnWindow, mask: Mask<'_, B>, logits: Logits) -> Result<(), BackendError> {
+        match self {
+            TargetModel::Llama(m) => {
+                m.forward(kv, window, mask, logits);
+                Ok(())
+            }
+            TargetModel::Deepseek(m) => m.forward(kv, window, mask, logits),
+        }
+    }
+}
