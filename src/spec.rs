@@ -135,6 +135,15 @@ pub struct LaunchSpec {
     pub mem_fraction_static: Option<f64>,
     pub cuda_graph_max_bs: Option<u32>,
     pub max_running_requests: Option<u32>,
+    /// `--max-total-tokens`: a cap on the KV cache's tokens below what memory allows.
+    #[serde(default)]
+    pub max_total_tokens: Option<u64>,
+    /// `--chunked-prefill-size`: most prompt tokens one scheduler step prefills.
+    #[serde(default)]
+    pub chunked_prefill_size: Option<u32>,
+    /// `--cpu-kv-cache-gib`: the KV cache's budget on the CPU backend (no device memory to size from).
+    #[serde(default)]
+    pub cpu_kv_cache_gib: Option<f64>,
     /// Memory per GPU for the budget when NVML has no GPU to ask.
     pub gpu_memory_gib: Option<f64>,
     pub device: Device,
@@ -356,6 +365,33 @@ pub const FLAGS: &[FlagDef] = &[
         set: |s, v| switch(v).map(|on| s.deterministic = on),
         get: |s| s.deterministic.then(String::new),
         clear: |s| s.deterministic = false,
+    },
+    FlagDef {
+        name: "--max-total-tokens",
+        aliases: &[],
+        value_name: "N",
+        help: "Cap the KV cache at N tokens (below what memory allows)",
+        set: |s, v| num(v, INTEGER).map(|n| s.max_total_tokens = Some(n)),
+        get: |s| s.max_total_tokens.map(|v| v.to_string()),
+        clear: |s| s.max_total_tokens = None,
+    },
+    FlagDef {
+        name: "--chunked-prefill-size",
+        aliases: &[],
+        value_name: "N",
+        help: "Most prompt tokens one scheduler step prefills",
+        set: |s, v| num(v, INTEGER).map(|n| s.chunked_prefill_size = Some(n)),
+        get: |s| s.chunked_prefill_size.map(|v| v.to_string()),
+        clear: |s| s.chunked_prefill_size = None,
+    },
+    FlagDef {
+        name: "--cpu-kv-cache-gib",
+        aliases: &[],
+        value_name: "GIB",
+        help: "The KV cache's budget on the CPU backend (default 1 GiB)",
+        set: |s, v| within(v, f64::MIN_POSITIVE.., "a finite number of GiB above 0").map(|n| s.cpu_kv_cache_gib = Some(n)),
+        get: |s| s.cpu_kv_cache_gib.map(|v| v.to_string()),
+        clear: |s| s.cpu_kv_cache_gib = None,
     },
 ];
 

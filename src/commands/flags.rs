@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn every_flag_of_the_table_and_its_aliases_parse_as_the_pasted_parser_reads_them() {
         let mut words = Vec::new();
-        let values = ["/t", "/d", "EAGLE3", "2", "4096", "3", "1", "4", "bfloat16", "0.8", "16", "8", "80", "cpu"];
+        let values = ["/t", "/d", "EAGLE3", "2", "4096", "3", "1", "4", "bfloat16", "0.8", "16", "8", "80", "cpu", "4096", "256", "0.5"];
         let mut values = values.iter();
         for def in FLAGS {
             words.push(def.name.to_string());

@@ -4,6 +4,11 @@
 
 use crate::backend::{Backend, BackendError};
 
+/// Bytes one token takes: f32 K and V of `width` per layer.
+pub fn bytes_per_token(layers: usize, width: usize) -> u64 {
+    2 * (layers * width) as u64 * 4
+}
+
 pub struct KvCache<B: Backend> {
     pub k: Vec<B::Tensor>,
     pub v: Vec<B::Tensor>,
@@ -23,7 +28,7 @@ impl<B: Backend> KvCache<B> {
     }
 
     pub fn bytes(&self) -> u64 {
-        2 * (self.k.len() * self.slots * self.width) as u64 * 4
+        self.slots as u64 * bytes_per_token(self.k.len(), self.width)
     }
 
     /// Keep one root-to-leaf path of a verify tree written at `base + node`: the slot of

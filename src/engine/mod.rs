@@ -16,13 +16,18 @@ pub(crate) mod findings;
 pub(crate) mod graph_sizes;
 pub mod handle;
 pub(crate) mod kv;
+pub mod kv_budget;
 pub mod lifecycle;
 pub mod llama;
 pub(crate) mod memory;
+pub mod paged;
 pub(crate) mod plan;
 pub(crate) mod rank_vote;
 pub(crate) mod ranks;
 pub mod request;
+pub mod sampling;
+pub mod scheduler;
+pub mod serving;
 pub mod spec_decode;
 pub(crate) mod tp;
 #[cfg(test)]
