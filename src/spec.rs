@@ -388,7 +388,7 @@ pub const FLAGS: &[FlagDef] = &[
         name: "--cpu-kv-cache-gib",
         aliases: &[],
         value_name: "GIB",
-        help: "The KV cache's budget on the CPU backend (default 1 GiB)",
+        help: "The KV cache's budget on the CPU backend (default 2 GiB)",
         set: |s, v| within(v, f64::MIN_POSITIVE.., "a finite number of GiB above 0").map(|n| s.cpu_kv_cache_gib = Some(n)),
         get: |s| s.cpu_kv_cache_gib.map(|v| v.to_string()),
         clear: |s| s.cpu_kv_cache_gib = None,

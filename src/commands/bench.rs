@@ -34,6 +34,13 @@ pub struct BenchArgs {
     compare_target_only: bool,
     #[arg(long)]
     json: bool,
+    /// Serve the prompts through the continuous-batching scheduler, N requests in flight
+    /// (and `--max-running-requests N` unless given).
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+    /// With --concurrency: requests arrive as a Poisson process of R a second (else all at once).
+    #[arg(long, value_name = "R", requires = "concurrency")]
+    request_rate: Option<f64>,
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
@@ -137,6 +144,10 @@ fn memory_bandwidth() -> f64 {
 pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     let spec = launch_spec(&args.flags)?;
     let prompts = read_prompts(&args.prompts)?;
+    if let Some(concurrency) = args.concurrency {
+        let out = super::bench_load::run(&spec, &prompts, args.chat, args.max_new_tokens, concurrency, args.request_rate)?;
+        return print_bench(&out, args.json);
+    }
     let bandwidth_before = memory_bandwidth();
     let (mut engine, mut rx) = match start(&spec, "specdeck bench") {
         Ok(e) => e,

@@ -13,9 +13,10 @@ use crate::spec::LaunchSpec;
 
 /// Tokens per KV block.
 pub const BLOCK_TOKENS: usize = 16;
-/// The CPU's KV budget without `--cpu-kv-cache-gib`: 174762 tokens of the demo target (6
-/// layers, 2 KV heads of 64, f32), more than its 32K-token test context needs.
-pub const DEFAULT_CPU_KV_GIB: f64 = 1.0;
+/// The CPU's KV budget without `--cpu-kv-cache-gib`: 299593 tokens of the demo pair (target: 6
+/// layers, 2 KV heads of 64, f32; drafter: 1 layer), so its whole 262144-token context fits.
+/// The CPU backend's buffers are zeroed lazily by the OS: only positions in use cost memory.
+pub const DEFAULT_CPU_KV_GIB: f64 = 2.0;
 /// SGLang's default `--mem-fraction-static` when the flag is absent.
 pub const DEFAULT_MEM_FRACTION: f64 = 0.85;
 /// Activations, workspaces and CUDA graphs, kept out of the KV pool on a GPU.
@@ -138,8 +139,8 @@ mod tests {
         let req =
             KvRequest { per_token: DEMO_PER_TOKEN, min_tokens: 32768, memory: KvMemory::Cpu { budget: (DEFAULT_CPU_KV_GIB * GIB) as u64 } };
         let s = size(&req, &LaunchSpec::default()).unwrap();
-        assert_eq!(s, KvSizing { tokens: 174752, blocks: 10922, bytes: 174752 * DEMO_PER_TOKEN });
-        assert_eq!(s.describe(), "KV cache: 174752 tokens in 10922 blocks of 16, 1.00 GiB");
+        assert_eq!(s, KvSizing { tokens: 349520, blocks: 21845, bytes: 349520 * DEMO_PER_TOKEN });
+        assert_eq!(s.describe(), "KV cache: 349520 tokens in 21845 blocks of 16, 2.00 GiB");
         let capped = size(&req, &LaunchSpec { max_total_tokens: Some(40000), ..Default::default() }).unwrap();
         assert_eq!((capped.tokens, capped.blocks), (40000, 2500));
     }

@@ -162,3 +162,27 @@ fn requests_past_the_context_are_refused() {
     assert_eq!(e.unwrap_err().to_string(), "the prompt (500 tokens) plus max_tokens (13) exceed the context (512 tokens)");
     assert!(s.submit(request(&[], SamplingParams::default())).is_err());
 }
+
+#[test]
+fn a_9k_token_prompt_runs_in_a_32k_context_with_default_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target");
+    TinyLlama { max_positions: 32768, layers: 2, ..TinyLlama::new(Family::Llama, 9) }.write(&target).unwrap();
+    let spec = LaunchSpec { model_path: Some(target.display().to_string()), device: Device::Cpu, ..LaunchSpec::default() };
+    let (sink, _events) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    assert!(matches!(engine.launch(&spec, &|_| Vec::new()), LaunchOutcome::Ready { .. }));
+    let prompt: Vec<u32> = (0..9000u32).map(|i| (i * 7 + 1) % 64).collect();
+    let want = engine.generate_ids(&prompt, &engine.decoding(4, None)).unwrap().tokens;
+    let mut s = Scheduler::new(engine.into_parts().unwrap(), EIGHT).unwrap();
+    assert_eq!(s.context(), 32768);
+    let id = s.submit(SeqRequest { prompt, max_tokens: 4, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
+    assert_eq!(run(&mut s)[&id].0, want);
+    let full =
+        s.submit(SeqRequest { prompt: vec![3; 32760], max_tokens: 8, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
+    s.step().unwrap();
+    // 32760 + 8 + 1 verify slot = 32769 tokens: 2049 blocks, until cancelled.
+    assert_eq!(s.blocks().1 - s.blocks().0, 2049);
+    assert!(s.cancel(full));
+    assert_eq!(s.blocks().0, s.blocks().1);
+}
