@@ -181,6 +181,71 @@ pub struct KvStore<'a, B: Backend + ?Sized> {
     pub slot: usize,
 }
 
+/// One sequence of a batched forward over a paged KV pool (`engine::paged`): its new
+/// tokens are rows `[row, row + queries)` of the forward, and `slots` are the pool slots of
+/// every position its queries see, in position order, the new tokens' slots last.
+#[derive(Clone, Copy, Debug)]
+pub struct PagedSeq<'a> {
+    pub row: usize,
+    pub queries: usize,
+    pub slots: &'a [usize],
+}
+
+impl PagedSeq<'_> {
+    /// The window the queries see once the sequence's KV is laid out contiguously.
+    pub fn window(&self) -> AttnWindow {
+        AttnWindow { prefix: self.slots.len() - self.queries, region: self.queries, queries: self.queries }
+    }
+
+    /// The slots the new tokens' K and V go to.
+    pub fn new_slots(&self) -> &[usize] {
+        &self.slots[self.slots.len() - self.queries..]
+    }
+}
+
+/// Buffers for `paged_attention_by_gather`: a sequence's queries and output (`[rows, heads ·
+/// head_dim]`) and its K and V laid out contiguously (`[positions, kv_heads · head_dim]`).
+pub struct PagedScratch<B: Backend + ?Sized> {
+    pub q: B::Tensor,
+    pub out: B::Tensor,
+    pub k: B::Tensor,
+    pub v: B::Tensor,
+}
+
+impl<B: Backend + ?Sized> PagedScratch<B> {
+    pub fn new(b: &B, rows: usize, positions: usize, g: &AttnGeometry) -> Result<Self, BackendError> {
+        let (q_width, kv_width) = (g.heads * g.head_dim, g.kv_heads * g.head_dim);
+        Ok(PagedScratch {
+            q: b.tensor(rows, q_width)?,
+            out: b.tensor(rows, q_width)?,
+            k: b.tensor(positions, kv_width)?,
+            v: b.tensor(positions, kv_width)?,
+        })
+    }
+}
+
+/// `Backend::paged_attention` from the plain ops: the sequence's K and V gathered into
+/// contiguous scratch, its query rows copied to the top of a scratch buffer, `attention`
+/// there, and the output rows copied back.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_by_gather<B: Backend + ?Sized>(
+    b: &B,
+    q: &B::Tensor,
+    k: &B::Tensor,
+    v: &B::Tensor,
+    geometry: &AttnGeometry,
+    seq: &PagedSeq<'_>,
+    mask: Mask<'_, B>,
+    scratch: &mut PagedScratch<B>,
+    out: &mut B::Tensor,
+) {
+    b.gather_rows(k, seq.slots, &mut scratch.k);
+    b.gather_rows(v, seq.slots, &mut scratch.v);
+    b.copy_rows(q, seq.row, &mut scratch.q, 0, seq.queries);
+    b.attention(&scratch.q, &scratch.k, &scratch.v, geometry, seq.window(), mask, &mut scratch.out);
+    b.copy_rows(&scratch.out, 0, out, seq.row, seq.queries);
+}
+
 pub trait Backend: Send + Sync + 'static {
     type Tensor: Send + Sync;
     type Weight: Send + Sync;
@@ -197,6 +262,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The GPU this backend runs on, for per-GPU progress events; `None` off the GPU.
     fn gpu_ordinal(&self) -> Option<u32> {
+        None
+    }
+
+    /// `(free, total)` bytes of this device's memory, which the KV cache is sized from
+    /// (`engine::kv_budget`); `None` off a GPU, where a budget flag sizes it.
+    fn device_memory(&self) -> Option<(u64, u64)> {
         None
     }
 
@@ -272,6 +343,44 @@ pub trait Backend: Send + Sync + 'static {
     fn add(&self, dst: &mut Self::Tensor, src: &Self::Tensor, n: usize);
     /// Sum over tensor-parallel ranks, in place. The identity at tp = 1.
     fn all_reduce(&self, x: &mut Self::Tensor, n: usize);
+
+    /// Attention of one sequence's queries (`q` rows `[seq.row, seq.row + seq.queries)`, into
+    /// the same rows of `out`) over its KV in the pool `k`/`v` at `seq.slots`; `mask` is over
+    /// the new tokens as in `attention`. The default gathers (`paged_attention_by_gather`);
+    /// a backend that reads the slots in place overrides it.
+    #[allow(clippy::too_many_arguments)]
+    fn paged_attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        geometry: &AttnGeometry,
+        seq: &PagedSeq<'_>,
+        mask: Mask<'_, Self>,
+        scratch: &mut PagedScratch<Self>,
+        out: &mut Self::Tensor,
+    ) {
+        paged_attention_by_gather(self, q, k, v, geometry, seq, mask, scratch, out);
+    }
+
+    /// `cache[slots[i]] = rows[row + i]` for K and V: a sequence's new tokens into its pool
+    /// slots. The default copies each run of consecutive slots.
+    fn store_kv_slots(
+        &self,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        row: usize,
+        slots: &[usize],
+        cache: (&mut Self::Tensor, &mut Self::Tensor),
+    ) {
+        let mut i = 0;
+        while i < slots.len() {
+            let run = 1 + slots[i + 1..].iter().zip(&slots[i..]).take_while(|(next, prev)| **next == **prev + 1).count();
+            self.copy_rows(k, row + i, cache.0, slots[i], run);
+            self.copy_rows(v, row + i, cache.1, slots[i], run);
+            i += run;
+        }
+    }
 
     // ---- data movement -----------------------------------------------------------------------
 

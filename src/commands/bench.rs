@@ -53,6 +53,13 @@ pub struct BenchArgs {
     /// Also list each prompt's token ids under the table.
     #[arg(long)]
     verbose: bool,
+    /// Serve the prompts through the continuous-batching scheduler, N requests in flight
+    /// (and `--max-running-requests N` unless given).
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+    /// With --concurrency: requests arrive as a Poisson process of R a second (else all at once).
+    #[arg(long, value_name = "R", requires = "concurrency")]
+    request_rate: Option<f64>,
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
@@ -161,6 +168,11 @@ pub fn run(args: &BenchArgs, color: ColorChoice) -> anyhow::Result<i32> {
 fn bench(args: &BenchArgs, color: ColorChoice) -> Result<i32, Failure> {
     let spec = launch_spec(&args.flags)?;
     let prompts = read_prompts(&args.prompts).map_err(|e| Failure::new(Kind::Input, e))?;
+    if let Some(concurrency) = args.concurrency {
+        let out = super::bench_load::run(&spec, &prompts, args.chat, args.max_new_tokens, concurrency, args.request_rate)
+            .map_err(|e| Failure::new(Kind::Engine, e))?;
+        return Ok(print_bench(&out, args));
+    }
     let bandwidth_before = memory_bandwidth();
     let (mut engine, mut rx) = start(&spec, "specdeck bench", color)?;
     let phases = phase_seconds(&mut rx);

@@ -5,6 +5,7 @@
 mod bench;
 mod bench_table;
 pub mod catalog;
+mod bench_load;
 mod check;
 mod convert;
 mod cuda_check;

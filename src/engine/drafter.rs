@@ -24,12 +24,25 @@ pub struct AuxRows<'a, B: Backend> {
     pub rows: &'a [usize],
 }
 
+/// One sequence as a drafter holds it: its KV cache and how many positions it has read.
+/// A scheduler running several sequences through one drafter keeps one per sequence and
+/// swaps it in around that sequence's extend and draft (`Drafter::swap_state`).
+pub struct DraftState<B: Backend> {
+    pub(crate) kv: KvCache<B>,
+    pub(crate) len: usize,
+}
+
 pub trait Drafter<B: Backend>: Send {
     /// Forget the sequence (a new request).
     fn reset(&mut self);
     /// Size the caches for a relaunch that keeps the weights: `kv_slots` KV slots and the
     /// top-`topk` buffers of the new tree shape. Forgets the sequence.
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError>;
+    /// A new sequence's state with `kv_slots` KV slots (its prompt, output and draft tree);
+    /// positions up to `kv_slots` get RoPE.
+    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError>;
+    /// Exchange the drafter's current sequence with `state`.
+    fn swap_state(&mut self, state: &mut DraftState<B>);
     /// Whether `extend` needs the target's captured hidden states.
     fn wants_aux(&self) -> bool;
     /// Draft steps of up to this many rows run as CUDA-graph steps (0: none).
@@ -141,9 +154,20 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
         if self.kv.slots != kv_slots {
             self.kv = self.model.new_kv(kv_slots)?;
         }
+        self.model.ensure_positions(kv_slots)?;
         self.top = TopK::new(&*b, self.model.capacity.logit_rows, topk)?;
         self.len = 0;
         Ok(())
+    }
+
+    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError> {
+        self.model.ensure_positions(kv_slots)?;
+        Ok(DraftState { kv: self.model.new_kv(kv_slots)?, len: 0 })
+    }
+
+    fn swap_state(&mut self, state: &mut DraftState<B>) {
+        std::mem::swap(&mut self.kv, &mut state.kv);
+        std::mem::swap(&mut self.len, &mut state.len);
     }
 
     fn wants_aux(&self) -> bool {

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::backend::{AttnGeometry, AttnWindow, Backend, Mask, RopeTable, Shard};
-use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, Drafter, TopK};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeTable, Shard};
+use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, DraftState, Drafter, TopK};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{
-    check_tensor_size, head_dim, layer_bytes, required, rope_from_config, AttnInput, Capacity, Layer, LayerScratch, LayerShape, LayerStep,
-    LlamaModel, StepInputs,
+    check_tensor_size, head_dim, layer_bytes, required, rope_from_config, Attend, AttnInput, Capacity, Layer, LayerScratch, LayerShape,
+    LayerStep, LlamaModel, StepInputs,
 };
 use crate::engine::weights::Loader;
 use crate::engine::EngineError;
@@ -304,6 +304,20 @@ impl<B: Backend> Eagle3Drafter<B> {
         })
     }
 
+    /// RoPE for positions `0 .. positions` (a longer context than the one loaded for).
+    fn ensure_positions(&mut self, positions: usize) -> Result<(), BackendError> {
+        if positions > self.capacity.positions {
+            self.rope = self.config.rope.table(&*self.backend, positions)?;
+            self.capacity.positions = positions;
+        }
+        Ok(())
+    }
+
+    /// This rank's K (and V) width per token.
+    fn kv_width(&self) -> usize {
+        self.geometry.kv_heads * self.config.head_dim
+    }
+
     /// One forward of `window.queries` rows whose residual input is already in `buf.x`;
     /// `mask` is `[queries, region]` (causal when `None`).
     fn forward(&mut self, window: AttnWindow, mask: Option<&[i32]>, all_logits: bool) -> Result<Vec<Vec<Candidate>>, EngineError> {
@@ -331,7 +345,8 @@ impl<B: Backend> Eagle3Drafter<B> {
         b.rms_norm(&buf.x, &self.hidden_norm, c.eps, n, &mut buf.xn);
         b.copy_cols(&buf.en, n, &mut buf.u, 0);
         b.copy_cols(&buf.xn, n, &mut buf.u, c.hidden);
-        let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, window, mask };
+        let attend = Attend::Window { window, mask };
+        let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, attend };
         // The layer's attention reads `u` and its residual is `x` (the fc output).
         self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), AttnInput::Rows(&buf.u), &mut buf.x, &mut self.scratch);
         // `prev` keeps the final hiddens that the next draft level continues from.
@@ -350,14 +365,23 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
     }
 
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
-        let b = &*self.backend;
-        let width = self.config.kv_heads * self.config.head_dim;
         if self.kv.slots != kv_slots {
-            self.kv = KvCache::new(b, 1, kv_slots, width)?;
+            self.kv = KvCache::new(&*self.backend, 1, kv_slots, self.kv_width())?;
         }
-        self.top = TopK::new(b, self.capacity.logit_rows, topk)?;
+        self.ensure_positions(kv_slots)?;
+        self.top = TopK::new(&*self.backend, self.capacity.logit_rows, topk)?;
         self.len = 0;
         Ok(())
+    }
+
+    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError> {
+        self.ensure_positions(kv_slots)?;
+        Ok(DraftState { kv: KvCache::new(&*self.backend, 1, kv_slots, self.kv_width())?, len: 0 })
+    }
+
+    fn swap_state(&mut self, state: &mut DraftState<B>) {
+        std::mem::swap(&mut self.kv, &mut state.kv);
+        std::mem::swap(&mut self.len, &mut state.len);
     }
 
     fn wants_aux(&self) -> bool {

@@ -4,6 +4,11 @@
 
 use crate::backend::{Backend, BackendError};
 
+/// Bytes one token takes: f32 K and V of `width` per layer.
+pub fn bytes_per_token(layers: usize, width: usize) -> u64 {
+    2 * (layers * width) as u64 * 4
+}
+
 pub struct KvCache<B: Backend> {
     pub k: Vec<B::Tensor>,
     pub v: Vec<B::Tensor>,

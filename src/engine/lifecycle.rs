@@ -17,10 +17,9 @@ use crate::engine::context;
 use crate::engine::drafter::{Drafter, StandaloneDrafter};
 use crate::engine::eagle3::Eagle3Drafter;
 use crate::engine::findings::{error_finding, BACKEND_ERROR, DEVICE_UNAVAILABLE};
+use crate::engine::kv_budget::{self, KvMemory, KvRequest, KvSizing};
 use crate::engine::llama::{Capacity, LlamaModel};
-use crate::engine::plan::{
-    DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, CPU_MAX_TOKENS, MAX_TREE_TOKENS,
-};
+use crate::engine::plan::{DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, MAX_TREE_TOKENS};
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
@@ -84,6 +83,14 @@ fn unresolved(events: &EventSink, finding: &Finding) -> Finding {
 struct LoadedDrafter<B: Backend> {
     key: DrafterKey,
     drafter: Box<dyn Drafter<B>>,
+}
+
+/// What a ready engine serves with.
+pub struct EngineParts<B: Backend> {
+    pub target: Target<B>,
+    pub drafter: Option<Box<dyn Drafter<B>>>,
+    pub tokenizer: TextTokenizer,
+    pub shape: TreeShape,
 }
 
 pub struct Engine<B: Backend> {
@@ -214,7 +221,11 @@ impl<B: Backend> Engine<B> {
         self.shape = plan.shape;
         self.backend.set_deterministic(spec.deterministic);
         let memory = plan.memory.as_ref().map_err(|f| unresolved(&events, f))?;
-        run_phase(&events, PhaseId::KvAlloc, Side::Target, || self.alloc_kv(memory, plan.graph_max_bs))?;
+        phase(&events, PhaseId::KvAlloc, PhaseState::Started, None);
+        let sizing = self.size_kv(spec, &plan).map_err(|f| fail(&events, PhaseId::KvAlloc, f))?;
+        self.alloc_kv(memory, sizing, plan.graph_max_bs)
+            .map_err(|e| fail(&events, PhaseId::KvAlloc, error_finding(Side::Target, PhaseId::KvAlloc, &e)))?;
+        phase(&events, PhaseId::KvAlloc, PhaseState::Done, Some(sizing.describe()));
         self.capture_target_graphs(&plan)?;
 
         match &plan.drafter {
@@ -347,7 +358,8 @@ impl<B: Backend> Engine<B> {
         let dir = &plan.key.dir;
         let tokenizer = TextTokenizer::load_dir(dir)?;
         let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
-        let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
+        // kv-alloc extends the RoPE table to the launch's context.
+        let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: MAX_TREE_TOKENS };
         let model = self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(TargetModel::load(self.backend.clone(), &plan.model, ld, cap)?))?;
         Ok(LoadedTarget { key: plan.key.clone(), tokenizer, model: Some(model), target: None })
     }
@@ -370,31 +382,46 @@ impl<B: Backend> Engine<B> {
         Ok(out)
     }
 
-    /// Allocate the target's KV cache as the plan sizes it.
-    fn alloc_kv(&mut self, memory: &MemoryPlan, graph_max_bs: u32) -> Result<(), EngineError> {
+    /// How many tokens the KV pool holds (`kv_budget`): from the device's memory after the
+    /// target loaded, or the CPU's budget; the `memory-budget` finding when one request of
+    /// the full context does not fit.
+    fn size_kv(&self, spec: &LaunchSpec, plan: &LaunchPlan) -> Result<KvSizing, Finding> {
+        let memory = plan.memory.as_ref().expect("sized only once the memory plan resolved");
+        let model = self.target.as_ref().and_then(|t| t.model.as_ref().or(t.target.as_ref().map(|t| &t.model)));
+        let model = model.expect("target loaded before kv-alloc");
+        let drafter = match &plan.drafter {
+            DraftPlan::Resolved(d) => Some(d),
+            _ => None,
+        };
+        let tp = self.backend.tp_world();
+        let per_token = model.kv_bytes_per_token() + drafter.map_or(0, |d| d.kv_bytes_per_token(tp));
+        let memory_source = match self.backend.device_memory() {
+            Some((free, total)) => {
+                // A kept drafter is already in `free`; one still to load is not.
+                let to_load = drafter.filter(|d| self.drafter.as_ref().is_none_or(|k| k.key != d.key)).map_or(0, |d| d.weight_file_bytes());
+                KvMemory::Gpu { total, free, still_to_load: to_load / tp as u64 + kv_budget::GPU_RESERVE_BYTES }
+            }
+            None => KvMemory::Cpu { budget: (spec.cpu_kv_cache_gib.unwrap_or(kv_budget::DEFAULT_CPU_KV_GIB) * (1u64 << 30) as f64) as u64 },
+        };
+        let req = KvRequest { per_token, min_tokens: memory.target_slots(), memory: memory_source };
+        kv_budget::size(&req, spec)
+    }
+
+    /// Allocate the target's KV pool as `sizing` says; one request may reach the context.
+    fn alloc_kv(&mut self, memory: &MemoryPlan, sizing: KvSizing, graph_max_bs: u32) -> Result<(), EngineError> {
         let t = self.target.as_mut().expect("target loaded before kv-alloc");
-        let (context, tokens) = (memory.context.length as usize, memory.kv_tokens);
-        if tokens < context {
-            self.events.log(
-                LogLevel::Info,
-                SOURCE,
-                format!("context length {context}: the CPU reference keeps a KV cache of {tokens} tokens"),
-            );
-        }
         // The old cache's buffers may go away: no recorded graph may point into them.
         self.backend.graph_reset();
         let mut target = match t.target.take() {
-            Some(old) => old.resized(memory.target_slots(), memory.tree_slots)?,
-            None => Target::new(t.model.take().expect("a loaded target has its model"), memory.target_slots(), memory.tree_slots)?,
+            Some(old) => old.resized(sizing.tokens, memory.tree_slots)?,
+            None => Target::new(t.model.take().expect("a loaded target has its model"), sizing.tokens, memory.tree_slots)?,
         };
+        target.context = Some(memory.kv_tokens);
+        target.model.ensure_positions(memory.target_slots())?;
         if self.backend.uses_graphs() {
             target.graph_rows = graph_max_bs as usize;
         }
-        self.events.log(
-            LogLevel::Info,
-            SOURCE,
-            format!("target KV cache: {} slots, {:.1} MiB", target.kv.slots, target.kv.bytes() as f64 / (1 << 20) as f64),
-        );
+        self.events.log(LogLevel::Info, SOURCE, sizing.describe());
         t.target = Some(target);
         Ok(())
     }
@@ -416,7 +443,7 @@ impl<B: Backend> Engine<B> {
         let ck = Checkpoint::open(plan.dir()).map_err(BackendError::from)?;
         let target = self.target.as_ref().and_then(|t| t.target.as_ref()).expect("target ready before the drafter");
         let (kv_slots, topk) = (memory.drafter_slots, self.shape.topk);
-        let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: CPU_MAX_TOKENS + MAX_TREE_TOKENS };
+        let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: kv_slots };
         let drafter: Box<dyn Drafter<B>> = match &plan.key {
             DrafterKey::Eagle3(_, config) => {
                 let model = target.model.llama().ok_or_else(|| EngineError::Invalid {
@@ -467,6 +494,21 @@ impl<B: Backend> Engine<B> {
     fn run_generation(&mut self, prompt: &[u32], decoding: &Decoding, on_tokens: OnTokens<'_>) -> Result<Generation, EngineError> {
         let t = self.target.as_mut().and_then(|t| t.target.as_mut()).ok_or_else(|| EngineError::Request("no target is loaded".into()))?;
         spec_decode::generate(t, self.drafter.as_mut().map(|d| d.drafter.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
+    }
+
+    /// The launched target (with its KV pool), drafter and tree shape, for the scheduler
+    /// (`engine::scheduler`) that serves from them; `None` before a launch is ready.
+    pub fn into_parts(self) -> Option<EngineParts<B>> {
+        if !self.ready {
+            return None;
+        }
+        let loaded = self.target?;
+        Some(EngineParts {
+            target: loaded.target?,
+            drafter: self.drafter.map(|d| d.drafter),
+            tokenizer: loaded.tokenizer,
+            shape: self.shape,
+        })
     }
 
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {

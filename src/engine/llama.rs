@@ -8,7 +8,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::backend::{
+    AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedScratch, PagedSeq, Projection, RopeStyle, RopeTable, Shard,
+};
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -297,6 +299,8 @@ pub(crate) struct LayerScratch<B: Backend> {
     pub normed: B::Tensor,
     /// Output of o_proj / down_proj, `[rows, hidden]`.
     pub delta: B::Tensor,
+    /// For a batched forward over a paged pool on a backend that gathers (`LlamaModel::set_batch_capacity`).
+    pub paged: Option<PagedScratch<B>>,
 }
 
 impl<B: Backend> LayerScratch<B> {
@@ -312,7 +316,31 @@ impl<B: Backend> LayerScratch<B> {
             act: b.tensor(rows, s.intermediate)?,
             normed: b.tensor(rows, s.hidden)?,
             delta: b.tensor(rows, s.hidden)?,
+            paged: None,
         })
+    }
+}
+
+/// One sequence of a batched forward: where its rows and KV are, and its mask.
+pub struct BatchSeq<'a, B: Backend> {
+    pub seq: PagedSeq<'a>,
+    pub mask: Mask<'a, B>,
+}
+
+/// Which KV a layer's queries attend over.
+pub(crate) enum Attend<'a, B: Backend> {
+    /// One sequence at contiguous slots.
+    Window { window: AttnWindow, mask: Mask<'a, B> },
+    /// Several sequences, each at its slots of a paged pool; the rows are theirs in order.
+    Paged { rows: usize, seqs: &'a [BatchSeq<'a, B>] },
+}
+
+impl<B: Backend> Attend<'_, B> {
+    fn rows(&self) -> usize {
+        match self {
+            Attend::Window { window, .. } => window.queries,
+            Attend::Paged { rows, .. } => *rows,
+        }
     }
 }
 
@@ -322,8 +350,7 @@ pub(crate) struct LayerStep<'a, B: Backend> {
     pub eps: f32,
     pub rope: &'a RopeTable<B>,
     pub positions: &'a B::Ids,
-    pub window: AttnWindow,
-    pub mask: Mask<'a, B>,
+    pub attend: Attend<'a, B>,
 }
 
 /// What a layer's attention reads.
@@ -346,7 +373,7 @@ impl<B: Backend> Layer<B> {
         h: &mut B::Tensor,
         s: &mut LayerScratch<B>,
     ) {
-        let n = st.window.queries;
+        let n = st.attend.rows();
         let a = &self.attn;
         let x = match input {
             AttnInput::Residual => {
@@ -358,23 +385,42 @@ impl<B: Backend> Layer<B> {
         // Fused where the backend can (one launch for q, k and v, RoPE and the cache write;
         // o with the residual add; gate, up and SiLU; down with the residual add): a decode
         // step is mostly launches of little work.
-        let slot = st.window.first_new_slot();
         let mut qkv = [
             Projection { w: &a.q, bias: a.q_bias.as_ref(), out: &mut s.q },
             Projection { w: &a.k, bias: a.k_bias.as_ref(), out: &mut s.k },
             Projection { w: &a.v, bias: a.v_bias.as_ref(), out: &mut s.v },
         ];
-        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
-            // Qwen3 normalises each q and k head between the projection and RoPE.
-            b.matmul_many(x, n, &mut qkv);
-            b.head_rms_norm(&mut s.q, qn, st.eps, n);
-            b.head_rms_norm(&mut s.k, kn, st.eps, n);
-            b.rope_store_kv(&mut s.q, &mut s.k, &s.v, st.rope, st.positions, n, (&mut *kv.0, &mut *kv.1), slot);
-        } else {
-            let store = KvStore { table: st.rope, positions: st.positions, cache: (&mut *kv.0, &mut *kv.1), slot };
-            b.qkv_rope_store_kv(x, n, &mut qkv, store);
+        let qk_norm = a.q_norm.as_ref().zip(a.k_norm.as_ref());
+        match &st.attend {
+            Attend::Window { window, mask } => {
+                let slot = window.first_new_slot();
+                if let Some((qn, kn)) = qk_norm {
+                    // Qwen3 normalises each q and k head between the projection and RoPE.
+                    b.matmul_many(x, n, &mut qkv);
+                    b.head_rms_norm(&mut s.q, qn, st.eps, n);
+                    b.head_rms_norm(&mut s.k, kn, st.eps, n);
+                    b.rope_store_kv(&mut s.q, &mut s.k, &s.v, st.rope, st.positions, n, (&mut *kv.0, &mut *kv.1), slot);
+                } else {
+                    let store = KvStore { table: st.rope, positions: st.positions, cache: (&mut *kv.0, &mut *kv.1), slot };
+                    b.qkv_rope_store_kv(x, n, &mut qkv, store);
+                }
+                b.attention(&s.q, kv.0, kv.1, &st.geometry, *window, *mask, &mut s.attn);
+            }
+            Attend::Paged { seqs, .. } => {
+                b.matmul_many(x, n, &mut qkv);
+                if let Some((qn, kn)) = qk_norm {
+                    b.head_rms_norm(&mut s.q, qn, st.eps, n);
+                    b.head_rms_norm(&mut s.k, kn, st.eps, n);
+                }
+                b.rope(&mut s.q, st.rope, st.positions, n);
+                b.rope(&mut s.k, st.rope, st.positions, n);
+                let scratch = s.paged.as_mut().expect("set_batch_capacity sizes the paged scratch");
+                for q in seqs.iter() {
+                    b.store_kv_slots(&s.k, &s.v, q.seq.row, q.seq.new_slots(), (&mut *kv.0, &mut *kv.1));
+                    b.paged_attention(&s.q, kv.0, kv.1, &st.geometry, &q.seq, q.mask, scratch, &mut s.attn);
+                }
+            }
         }
-        b.attention(&s.q, kv.0, kv.1, &st.geometry, st.window, st.mask, &mut s.attn);
         b.matmul_residual(&s.attn, &a.o, n, &mut s.delta, h);
         b.rms_norm(h, &self.post_ln, st.eps, n, &mut s.normed);
         b.gate_up_silu(&s.normed, &self.mlp.gate, &self.mlp.up, n, &mut s.gate, &mut s.up, &mut s.act);
@@ -485,6 +531,21 @@ impl<B: Backend> LlamaModel<B> {
         self.weight_bytes
     }
 
+    /// Bytes of KV one token takes in this rank's cache.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        crate::engine::kv::bytes_per_token(self.config.layers, self.geometry.kv_heads * self.geometry.head_dim)
+    }
+
+    /// Cover positions `0 .. positions` with the RoPE table (a longer context than the one
+    /// it was loaded for); a table that covers them already stays.
+    pub fn ensure_positions(&mut self, positions: usize) -> Result<(), BackendError> {
+        if positions > self.capacity.positions {
+            self.rope = self.config.rope.table(&*self.backend, positions)?;
+            self.capacity.positions = positions;
+        }
+        Ok(())
+    }
+
     pub fn new_kv(&self, slots: usize) -> Result<KvCache<B>, BackendError> {
         KvCache::new(&*self.backend, self.config.layers, slots, self.geometry.kv_heads * self.geometry.head_dim)
     }
@@ -504,20 +565,10 @@ impl<B: Backend> LlamaModel<B> {
     /// Run `window.queries` tokens (ids and positions already in `self.inputs`).
     pub fn forward(&mut self, kv: &mut KvCache<B>, window: AttnWindow, mask: Mask<'_, B>, logits: Logits) {
         let n = window.queries;
-        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
         assert!(window.prefix + window.region <= kv.slots, "KV cache of {} slots is too small", kv.slots);
+        self.run_layers(kv, Attend::Window { window, mask });
         let b = &*self.backend;
         let c = &self.config;
-        b.embed(&self.embed, &self.inputs.ids, n, &mut self.h);
-        let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, window, mask };
-        for (i, layer) in self.layers.iter().enumerate() {
-            if let Some(cap) = &mut self.capture {
-                if let Some(slot) = cap.layers.iter().position(|&l| l == i) {
-                    b.copy_cols(&self.h, n, &mut cap.aux, slot * c.hidden);
-                }
-            }
-            layer.forward(b, &step, (&mut kv.k[i], &mut kv.v[i]), AttnInput::Residual, &mut self.h, &mut self.scratch);
-        }
         let (h, rows) = match logits {
             Logits::None => return,
             Logits::Last => {
@@ -531,6 +582,64 @@ impl<B: Backend> LlamaModel<B> {
         };
         b.rms_norm(h, &self.norm, c.eps, rows, &mut self.scratch.normed);
         b.matmul(&self.scratch.normed, &self.lm_head, None, rows, &mut self.logits);
+    }
+
+    /// Run a batch of sequences over the paged pool `kv`: the ids and positions of all `rows`
+    /// rows are in `self.inputs`, each sequence's at its `row`. Logits of the rows
+    /// `logit_rows` land in rows `0..` of `self.logits`, in that order.
+    pub fn forward_batch(&mut self, kv: &mut KvCache<B>, seqs: &[BatchSeq<'_, B>], rows: usize, logit_rows: &[usize]) {
+        self.run_layers(kv, Attend::Paged { rows, seqs });
+        let n = logit_rows.len();
+        if n == 0 {
+            return;
+        }
+        assert!(n <= self.capacity.logit_rows, "logits for {n} rows (capacity {})", self.capacity.logit_rows);
+        let b = &*self.backend;
+        // The layers are done with `delta`: it holds the picked rows.
+        b.gather_rows(&self.h, logit_rows, &mut self.scratch.delta);
+        b.rms_norm(&self.scratch.delta, &self.norm, self.config.eps, n, &mut self.scratch.normed);
+        b.matmul(&self.scratch.normed, &self.lm_head, None, n, &mut self.logits);
+    }
+
+    /// Embed the inputs and run every layer, capturing the residual stream where asked.
+    fn run_layers(&mut self, kv: &mut KvCache<B>, attend: Attend<'_, B>) {
+        let n = attend.rows();
+        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
+        let b = &*self.backend;
+        let c = &self.config;
+        b.embed(&self.embed, &self.inputs.ids, n, &mut self.h);
+        let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, attend };
+        for (i, layer) in self.layers.iter().enumerate() {
+            if let Some(cap) = &mut self.capture {
+                if let Some(slot) = cap.layers.iter().position(|&l| l == i) {
+                    b.copy_cols(&self.h, n, &mut cap.aux, slot * c.hidden);
+                }
+            }
+            layer.forward(b, &step, (&mut kv.k[i], &mut kv.v[i]), AttnInput::Residual, &mut self.h, &mut self.scratch);
+        }
+    }
+
+    /// Size the buffers for batched forwards (`forward_batch`): `rows` rows a forward, logits
+    /// for `logit_rows` of them, and one sequence's `seq_rows` queries over `positions`
+    /// positions for a backend that gathers the pool. Buffers already large enough stay.
+    pub fn set_batch_capacity(&mut self, rows: usize, logit_rows: usize, seq_rows: usize, positions: usize) -> Result<(), BackendError> {
+        let b = self.backend.clone();
+        if rows > self.capacity.rows {
+            let local = layer_shape(&self.config).for_rank(b.tp_world())?;
+            self.inputs = StepInputs::new(&*b, rows)?;
+            self.h = b.tensor(rows, self.config.hidden)?;
+            self.scratch = LayerScratch::new(&*b, rows, &local)?;
+            self.capacity.rows = rows;
+            let layers = self.capture.as_ref().map(|c| c.layers.clone());
+            self.set_capture(layers)?;
+        }
+        if logit_rows > self.capacity.logit_rows {
+            self.logits = b.tensor(logit_rows, self.config.vocab)?;
+            self.capacity.logit_rows = logit_rows;
+        }
+        self.ensure_positions(positions)?;
+        self.scratch.paged = Some(PagedScratch::new(&*b, seq_rows, positions, &self.geometry)?);
+        Ok(())
     }
 
     /// The final pre-norm hidden states of the last forward, `[rows, hidden]`.

@@ -24,8 +24,6 @@ use crate::model::config::ModelConfig;
 use crate::phase::PhaseId;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
-/// The CPU reference caps its KV cache (and so prompt + output) at this many tokens.
-pub const CPU_MAX_TOKENS: usize = 4096;
 /// The largest verify tree (`--speculative-num-draft-tokens`): as many rows as the backend
 /// sums like decode steps.
 pub const MAX_TREE_TOKENS: usize = crate::backend::STEP_QUERIES_MAX;
@@ -72,7 +70,8 @@ pub struct MemoryPlan {
     /// The context the target runs at (`--context-length`, else its derived length), with the
     /// evidence drafter-init's context check cites.
     pub context: TargetContext,
-    /// Committed tokens the target's KV cache holds: the context, capped at `CPU_MAX_TOKENS`.
+    /// Committed tokens one request may reach: the context. The KV pool kv-alloc sizes
+    /// (`engine::kv_budget`) holds at least this many plus `tree_slots`.
     pub kv_tokens: usize,
     /// KV slots past the committed tokens for one verify step: the draft tree, or the one
     /// decoded token without a drafter.
@@ -132,7 +131,7 @@ impl LaunchPlan {
         let tree_slots = if algorithm == Algorithm::None { 1 } else { shape.draft_tokens };
         let memory = context::target_context(&target.config, spec)
             .map(|context| {
-                let kv_tokens = (context.length as usize).min(CPU_MAX_TOKENS);
+                let kv_tokens = context.length as usize;
                 MemoryPlan { context, kv_tokens, tree_slots, drafter_slots: kv_tokens + 1 + shape.draft_slots() }
             })
             .map_err(|e| error_finding(Side::Target, PhaseId::KvAlloc, &e.into()));
@@ -197,6 +196,28 @@ impl DrafterPlan {
             _ => (DrafterKey::Standalone(dir.to_path_buf(), LlamaConfig::from_config(&effective)?), Ok(None)),
         };
         Ok(DrafterPlan { key, on_disk, capture_layers })
+    }
+
+    /// Bytes of KV one token takes in the drafter's cache on each of `tp` ranks (f32 K and V
+    /// per layer, as `kv::KvCache` holds them).
+    pub fn kv_bytes_per_token(&self, tp: usize) -> u64 {
+        let (layers, kv_heads, head_dim) = match &self.key {
+            DrafterKey::Eagle3(_, c) => (1, c.kv_heads, c.head_dim),
+            DrafterKey::Standalone(_, c) => (c.layers, c.kv_heads, c.head_dim),
+        };
+        crate::engine::kv::bytes_per_token(layers, kv_heads.div_ceil(tp.max(1)) * head_dim)
+    }
+
+    /// The drafter's weights as the files hold them: what a GPU must still fit beside the
+    /// KV pool when kv-alloc sizes it, before the drafter loads.
+    pub fn weight_file_bytes(&self) -> u64 {
+        let Ok(entries) = std::fs::read_dir(self.dir()) else { return 0 };
+        entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
     }
 
     /// The drafter's folder.
@@ -295,7 +316,7 @@ mod tests {
     }
 
     /// The context is the target's derived length, or `--context-length` (the launch's
-    /// evidence then); the KV caches hold it, capped on the CPU reference, plus the tree.
+    /// evidence then); the KV caches hold it, plus the tree, on every backend.
     #[test]
     fn the_context_and_the_kv_sizes_are_derived_once_from_the_target() {
         let pair = Pair::new(&TinyEagle3::new(2));
@@ -311,7 +332,7 @@ mod tests {
         let memory = resolved(&long).memory.unwrap();
         assert_eq!(memory.context.length, 8192);
         assert_eq!(memory.context.evidence, Evidence::new(Side::Launch, "launch flags", "--context-length", 8192));
-        assert_eq!((memory.kv_tokens, memory.drafter_slots), (CPU_MAX_TOKENS, CPU_MAX_TOKENS + 3));
+        assert_eq!((memory.kv_tokens, memory.drafter_slots), (8192, 8192 + 3));
 
         let alone = resolved(&pair.spec(Algorithm::None));
         assert!(matches!(alone.drafter, DraftPlan::None));

@@ -16,6 +16,7 @@ use crate::engine::findings::BACKEND_ERROR;
 use crate::engine::lifecycle::Engine;
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
+use crate::engine::scheduler::{Batch, Scheduler, SchedulerConfig};
 use crate::engine::spec_decode::Generation;
 use crate::engine::EngineError;
 use crate::event::{Event, EventSink, LogLevel};
@@ -41,6 +42,8 @@ pub trait Serve {
     fn decode(&self, ids: &[u32]) -> Result<String, EngineError>;
     /// Where it runs: the backend's name and the tensor-parallel ranks.
     fn placement(&self) -> (&'static str, usize);
+    /// The ready engine as a continuous-batching scheduler (`engine::scheduler`).
+    fn into_batch(self: Box<Self>, cfg: SchedulerConfig) -> Result<Box<dyn Batch>, EngineError>;
 }
 
 impl<B: Backend> Serve for Engine<B> {
@@ -67,6 +70,11 @@ impl<B: Backend> Serve for Engine<B> {
 
     fn placement(&self) -> (&'static str, usize) {
         (self.backend_name(), 1)
+    }
+
+    fn into_batch(self: Box<Self>, cfg: SchedulerConfig) -> Result<Box<dyn Batch>, EngineError> {
+        let parts = self.into_parts().ok_or_else(|| EngineError::Request("the engine is not ready: launch it first".into()))?;
+        Ok(Box::new(Scheduler::new(parts, cfg)?))
     }
 }
 
@@ -218,6 +226,11 @@ impl<B: Backend> Serve for RankGroup<B> {
     fn placement(&self) -> (&'static str, usize) {
         let name = self.on_all(|e| e.backend_name()).map_or("unknown", |mut n| n.swap_remove(0));
         (name, self.world())
+    }
+
+    /// The scheduler batches on one rank; a group's ranks would have to step together.
+    fn into_batch(self: Box<Self>, _cfg: SchedulerConfig) -> Result<Box<dyn Batch>, EngineError> {
+        Err(EngineError::Request(format!("serving runs at --tp-size 1 for now, not {}", self.world())))
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Target<B: Backend> {
     pub kv: KvCache<B>,
     /// Verify-tree slots reserved after the committed tokens.
     pub tree_slots: usize,
+    /// The longest sequence a request may reach when the cache holds more (a KV pool sized
+    /// from memory, longer than the context).
+    pub context: Option<usize>,
     mask: B::Ids,
     argmax: B::Ids,
     /// Greedy verify steps (target-only decode included) of at most this many rows run as
@@ -45,7 +48,15 @@ impl<B: Backend> Target<B> {
     pub fn new(model: TargetModel<B>, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
         let b = model.backend().clone();
         let rows = model.capacity().logit_rows;
-        Ok(Target { kv: model.new_kv(kv_slots)?, mask: b.ids(rows * rows)?, argmax: b.ids(rows)?, tree_slots, graph_rows: 0, model })
+        Ok(Target {
+            kv: model.new_kv(kv_slots)?,
+            mask: b.ids(rows * rows)?,
+            argmax: b.ids(rows)?,
+            tree_slots,
+            context: None,
+            graph_rows: 0,
+            model,
+        })
     }
 
     /// Give the KV cache back and keep the model (a relaunch sizes a new cache).
@@ -65,7 +76,8 @@ impl<B: Backend> Target<B> {
 
     /// The longest sequence (prompt + output) a request may reach.
     pub fn max_tokens(&self) -> usize {
-        self.kv.slots - self.tree_slots
+        let room = self.kv.slots - self.tree_slots;
+        self.context.map_or(room, |c| c.min(room))
     }
 
     /// Run the target over a verify tree rooted at position `base` and accept a path.

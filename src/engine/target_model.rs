@@ -156,4 +156,34 @@ impl<B: Backend> TargetModel<B> {
             TargetModel::Deepseek(m) => m.forward(kv, window, mask, logits),
         }
     }
+
+    /// Bytes one token's KV takes in this model's cache (the latent for MLA).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        match self {
+            TargetModel::Llama(m) => m.kv_bytes_per_token(),
+            TargetModel::Deepseek(m) => m.kv_bytes_per_token(),
+        }
+    }
+
+    /// Cover positions `0 .. positions` with the RoPE table (kv-alloc sizes it to the context).
+    pub fn ensure_positions(&mut self, positions: usize) -> Result<(), BackendError> {
+        match self {
+            TargetModel::Llama(m) => m.ensure_positions(positions),
+            TargetModel::Deepseek(m) => {
+                m.ensure_positions(positions);
+                Ok(())
+            }
+        }
+    }
+
+    /// The Llama-family model, for the batched scheduler: the DeepSeek-V3 family's CPU
+    /// reference serves one sequence at a time.
+    pub fn batched(&mut self) -> Result<&mut LlamaModel<B>, BackendError> {
+        match self {
+            TargetModel::Llama(m) => Ok(m),
+            TargetModel::Deepseek(_) => {
+                Err(BackendError::Device("the DeepSeek-V3 family's CPU reference runs batch 1 only; it cannot serve batched yet".into()))
+            }
+        }
+    }
 }

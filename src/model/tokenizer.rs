@@ -117,6 +117,11 @@ impl TextTokenizer {
 
     /// The chat template applied to one user message, with the assistant's turn opened.
     pub fn chat_prompt(&self, user: &str) -> Result<String, TokenizerError> {
+        self.chat_messages(&[("user".to_string(), user.to_string())])
+    }
+
+    /// The chat template applied to (role, content) messages, with the assistant's turn opened.
+    pub fn chat_messages(&self, messages: &[(String, String)]) -> Result<String, TokenizerError> {
         let template = self.chat_template.as_deref().ok_or_else(|| TokenizerError::NoTemplate { file: self.config_file.clone() })?;
         let bad = |e: JinjaError| TokenizerError::Template { file: self.config_file.clone(), reason: format!("{e:#}") };
         let mut env = Environment::new();
@@ -125,7 +130,7 @@ impl TextTokenizer {
             Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_template("chat", template).map_err(bad)?;
-        let messages = vec![context! { role => "user", content => user }];
+        let messages: Vec<_> = messages.iter().map(|(role, content)| context! { role => role, content => content }).collect();
         env.get_template("chat")
             .and_then(|t| {
                 t.render(context! {

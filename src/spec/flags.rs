@@ -324,10 +324,19 @@ pub const FLAGS: &[FlagDef] = &[
         get: |s| s.deterministic.then(String::new),
         clear: |s| s.deterministic = false,
     },
+    FlagDef {
+        name: "--cpu-kv-cache-gib",
+        aliases: &[],
+        value_name: "GIB",
+        help: "The KV cache's budget on the CPU backend (default 2 GiB; specdeck's own flag)",
+        set: |s, v| within(v, f64::MIN_POSITIVE.., "a finite number of GiB above 0").map(|n| s.cpu_kv_cache_gib = Some(n)),
+        get: |s| s.cpu_kv_cache_gib.map(|v| v.to_string()),
+        clear: |s| s.cpu_kv_cache_gib = None,
+    },
 ];
 
 /// Flags of specdeck's own that no server has: left out of a fixed launch line.
-pub const SPECDECK_ONLY: &[&str] = &["--gpu-memory-gib"];
+pub const SPECDECK_ONLY: &[&str] = &["--gpu-memory-gib", "--cpu-kv-cache-gib"];
 
 /// The flag `flag` names, by its canonical name or an alias.
 pub fn find_flag(flag: &str) -> Option<&'static FlagDef> {

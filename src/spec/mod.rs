@@ -189,6 +189,9 @@ pub struct LaunchSpec {
     pub server: Server,
     /// The pasted line as typed, for `fixed_command`.
     pub line: Option<LaunchLine>,
+    /// `--cpu-kv-cache-gib`: the KV cache's budget on the CPU backend (no device memory to size from).
+    #[serde(default)]
+    pub cpu_kv_cache_gib: Option<f64>,
 }
 
 impl LaunchSpec {

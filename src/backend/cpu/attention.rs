@@ -32,8 +32,20 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// `out[q][h]` = softmax over visible slots of `scale · q·k` applied to `v`.
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], g: &AttnGeometry, w: AttnWindow, mask: RegionMask<'_>, out: &mut [f32]) {
+/// `out[q][h]` = softmax over visible slots of `scale · q·k` applied to `v`. Window slot `i`
+/// is row `rows[i]` of `k` and `v` with a paged cache's slot list, else row `i`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &AttnGeometry,
+    w: AttnWindow,
+    mask: RegionMask<'_>,
+    rows: Option<&[usize]>,
+    out: &mut [f32],
+) {
+    let row = |slot: usize| rows.map_or(slot, |r| r[slot]);
     let hd = g.head_dim;
     let group = g.heads / g.kv_heads;
     let q_width = g.heads * hd;
@@ -50,7 +62,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], g: &AttnGeometry, w: AttnWindo
             if slot >= w.prefix && !mask.visible(&w, query, slot - w.prefix) {
                 continue;
             }
-            let s = g.scale * dot(q_head, &k[slot * kv_width + kv_off..][..hd]);
+            let s = g.scale * dot(q_head, &k[row(slot) * kv_width + kv_off..][..hd]);
             max = max.max(s);
             scores.push((slot, s));
         }
@@ -59,7 +71,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], g: &AttnGeometry, w: AttnWindo
         for (slot, s) in &scores {
             let p = (s - max).exp();
             total += p;
-            let v_head = &v[slot * kv_width + kv_off..][..hd];
+            let v_head = &v[row(*slot) * kv_width + kv_off..][..hd];
             out_head.iter_mut().zip(v_head).for_each(|(o, x)| *o += p * x);
         }
         if total > 0.0 {
@@ -82,10 +94,14 @@ mod tests {
         let w = AttnWindow { prefix: 1, region: 2, queries: 1 };
         let mut out = vec![9.0; 4];
         // The query sees slot 0 and region slot 1 (= slot 2), not region slot 0.
-        attention(&q, &k, &v, &g, w, RegionMask::Explicit(&[0, 1]), &mut out);
+        attention(&q, &k, &v, &g, w, RegionMask::Explicit(&[0, 1]), None, &mut out);
         assert_eq!(out, vec![3.0, 2.5, 3.0, 2.5]);
         // Causal: the last query sees everything.
-        attention(&q, &k, &v, &g, w, RegionMask::Causal, &mut out);
+        attention(&q, &k, &v, &g, w, RegionMask::Causal, None, &mut out);
         assert_eq!(out, vec![2.0, 2.0, 2.0, 2.0]);
+        // The same window through a slot list that reverses the rows: slot 0 is row 2.
+        let (k_rev, v_rev) = (k.clone(), vec![5.0, 5.0, 0.0, 1.0, 1.0, 0.0]);
+        attention(&q, &k_rev, &v_rev, &g, w, RegionMask::Explicit(&[0, 1]), Some(&[2, 1, 0]), &mut out);
+        assert_eq!(out, vec![3.0, 2.5, 3.0, 2.5]);
     }
 }

@@ -1,9 +1,11 @@
 //! `x · Wᵀ` on the CPU, split over rayon threads by output columns, so every core streams its
 //! own slice of the weight (a decode step is bound by reading the weights).
 //!
-//! Each slice is computed by `gemm` (packed SIMD microkernels) for prefill-sized batches, and
-//! by the `skinny` AVX2 kernel for the 1–16 rows of decode, verify and draft steps, where
-//! `gemm`'s packing of the weight on every call costs more than the product itself.
+//! Each slice is computed by the `skinny` AVX2 kernel, 16 token rows at a time, where AVX2 is
+//! there, else by `gemm` (packed SIMD microkernels). The skinny kernel computes every row
+//! alone, so a row's result does not depend on how many rows share the call: a request's
+//! tokens are the same alone or in a batch (`engine::scheduler`), and a prompt prefilled in
+//! chunks the same as in one forward.
 
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -27,9 +29,9 @@ impl OutPtr {
     }
 }
 
-fn skinny_available(n: usize) -> bool {
+fn skinny_available() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return n <= super::skinny::MAX_ROWS && super::skinny::available();
+    return super::skinny::available();
     #[cfg(not(target_arch = "x86_64"))]
     return false;
 }
@@ -47,7 +49,7 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m:
     let per_task = if parallel { m.div_ceil(threads * TASKS_PER_THREAD).next_multiple_of(COLUMN_ALIGN).min(m) } else { m };
     let tasks = m.div_ceil(per_task);
     let dst = OutPtr(out.as_mut_ptr());
-    let skinny = skinny_available(n);
+    let skinny = skinny_available();
     let task = |t: usize| {
         let col0 = t * per_task;
         let cols = per_task.min(m - col0);
@@ -56,7 +58,10 @@ pub fn matmul(x: &[f32], w: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m:
         // other task touches; the skinny kernel runs only where AVX2 and FMA were detected.
         #[cfg(target_arch = "x86_64")]
         if skinny {
-            unsafe { super::skinny::block(x, w, n, k, m, col0, cols, dst.get()) };
+            for r0 in (0..n).step_by(super::skinny::MAX_ROWS) {
+                let rows = super::skinny::MAX_ROWS.min(n - r0);
+                unsafe { super::skinny::block(&x[r0 * k..], w, rows, k, m, col0, cols, dst.get().add(r0 * m)) };
+            }
             return;
         }
         unsafe {
@@ -109,7 +114,7 @@ mod tests {
 
     #[test]
     fn matches_a_plain_product_for_odd_shapes() {
-        // Up to 16 rows take the skinny kernel (on AVX2 machines), more take gemm.
+        // On AVX2 machines 16 rows at a time through the skinny kernel, else gemm.
         for (n, k, m) in [(1, 7, 5), (1, 576, 1537), (3, 64, 17), (9, 33, 130), (20, 40, 70), (130, 64, 300)] {
             let x: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0).collect();
             let w: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 17) as f32 - 8.0) / 9.0).collect();
@@ -121,6 +126,26 @@ mod tests {
                 let b = b + bias[i % m];
                 assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "({n},{k},{m}) at {i}: {a} vs {b}");
             }
+        }
+    }
+
+    /// A row's result is the same bits whatever rows share the call (the scheduler's
+    /// alone-vs-batched guarantee rests on it).
+    #[test]
+    fn a_row_does_not_depend_on_the_rows_beside_it() {
+        let (n, k, m) = (40, 96, 70);
+        let x: Vec<f32> = (0..n * k).map(|i| ((i * 29 % 23) as f32 - 11.0) / 13.0).collect();
+        let w: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 19) as f32 - 9.0) / 10.0).collect();
+        let mut all = vec![0.0; n * m];
+        matmul(&x, &w, None, n, k, m, &mut all);
+        for r in [0, 15, 16, 17, 39] {
+            let mut one = vec![0.0; m];
+            matmul(&x[r * k..(r + 1) * k], &w, None, 1, k, m, &mut one);
+            assert_eq!(
+                one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                all[r * m..][..m].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "row {r}"
+            );
         }
     }
 }

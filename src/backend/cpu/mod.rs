@@ -8,7 +8,7 @@ mod par;
 #[cfg(target_arch = "x86_64")]
 mod skinny;
 
-use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeStyle, RopeTable, Shard};
+use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, PagedScratch, PagedSeq, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 pub use attention::dot;
@@ -84,6 +84,13 @@ fn rotate(head: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
         let (x0, x1) = (head[a], head[b]);
         head[a] = x0 * cos[j] - x1 * sin[j];
         head[b] = x1 * cos[j] + x0 * sin[j];
+    }
+}
+
+fn region_mask<'a>(mask: Mask<'a, CpuBackend>) -> attention::RegionMask<'a> {
+    match mask {
+        Mask::Causal => attention::RegionMask::Causal,
+        Mask::Explicit(ids) => attention::RegionMask::Explicit(&ids.data),
     }
 }
 
@@ -194,11 +201,25 @@ impl Backend for CpuBackend {
         mask: Mask<'_, Self>,
         out: &mut CpuTensor,
     ) {
-        let mask = match mask {
-            Mask::Causal => attention::RegionMask::Causal,
-            Mask::Explicit(ids) => attention::RegionMask::Explicit(&ids.data),
-        };
-        attention::attention(&q.data, &k.data, &v.data, geometry, window, mask, &mut out.data);
+        let mask = region_mask(mask);
+        attention::attention(&q.data, &k.data, &v.data, geometry, window, mask, None, &mut out.data);
+    }
+
+    /// Reads the pool's rows in place: no gather.
+    fn paged_attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        geometry: &AttnGeometry,
+        seq: &PagedSeq<'_>,
+        mask: Mask<'_, Self>,
+        _scratch: &mut PagedScratch<Self>,
+        out: &mut CpuTensor,
+    ) {
+        let mask = region_mask(mask);
+        let (qs, os) = (seq.row * q.cols, seq.row * out.cols);
+        attention::attention(&q.data[qs..], &k.data, &v.data, geometry, seq.window(), mask, Some(seq.slots), &mut out.data[os..]);
     }
 
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, n: usize, out: &mut CpuTensor) {

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-/// The most token rows this kernel takes; larger batches go to `gemm`.
+/// The most token rows one `block` call takes; `matmul` feeds larger batches 16 rows at a time.
 pub const MAX_ROWS: usize = 16;
 
 pub fn available() -> bool {

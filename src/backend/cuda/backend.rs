@@ -341,6 +341,10 @@ impl Backend for CudaBackend {
         Some(self.gpu.ordinal as u32)
     }
 
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        Some(self.gpu.mem_info())
+    }
+
     fn slow_first_shapes(&self) -> bool {
         true
     }

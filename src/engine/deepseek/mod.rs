@@ -73,6 +73,8 @@ pub struct DeepseekModel<B: Backend> {
     /// None: tied to the embeddings.
     lm_head: Option<Linear>,
     shape: MlaShape,
+    /// What `rope` was computed from, to extend it to a longer context.
+    rope_params: RopeParams,
     rope: RopeRows,
     pub inputs: StepInputs<B>,
     pub logits: B::Tensor,
@@ -109,6 +111,7 @@ impl<B: Backend> DeepseekModel<B> {
             inputs: StepInputs::new(b, cap.rows)?,
             logits: b.tensor(cap.logit_rows, c.vocab)?,
             shape: MlaShape::new(c, config.softmax_scale),
+            rope_params: config.rope.clone(),
             rope: RopeRows { cos, sin, half: c.qk_rope_head_dim / 2 },
             capture: None,
             attend: None,
@@ -141,6 +144,21 @@ impl<B: Backend> DeepseekModel<B> {
         let layers: usize =
             self.layers.iter().map(|l| l.input_ln.len() + l.attn.elements() + l.post_ln.len() + l.ffn.elements(routed)).sum();
         (self.embed.elements() + layers + self.norm.len() + self.lm_head.as_ref().map_or(0, Linear::elements)) as u64
+    }
+
+    /// f32 bytes of one token's latent over all layers.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        (self.config.layers * self.shape.width()) as u64 * 4
+    }
+
+    /// Cover positions `0 .. positions` with cos and sin; a table that covers them stays.
+    pub fn ensure_positions(&mut self, positions: usize) {
+        if positions > self.capacity.positions {
+            let (cos, sin) = self.rope_params.cos_sin(positions);
+            self.rope.cos = cos;
+            self.rope.sin = sin;
+            self.capacity.positions = positions;
+        }
     }
 
     /// The latent cache: `kv_lora_rank + qk_rope_head_dim` values per token per layer.

@@ -1,0 +1,127 @@
+//! `specdeck bench --concurrency N [--request-rate R]`: the prompts sent to the in-process
+//! scheduler (`engine::serving`) at most N at a time, arriving as a Poisson process of R
+//! requests a second (all at once without R), and the serving figures: output tokens/s,
+//! accept length, TTFT and ITL percentiles.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+
+use crate::engine::serving::{FinishReason, Prompt, SamplingParams, ServeEvent, ServeHandle, ServeRequest};
+use crate::event::EventSink;
+use crate::preflight::check_spec;
+use crate::spec::LaunchSpec;
+
+/// The arrival offsets of `n` requests at `rate` a second (seeded, so runs compare).
+pub fn arrivals(n: usize, rate: Option<f64>) -> Vec<Duration> {
+    let Some(rate) = rate.filter(|r| r.is_finite() && *r > 0.0) else { return vec![Duration::ZERO; n] };
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let mut t = 0.0;
+    (0..n)
+        .map(|_| {
+            let at = Duration::from_secs_f64(t);
+            t += -(1.0 - rng.random::<f64>()).ln() / rate;
+            at
+        })
+        .collect()
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Run every prompt through a serving engine launched from `spec`, `concurrency` at a time.
+pub fn run(
+    spec: &LaunchSpec,
+    prompts: &[String],
+    chat: bool,
+    max_tokens: usize,
+    concurrency: usize,
+    rate: Option<f64>,
+) -> anyhow::Result<Value> {
+    let concurrency = concurrency.max(1);
+    let spec = LaunchSpec { max_running_requests: Some(spec.max_running_requests.unwrap_or(concurrency as u32)), ..spec.clone() };
+    let (sink, _events) = EventSink::channel();
+    let handle =
+        ServeHandle::start(&spec, sink, std::sync::Arc::new(check_spec)).map_err(|f| anyhow!("the launch failed: {}", f.message))?;
+    let start = Instant::now();
+    let offsets = arrivals(prompts.len(), rate);
+    let mut threads = Vec::new();
+    let (slots_tx, slots_rx) = std::sync::mpsc::sync_channel::<()>(concurrency);
+    let slots_rx = std::sync::Arc::new(std::sync::Mutex::new(slots_rx));
+    for _ in 0..concurrency {
+        slots_tx.send(()).expect("room for every slot");
+    }
+    for (prompt, at) in prompts.iter().zip(offsets) {
+        std::thread::sleep(at.saturating_sub(start.elapsed()));
+        slots_rx.lock().expect("slots lock").recv()?;
+        let req = ServeRequest {
+            prompt: Prompt::Text { text: prompt.clone(), chat },
+            max_tokens,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            ignore_eos: true,
+        };
+        let (_, mut rx) = handle.submit(req).map_err(|e| anyhow!("submit: {e}"))?;
+        let slots_tx = slots_tx.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut tokens = Vec::new();
+            let reason = loop {
+                match rx.blocking_recv() {
+                    Some(ServeEvent::Tokens { ids, .. }) => tokens.extend(ids),
+                    Some(ServeEvent::Finished { reason, .. }) => break reason,
+                    None => break FinishReason::Error("the engine went away".into()),
+                }
+            };
+            let _ = slots_tx.send(());
+            (tokens, reason)
+        }));
+    }
+    let results: Vec<(Vec<u32>, FinishReason)> = threads.into_iter().map(|t| t.join().expect("a request thread ends")).collect();
+    let seconds = start.elapsed().as_secs_f64();
+    let stats = handle.stats();
+    let latency = handle.take_latency_samples();
+    handle.shutdown();
+    if let Some((_, reason)) = results.iter().find(|(_, r)| matches!(r, FinishReason::Error(_) | FinishReason::Cancelled)) {
+        return Err(anyhow!("a request ended with {reason:?}"));
+    }
+    let ms = |v: &Vec<f64>, p| percentile(v.clone(), p) * 1e3;
+    let output: usize = results.iter().map(|(t, _)| t.len()).sum();
+    Ok(json!({
+        "concurrency": concurrency,
+        "request_rate": rate,
+        "prompts": prompts.len(),
+        "seconds": seconds,
+        "output_tokens": output,
+        "output_tokens_per_s": output as f64 / seconds,
+        "prompt_tokens": stats.prompt_tokens_total,
+        "mean_accept_length": stats.spec_accept_length,
+        "ttft_ms": {"p50": ms(&latency.ttft_seconds, 0.5), "p99": ms(&latency.ttft_seconds, 0.99)},
+        "itl_ms": {"p50": ms(&latency.itl_seconds, 0.5), "p99": ms(&latency.itl_seconds, 0.99)},
+        "token_ids": results.iter().map(|(t, _)| json!(t)).collect::<Vec<_>>(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_are_all_at_once_without_a_rate_and_a_seeded_poisson_process_with_one() {
+        assert_eq!(arrivals(3, None), vec![Duration::ZERO; 3]);
+        let a = arrivals(2000, Some(10.0));
+        assert_eq!(a, arrivals(2000, Some(10.0)));
+        assert_eq!(a[0], Duration::ZERO);
+        // 1999 gaps of mean 0.1 s: the last arrival near 199.9 s (the bound is ±5 %).
+        let last = a[1999].as_secs_f64();
+        assert!((last - 199.9).abs() < 10.0, "{last}");
+        assert_eq!((percentile(vec![3.0, 1.0, 2.0], 0.5), percentile(vec![], 0.5)), (2.0, 0.0));
+    }
+}

@@ -1,0 +1,490 @@
+//! Continuous batching over the paged KV pool (`engine::paged`), after SGLang's scheduler:
+//! up to `max_running` sequences run, the rest wait in arrival order; each step is one
+//! forward of the whole running batch: every decoding sequence's verify tree (its root alone
+//! without a drafter, a chain or, at batch 1, a tree with one) and prefill chunks of at most
+//! `chunk` prompt tokens in all. Each sequence accepts its own number of draft tokens, and a
+//! finished or cancelled sequence gives its blocks back at once.
+//!
+//! A sequence runs through the same steps as `spec_decode::generate` (prefill of all prompt
+//! tokens but the last, then verify steps rooted at the last committed token; the drafter
+//! reads what each forward committed), and every op computes each row on its own (the CPU's
+//! matmul: src/backend/cpu/matmul.rs), so its tokens are the same alone, batched or through
+//! the batch-1 path. The drafter runs one sequence at a time, each with its own KV
+//! (`Drafter::swap_state`); the target's forward is the batch.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::backend::{Backend, Mask, PagedSeq};
+use crate::engine::drafter::{AuxRows, DraftState, Drafter};
+use crate::engine::kv_budget::BLOCK_TOKENS;
+use crate::engine::lifecycle::{EngineParts, PREFILL_CHUNK};
+use crate::engine::llama::BatchSeq;
+use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
+use crate::engine::sampling::{self, SamplingParams};
+use crate::engine::spec_decode::Target;
+use crate::engine::tree::{self, Tree, TreeShape};
+use crate::engine::verify::{self, Walk};
+use crate::engine::EngineError;
+use crate::model::tokenizer::TextTokenizer;
+use crate::spec::LaunchSpec;
+
+/// `--max-running-requests` when absent.
+pub const DEFAULT_MAX_RUNNING: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    pub max_running: usize,
+    /// Most prompt tokens one step prefills, over all sequences.
+    pub chunk: usize,
+}
+
+impl SchedulerConfig {
+    pub fn from_spec(spec: &LaunchSpec) -> SchedulerConfig {
+        SchedulerConfig {
+            max_running: spec.max_running_requests.map_or(DEFAULT_MAX_RUNNING, |n| n as usize).max(1),
+            // SGLang's -1 (or any value below 1) turns chunking off: a prompt prefills whole.
+            chunk: spec.chunked_prefill_size.map_or(PREFILL_CHUNK, |n| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)),
+        }
+    }
+}
+
+/// One request, tokenized.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqRequest {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Keep going past the tokenizer's stop ids.
+    pub ignore_eos: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// A stop id (not emitted).
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    Cancelled,
+}
+
+/// What one step did for one sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqUpdate {
+    pub id: u64,
+    /// Tokens committed this step (none while it prefills).
+    pub tokens: Vec<u32>,
+    /// Of `tokens`, how many were accepted drafts.
+    pub drafted: usize,
+    /// Tokens the verify step produced (accept length), when it decoded.
+    pub accept_length: Option<usize>,
+    pub finished: Option<Finish>,
+}
+
+struct Seq<B: Backend> {
+    id: u64,
+    /// The prompt, then every produced token (the drafter reads them).
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Positions in the target's KV.
+    committed: usize,
+    table: BlockTable,
+    out: Vec<u32>,
+    max_tokens: usize,
+    ignore_eos: bool,
+    sampling: SamplingParams,
+    rng: ChaCha8Rng,
+    draft: Option<DraftState<B>>,
+    /// The verify tree of the next step, drafted after the last one.
+    tree: Option<Tree>,
+}
+
+impl<B: Backend> Seq<B> {
+    fn prefilling(&self) -> bool {
+        self.committed + 1 < self.prompt_len
+    }
+}
+
+/// One sequence's part of a step's forward.
+struct Part {
+    seq: usize,
+    row: usize,
+    rows: usize,
+    tree: Option<Tree>,
+}
+
+pub struct Scheduler<B: Backend> {
+    target: Target<B>,
+    drafter: Option<Box<dyn Drafter<B>>>,
+    shape: TreeShape,
+    stop_ids: Vec<u32>,
+    tokenizer: Arc<TextTokenizer>,
+    pool: BlockPool,
+    cfg: SchedulerConfig,
+    /// Rows of one sequence's verify step.
+    tree_rows: usize,
+    waiting: VecDeque<Seq<B>>,
+    running: Vec<Seq<B>>,
+    next_id: u64,
+    /// One tree mask per running sequence.
+    masks: Vec<B::Ids>,
+    argmax: B::Ids,
+    /// One sequence's verify rows as probabilities (sampling).
+    probs: B::Tensor,
+}
+
+impl<B: Backend> Scheduler<B> {
+    /// Serve from a launched engine's parts. A tree shape (topk > 1) runs one sequence at a
+    /// time; chains and target-only decoding run `max_running`.
+    pub fn new(parts: EngineParts<B>, cfg: SchedulerConfig) -> Result<Scheduler<B>, EngineError> {
+        let EngineParts { mut target, drafter, tokenizer, shape } = parts;
+        let b = target.model.backend().clone();
+        let tree_rows = if drafter.is_some() { shape.draft_tokens } else { 1 };
+        let max_running = if drafter.is_some() && !shape.is_chain() { 1 } else { cfg.max_running };
+        // The drafter reads a prefill chunk in one forward of its own capacity.
+        let chunk = if drafter.is_some() { cfg.chunk.min(PREFILL_CHUNK) } else { cfg.chunk };
+        let logit_rows = max_running * tree_rows;
+        let positions = target.max_tokens() + tree_rows;
+        target.model.batched()?.set_batch_capacity(chunk + logit_rows, logit_rows, chunk.max(tree_rows), positions)?;
+        let vocab = target.model.vocab();
+        let masks = (0..max_running).map(|_| b.ids(tree_rows * tree_rows)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Scheduler {
+            pool: BlockPool::new(target.kv.slots / BLOCK_TOKENS),
+            argmax: b.ids(logit_rows)?,
+            probs: b.tensor(tree_rows, vocab)?,
+            masks,
+            stop_ids: tokenizer.stop_ids().to_vec(),
+            tokenizer: Arc::new(tokenizer),
+            cfg: SchedulerConfig { max_running, chunk },
+            tree_rows,
+            target,
+            drafter,
+            shape,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 1,
+        })
+    }
+
+    /// Move waiting requests to the batch while there is room: a free place and the blocks
+    /// of its whole prompt, output and verify tree (so a running sequence never waits for
+    /// blocks).
+    fn admit(&mut self) -> Result<(), EngineError> {
+        while self.running.len() < self.cfg.max_running {
+            let Some(s) = self.waiting.front_mut() else { break };
+            let tokens = s.prompt_len + s.max_tokens + self.tree_rows;
+            if blocks_for(tokens) > self.pool.free_blocks() {
+                break;
+            }
+            assert!(s.table.reserve(&mut self.pool, tokens), "checked above");
+            let mut s = self.waiting.pop_front().expect("front exists");
+            if let Some(dr) = self.drafter.as_deref_mut() {
+                s.draft = Some(dr.new_state(tokens + 1 + self.shape.draft_slots())?);
+            }
+            self.running.push(s);
+        }
+        Ok(())
+    }
+
+    fn step_here(&mut self) -> Result<Vec<SeqUpdate>, EngineError> {
+        self.admit()?;
+        if self.running.is_empty() {
+            return Ok(Vec::new());
+        }
+        let b = self.target.model.backend().clone();
+        let parts = self.plan();
+        let rows: usize = parts.iter().map(|p| p.rows).sum();
+        let (mut ids, mut positions, mut slots) = (Vec::with_capacity(rows), Vec::with_capacity(rows), Vec::with_capacity(parts.len()));
+        for p in &parts {
+            let s = &self.running[p.seq];
+            match &p.tree {
+                Some(t) => {
+                    ids.extend_from_slice(&t.tokens);
+                    positions.extend(t.positions(s.committed));
+                }
+                None => {
+                    ids.extend_from_slice(&s.tokens[s.committed..s.committed + p.rows]);
+                    positions.extend(s.committed..s.committed + p.rows);
+                }
+            }
+            slots.push(s.table.slots(s.committed + p.rows));
+        }
+        self.target.model.inputs().set(&*b, &ids, &positions);
+        for (p, mask) in parts.iter().zip(self.masks.iter_mut()) {
+            if let Some(t) = p.tree.as_ref().filter(|t| !t.is_chain()) {
+                b.write_ids(mask, &t.mask());
+            }
+        }
+        let batch: Vec<BatchSeq<'_, B>> = parts
+            .iter()
+            .zip(&slots)
+            .zip(&self.masks)
+            .map(|((p, slots), mask)| {
+                let tree_mask = p.tree.as_ref().is_some_and(|t| !t.is_chain());
+                BatchSeq {
+                    seq: PagedSeq { row: p.row, queries: p.rows, slots },
+                    mask: if tree_mask { Mask::Explicit(mask) } else { Mask::Causal },
+                }
+            })
+            .collect();
+        let logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
+        self.target.model.batched()?.forward_batch(&mut self.target.kv, &batch, rows, &logit_rows);
+        drop(batch);
+        let argmax = if logit_rows.is_empty() {
+            Vec::new()
+        } else {
+            b.argmax(self.target.model.logits(), logit_rows.len(), &mut self.argmax);
+            b.read_ids(&self.argmax, logit_rows.len())?.into_iter().map(|t| t as u32).collect()
+        };
+        let mut updates = Vec::with_capacity(parts.len());
+        let mut logit_row = 0;
+        for p in parts {
+            let update = match &p.tree {
+                Some(t) => {
+                    let walk = self.accept(p.seq, t, logit_row, &argmax)?;
+                    logit_row += t.len();
+                    self.commit(&p, t, walk)?
+                }
+                None => {
+                    self.running[p.seq].committed += p.rows;
+                    self.read_drafter(p.seq, (p.row..p.row + p.rows).collect())?;
+                    SeqUpdate { id: self.running[p.seq].id, tokens: Vec::new(), drafted: 0, accept_length: None, finished: None }
+                }
+            };
+            updates.push(update);
+        }
+        for u in updates.iter().filter(|u| u.finished.is_some()) {
+            self.cancel(u.id);
+        }
+        Ok(updates)
+    }
+
+    /// The step's parts: every decoding sequence's verify tree, then prefill chunks in
+    /// arrival order within the chunk budget.
+    fn plan(&mut self) -> Vec<Part> {
+        let mut parts = Vec::with_capacity(self.running.len());
+        let mut row = 0;
+        for (i, s) in self.running.iter_mut().enumerate().filter(|(_, s)| !s.prefilling()) {
+            let tree = s.tree.take().unwrap_or_else(|| Tree::root(s.tokens[s.committed]));
+            parts.push(Part { seq: i, row, rows: tree.len(), tree: Some(tree) });
+            row += parts.last().expect("pushed").rows;
+        }
+        let mut budget = self.cfg.chunk;
+        for (i, s) in self.running.iter().enumerate().filter(|(_, s)| s.prefilling()) {
+            let n = (s.prompt_len - 1 - s.committed).min(budget);
+            if n == 0 {
+                break;
+            }
+            parts.push(Part { seq: i, row, rows: n, tree: None });
+            row += n;
+            budget -= n;
+        }
+        parts
+    }
+
+    /// The accepted path of sequence `i`'s tree and the target's next token, greedy from
+    /// the argmax or by rejection sampling at its temperature; its logits are rows
+    /// `logit_row ..` of the forward's.
+    fn accept(&mut self, i: usize, t: &Tree, logit_row: usize, argmax: &[u32]) -> Result<(Walk, u32), EngineError> {
+        let b = self.target.model.backend().clone();
+        let n = t.len();
+        let s = &mut self.running[i];
+        if s.sampling.temperature <= 0.0 {
+            return Ok(verify::greedy(t, &argmax[logit_row..logit_row + n]));
+        }
+        // The coins in the batch-1 path's order (`spec_decode::Target::verify`).
+        let coins: Vec<f32> = (0..n).map(|_| s.rng.random::<f32>()).collect();
+        let final_coin: f32 = s.rng.random();
+        b.copy_rows(self.target.model.logits(), logit_row, &mut self.probs, 0, n);
+        b.softmax(&mut self.probs, n, s.sampling.temperature);
+        if !s.sampling.filters() {
+            let coords: Vec<(usize, usize)> = (1..n).map(|c| (t.parent[c].expect("non-root"), t.tokens[c] as usize)).collect();
+            let mut child_prob = vec![0.0];
+            child_prob.extend(b.read_elements(&self.probs, &coords)?);
+            let walk = verify::sample(t, &child_prob, &coins, verify::lossless);
+            let next = b.sample(&self.probs, walk.last(), &walk.rejected, final_coin)?;
+            return Ok((walk, next));
+        }
+        // top-k / top-p: the filtered distributions on the host.
+        let vocab = self.target.model.vocab();
+        let rows: Vec<Vec<f32>> =
+            b.read_rows(&self.probs, 0, n)?.chunks(vocab).map(|r| sampling::filtered(r, s.sampling.top_k, s.sampling.top_p)).collect();
+        let mut child_prob = vec![0.0];
+        child_prob.extend((1..n).map(|c| rows[t.parent[c].expect("non-root")][t.tokens[c] as usize]));
+        let walk = verify::sample(t, &child_prob, &coins, verify::lossless);
+        let next = sampling::sample_excluding(&rows[walk.last()], &walk.rejected, final_coin);
+        Ok((walk, next))
+    }
+
+    /// Keep the accepted path's KV, emit its tokens, and let the drafter read them.
+    fn commit(&mut self, p: &Part, t: &Tree, (walk, next): (Walk, u32)) -> Result<SeqUpdate, EngineError> {
+        let b = self.target.model.backend().clone();
+        let s = &mut self.running[p.seq];
+        let base = s.committed;
+        for (i, &node) in walk.path.iter().enumerate().filter(|(i, node)| *i != **node) {
+            let (src, dst) = (s.table.slot(base + node), s.table.slot(base + i));
+            for tensor in self.target.kv.k.iter_mut().chain(self.target.kv.v.iter_mut()) {
+                b.move_rows(tensor, &[src], dst);
+            }
+        }
+        s.committed += walk.path.len();
+        let produced: Vec<u32> = walk.path[1..].iter().map(|&i| t.tokens[i]).chain([next]).collect();
+        s.tokens.extend_from_slice(&produced);
+        let room = s.max_tokens - s.out.len();
+        let stop = if s.ignore_eos { &[][..] } else { &self.stop_ids[..] };
+        let stop_at = produced.iter().position(|t| stop.contains(t)).filter(|&at| at < room);
+        let keep = stop_at.unwrap_or(produced.len()).min(room);
+        s.out.extend_from_slice(&produced[..keep]);
+        let finished = match stop_at {
+            Some(_) => Some(Finish::Stop),
+            None if s.out.len() >= s.max_tokens => Some(Finish::Length),
+            None => None,
+        };
+        let update = SeqUpdate {
+            id: s.id,
+            tokens: produced[..keep].to_vec(),
+            drafted: keep.min(walk.path.len() - 1),
+            accept_length: Some(stop_at.map_or(keep, |at| at + 1)),
+            finished,
+        };
+        if finished.is_none() {
+            self.read_drafter(p.seq, walk.path.iter().map(|n| p.row + n).collect())?;
+        }
+        Ok(update)
+    }
+
+    /// Sequence `i`'s drafter reads what the forward committed (the target hiddens of the
+    /// forward's `rows` for EAGLE-3) and, once it decodes, drafts the next verify tree.
+    fn read_drafter(&mut self, i: usize, rows: Vec<usize>) -> Result<(), EngineError> {
+        let Some(dr) = self.drafter.as_deref_mut() else { return Ok(()) };
+        let s = &mut self.running[i];
+        let aux = match (dr.wants_aux(), self.target.model.aux()) {
+            (true, Some(aux)) => Some(AuxRows { tensor: aux, rows: &rows }),
+            (true, None) => return Err(EngineError::Request("the target is not capturing hidden states for the drafter".into())),
+            (false, _) => None,
+        };
+        let decoding = !s.prefilling();
+        let state = s.draft.as_mut().expect("admitted with a drafter state");
+        dr.swap_state(state);
+        let drafted = dr.extend(&s.tokens, s.committed, aux).and_then(|head| match head {
+            Some(h) if decoding => tree::draft(dr, s.tokens[s.committed], s.committed, h, self.shape).map(Some),
+            _ => Ok(None),
+        });
+        dr.swap_state(state);
+        s.tree = drafted?;
+        Ok(())
+    }
+}
+
+/// A scheduler as the serving thread drives it, whatever its backend (`ranks::Serve::into_batch`).
+pub trait Batch: Send {
+    fn config(&self) -> SchedulerConfig;
+    /// The longest prompt + output a request may ask for.
+    fn context(&self) -> usize;
+    fn running(&self) -> usize;
+    fn queued(&self) -> usize;
+    /// (free, total) KV blocks.
+    fn blocks(&self) -> (usize, usize);
+    fn is_idle(&self) -> bool;
+    /// Queue a request; its id names it in every `SeqUpdate`.
+    fn submit(&mut self, req: SeqRequest) -> Result<u64, EngineError>;
+    /// Drop a waiting or running request and free its blocks; false when it is unknown.
+    fn cancel(&mut self, id: u64) -> bool;
+    /// Run one step of the running batch (admitting waiting requests first).
+    fn step(&mut self) -> Result<Vec<SeqUpdate>, EngineError>;
+    /// The target's tokenizer.
+    fn tokenizer(&self) -> Arc<TextTokenizer>;
+}
+
+impl<B: Backend> Batch for Scheduler<B> {
+    fn config(&self) -> SchedulerConfig {
+        self.cfg
+    }
+
+    fn context(&self) -> usize {
+        self.target.max_tokens().min(self.pool.total() * BLOCK_TOKENS - self.tree_rows)
+    }
+
+    fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    fn queued(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn blocks(&self) -> (usize, usize) {
+        (self.pool.free_blocks(), self.pool.total())
+    }
+
+    fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    fn submit(&mut self, req: SeqRequest) -> Result<u64, EngineError> {
+        let vocab = self.target.model.vocab();
+        if req.prompt.is_empty() {
+            return Err(EngineError::Request("the prompt has no tokens".into()));
+        }
+        if let Some(t) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::Request(format!("prompt token {t} is outside the target's vocabulary ({vocab})")));
+        }
+        if req.prompt.len().checked_add(req.max_tokens).is_none_or(|n| n > self.context()) {
+            return Err(EngineError::Request(format!(
+                "the prompt ({} tokens) plus max_tokens ({}) exceed the context ({} tokens)",
+                req.prompt.len(),
+                req.max_tokens,
+                self.context()
+            )));
+        }
+        sampling::check(&req.sampling).map_err(EngineError::Request)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let seed = req.sampling.seed.unwrap_or(id);
+        self.waiting.push_back(Seq {
+            id,
+            prompt_len: req.prompt.len(),
+            tokens: req.prompt,
+            committed: 0,
+            table: BlockTable::default(),
+            out: Vec::new(),
+            max_tokens: req.max_tokens,
+            ignore_eos: req.ignore_eos,
+            sampling: req.sampling,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            draft: None,
+            tree: None,
+        });
+        Ok(id)
+    }
+
+    fn cancel(&mut self, id: u64) -> bool {
+        if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        match self.running.iter().position(|s| s.id == id) {
+            Some(i) => {
+                let mut s = self.running.remove(i);
+                s.table.release(&mut self.pool);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn step(&mut self) -> Result<Vec<SeqUpdate>, EngineError> {
+        let b = self.target.model.backend().clone();
+        b.run(|| self.step_here())
+    }
+
+    fn tokenizer(&self) -> Arc<TextTokenizer> {
+        self.tokenizer.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,188 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::backend::cpu::CpuBackend;
+use crate::engine::lifecycle::Engine;
+use crate::engine::llama::Family;
+use crate::engine::request::LaunchOutcome;
+use crate::event::{EventReceiver, EventSink};
+use crate::spec::{Algorithm, Device};
+use crate::testkit::{TinyEagle3, TinyLlama};
+
+struct Launched {
+    _dir: tempfile::TempDir,
+    _events: EventReceiver,
+    engine: Engine<CpuBackend>,
+}
+
+/// The tiny target (and its EAGLE-3 drafter unless `algorithm` is NONE), launched on the CPU.
+fn launched(algorithm: Algorithm, edit: impl FnOnce(&mut LaunchSpec)) -> Launched {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft) = (dir.path().join("target"), dir.path().join("draft"));
+    let t = TinyLlama::new(Family::Llama, 7);
+    let w = t.write(&target).unwrap();
+    TinyEagle3::new(8).write(&draft, &t, &w).unwrap();
+    let mut spec = LaunchSpec {
+        model_path: Some(target.display().to_string()),
+        draft_model_path: Some(draft.display().to_string()),
+        speculative_algorithm: Some(algorithm),
+        device: Device::Cpu,
+        ..LaunchSpec::default()
+    };
+    edit(&mut spec);
+    let (sink, events) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    let outcome = engine.launch(&spec, &|_| Vec::new());
+    assert!(matches!(outcome, LaunchOutcome::Ready { .. }), "{outcome:?}");
+    Launched { _dir: dir, _events: events, engine }
+}
+
+fn prompts() -> Vec<Vec<u32>> {
+    (0..8u32).map(|i| (0..5 + 7 * i).map(|j| (i * 31 + j * 17 + 3) % 64).collect()).collect()
+}
+
+fn request(prompt: &[u32], sampling: SamplingParams) -> SeqRequest {
+    SeqRequest { prompt: prompt.to_vec(), max_tokens: 12, sampling, ignore_eos: false }
+}
+
+/// The batch-1 path's answers (`Engine::generate_ids`).
+fn sequential(engine: &mut Engine<CpuBackend>, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let decoding = engine.decoding(12, None);
+    prompts.iter().map(|p| engine.generate_ids(p, &decoding).unwrap().tokens).collect()
+}
+
+/// Every request's tokens, by id, once the scheduler has run them all.
+fn run(s: &mut Scheduler<CpuBackend>) -> BTreeMap<u64, (Vec<u32>, Finish)> {
+    let mut out: BTreeMap<u64, (Vec<u32>, Option<Finish>)> = BTreeMap::new();
+    while !s.is_idle() {
+        for u in s.step().unwrap() {
+            let e = out.entry(u.id).or_default();
+            e.0.extend(u.tokens);
+            e.1 = e.1.or(u.finished);
+        }
+    }
+    out.into_iter().map(|(id, (t, f))| (id, (t, f.expect("every request finishes")))).collect()
+}
+
+fn batched(engine: Engine<CpuBackend>, cfg: SchedulerConfig, prompts: &[Vec<u32>]) -> (Vec<Vec<u32>>, Scheduler<CpuBackend>) {
+    let mut s = Scheduler::new(engine.into_parts().unwrap(), cfg).unwrap();
+    for p in prompts {
+        s.submit(request(p, SamplingParams::default())).unwrap();
+    }
+    let out = run(&mut s);
+    (out.into_values().map(|(t, _)| t).collect(), s)
+}
+
+const EIGHT: SchedulerConfig = SchedulerConfig { max_running: 8, chunk: 512 };
+
+#[test]
+fn eight_concurrent_requests_each_equal_their_sequential_answer() {
+    for algorithm in [Algorithm::None, Algorithm::Eagle3] {
+        let mut l = launched(algorithm, |_| {});
+        let want = sequential(&mut l.engine, &prompts());
+        assert!(want.iter().all(|t| !t.is_empty()));
+        let (got, s) = batched(l.engine, EIGHT, &prompts());
+        assert_eq!(got, want, "{algorithm:?}");
+        // Everything finished: every block is free again.
+        assert_eq!(s.blocks().0, s.blocks().1);
+    }
+}
+
+#[test]
+fn a_tree_at_batch_one_equals_the_batch_one_path() {
+    let mut l = launched(Algorithm::Eagle3, |s| {
+        s.speculative_eagle_topk = Some(2);
+        s.speculative_num_draft_tokens = Some(5);
+    });
+    let want = sequential(&mut l.engine, &prompts()[..3]);
+    let (got, s) = batched(l.engine, EIGHT, &prompts()[..3]);
+    assert_eq!(s.config().max_running, 1);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn chunked_prefill_equals_unchunked() {
+    let unchunked = batched(launched(Algorithm::Eagle3, |_| {}).engine, EIGHT, &prompts()).0;
+    let chunked = batched(launched(Algorithm::Eagle3, |_| {}).engine, SchedulerConfig { max_running: 3, chunk: 7 }, &prompts()).0;
+    assert_eq!(chunked, unchunked);
+}
+
+#[test]
+fn finished_and_cancelled_requests_free_their_blocks_at_once() {
+    let l = launched(Algorithm::Eagle3, |_| {});
+    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), SchedulerConfig { max_running: 2, chunk: 512 }).unwrap();
+    let (free, total) = s.blocks();
+    assert_eq!(free, total);
+    // 40 prompt + 12 output + 4 verify slots = 56 tokens: 4 blocks; 5 + 12 + 4 = 21: 2 blocks.
+    let long = s.submit(request(&prompts()[5], SamplingParams::default())).unwrap();
+    let short = s.submit(request(&prompts()[0], SamplingParams::default())).unwrap();
+    let queued = s.submit(request(&prompts()[1], SamplingParams::default())).unwrap();
+    s.step().unwrap();
+    assert_eq!((s.running(), s.queued(), s.blocks().0), (2, 1, total - 6));
+    assert!(s.cancel(long));
+    assert_eq!(s.blocks().0, total - 2);
+    assert!(s.cancel(queued));
+    assert!(!s.cancel(queued));
+    assert_eq!((s.running(), s.queued()), (1, 0));
+    let out = run(&mut s);
+    assert_eq!(out.keys().copied().collect::<Vec<_>>(), [short]);
+    assert_eq!(s.blocks().0, total);
+}
+
+#[test]
+fn a_seed_reproduces_a_sampled_answer_alone_batched_and_through_the_batch_one_path() {
+    let sampling = SamplingParams { temperature: 0.8, seed: Some(42), ..Default::default() };
+    let mut l = launched(Algorithm::Eagle3, |_| {});
+    let decoding = l.engine.decoding(12, Some(crate::engine::spec_decode::Sampling { temperature: 0.8, seed: 42, rule: verify::lossless }));
+    let want = l.engine.generate_ids(&prompts()[3], &decoding).unwrap().tokens;
+    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), EIGHT).unwrap();
+    let id = s.submit(request(&prompts()[3], sampling)).unwrap();
+    for p in &prompts() {
+        s.submit(request(p, SamplingParams { seed: Some(7), ..sampling })).unwrap();
+    }
+    let out = run(&mut s);
+    assert_eq!(out[&id].0, want);
+    let other = SamplingParams { seed: Some(43), ..sampling };
+    let l = launched(Algorithm::Eagle3, |_| {});
+    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), EIGHT).unwrap();
+    let again = s.submit(request(&prompts()[3], sampling)).unwrap();
+    let reseeded = s.submit(request(&prompts()[3], other)).unwrap();
+    let out2 = run(&mut s);
+    assert_eq!(out2[&again].0, want);
+    assert_ne!(out2[&reseeded].0, want);
+}
+
+#[test]
+fn requests_past_the_context_are_refused() {
+    let l = launched(Algorithm::None, |_| {});
+    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), EIGHT).unwrap();
+    // The tiny target's context is 512 tokens.
+    assert_eq!(s.context(), 512);
+    let e = s.submit(SeqRequest { prompt: vec![3; 500], max_tokens: 13, sampling: SamplingParams::default(), ignore_eos: false });
+    assert_eq!(e.unwrap_err().to_string(), "the prompt (500 tokens) plus max_tokens (13) exceed the context (512 tokens)");
+    assert!(s.submit(request(&[], SamplingParams::default())).is_err());
+}
+
+#[test]
+fn a_9k_token_prompt_runs_in_a_32k_context_with_default_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target");
+    TinyLlama { max_positions: 32768, layers: 2, ..TinyLlama::new(Family::Llama, 9) }.write(&target).unwrap();
+    let spec = LaunchSpec { model_path: Some(target.display().to_string()), device: Device::Cpu, ..LaunchSpec::default() };
+    let (sink, _events) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    assert!(matches!(engine.launch(&spec, &|_| Vec::new()), LaunchOutcome::Ready { .. }));
+    let prompt: Vec<u32> = (0..9000u32).map(|i| (i * 7 + 1) % 64).collect();
+    let want = engine.generate_ids(&prompt, &engine.decoding(4, None)).unwrap().tokens;
+    let mut s = Scheduler::new(engine.into_parts().unwrap(), EIGHT).unwrap();
+    assert_eq!(s.context(), 32768);
+    let id = s.submit(SeqRequest { prompt, max_tokens: 4, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
+    assert_eq!(run(&mut s)[&id].0, want);
+    let full =
+        s.submit(SeqRequest { prompt: vec![3; 32760], max_tokens: 8, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
+    s.step().unwrap();
+    // 32760 + 8 + 1 verify slot = 32769 tokens: 2049 blocks, until cancelled.
+    assert_eq!(s.blocks().1 - s.blocks().0, 2049);
+    assert!(s.cancel(full));
+    assert_eq!(s.blocks().0, s.blocks().1);
+}
