@@ -174,7 +174,7 @@ fn an_unknown_apply_id_stops_every_command_naming_it_and_the_known_ones() {
     let prompts = p.dir.path().join("prompts.jsonl");
     std::fs::write(&prompts, "{\"prompt\": \"w5\"}\n").unwrap();
     let target = path(&p.target);
-    let message = "--apply clamp-context: no remedy has this id; the known ids: allow-longer-context, clamp-context-length,";
+    let message = "--apply clamp-context: no remedy has this id; the known ids: align-chunked-prefill-size, allow-longer-context,";
     let cases: [(&str, Vec<&str>); 5] = [
         ("specdeck check: ", vec!["check", "--model-path", target]),
         ("specdeck: ", vec!["launch", "--headless", "--model-path", target, "--prompt", "w5"]),

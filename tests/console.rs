@@ -668,7 +668,7 @@ fn at_80x24_100x30_and_120x40_the_diagnosis_and_the_fixed_command_are_on_screen(
                     "24▶\"max_position_embeddings\": 131072,",
                     "clamp-context-length",
                 ],
-                _ => &["fixed command (y copies it):", "--model-path testdata/console/pair/target", "--context-length"],
+                _ => &["fixed command (y copies it):", "--model-path", "testdata/console/pair/target", "--context-length 131072"],
             };
             for text in wanted {
                 assert!(screen.contains(text), "{w}x{h} {name}: {text:?} missing from\n{screen}");

@@ -49,6 +49,8 @@ fn sources() -> BTreeMap<PathBuf, Source> {
             };
             let rel = path.strip_prefix(&root).unwrap().with_extension("");
             let mut module: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+            // A test module in a file of its own (`#[cfg(test)] mod tests;`) is test code throughout.
+            let code = if module.last().is_some_and(|m| m == "tests") { String::new() } else { code };
             let is_mod_file = matches!(module.last().map(String::as_str), Some("mod" | "lib" | "main"));
             if is_mod_file && module.len() > 1 {
                 module.pop();

@@ -46,7 +46,15 @@ impl Server {
             }
         }
         let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Server { child, out, base: base.expect("a `serving … at` line before ready"), agent }
+        let server = Server { child, out, base: base.expect("a `serving … at` line before ready"), agent };
+        // The worker marks itself ready when its launch call returns, just after the event
+        // that printed `ready in`.
+        let t0 = std::time::Instant::now();
+        while server.get("/health").0 != 200 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "/health never answered 200 after ready");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
     }
 
     fn post(&self, route: &str, body: &str) -> (u16, Option<String>, String) {
@@ -296,9 +304,10 @@ fn bad_input_gets_400_a_full_queue_503_a_dropped_stream_is_cancelled_and_sigterm
     assert!(error(400, r#"{"prompt": "x", "max_tokens": "four"}"#).starts_with("invalid request: invalid type: string \"four\""));
     assert!(error(400, r#"{"prompt": 7}"#).starts_with("invalid request: "));
     assert!(error(400, r#"{"prompt": "x", "temperature": "hot"}"#).starts_with("invalid request: "));
-    let long_prompt = json!({"prompt": "the ".repeat(5000), "max_tokens": 4}).to_string();
+    // Past the launch's context (the drafter's 131072 positions, after clamp-context-length).
+    let long_prompt = json!({"prompt": "the ".repeat(140_000), "max_tokens": 4}).to_string();
     let m = error(400, &long_prompt);
-    assert!(m.starts_with("the prompt (") && m.ends_with("exceed the KV cache (4096 tokens)"), "{m}");
+    assert_eq!(m, "the prompt (140001 tokens) plus --max-new-tokens (4) exceed the KV cache (131072 tokens)");
     let (status, _, text) = server.post("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#);
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("no chat template"), "{text}");

@@ -46,11 +46,14 @@ pub const FINDINGS: &[&str] = &[
 
 /// Remedy ids `--apply` takes: those `check`'s rules and the engine offer for a launch.
 pub const REMEDIES: &[&str] = &[
+    "align-chunked-prefill-size",
     "allow-longer-context",
     "clamp-context-length",
+    "eagle-topk-1",
     "fit-visible-gpus",
     "fix-env-typo",
     "increase-tp-size",
+    "page-size-1",
     "reduce-context-length",
     "reduce-cuda-graph-max-bs",
     "reduce-tp-size",
@@ -129,7 +132,12 @@ mod tests {
         let err = known_remedies(&["clamp-context-length".into(), "clamp-context".into()]).unwrap_err();
         assert_eq!(err, UnknownRemedy { id: "clamp-context".into() });
         let text = err.to_string();
-        assert!(text.starts_with("--apply clamp-context: no remedy has this id; the known ids: allow-longer-context, "), "{text}");
+        assert!(
+            text.starts_with(
+                "--apply clamp-context: no remedy has this id; the known ids: align-chunked-prefill-size, allow-longer-context, "
+            ),
+            "{text}"
+        );
         assert!(text.ends_with(", use-default-speculative-args"), "{text}");
     }
 

@@ -3,9 +3,9 @@
 //! console/ and model/. Flag names follow SGLang's, so a user can paste their launch line.
 
 mod bench;
+mod bench_load;
 mod bench_table;
 pub mod catalog;
-mod bench_load;
 mod check;
 mod convert;
 mod cuda_check;

@@ -19,8 +19,9 @@ use crate::engine::llama::LlamaConfig;
 use crate::engine::target_model::TargetConfig;
 use crate::engine::tree::TreeShape;
 use crate::engine::EngineError;
-use crate::finding::{Evidence, Finding, Severity, Side};
+use crate::finding::{Evidence, Finding, Severity, Side, UNREADABLE_INPUT};
 use crate::model::config::ModelConfig;
+use crate::model::hub;
 use crate::phase::PhaseId;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
@@ -123,8 +124,9 @@ impl LaunchPlan {
     /// Resolve `spec`. Fails only where nothing else can be resolved: no target folder (a
     /// preflight finding) or a target config the model cannot be built from (target-load's).
     pub fn resolve(spec: &LaunchSpec) -> Result<LaunchPlan, Finding> {
-        let dir = spec.model_path.as_deref().ok_or_else(|| missing_flag("--model-path", "target model folder"))?;
-        let key = TargetKey { dir: PathBuf::from(dir), dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
+        let given = spec.model_path.as_deref().ok_or_else(|| missing_flag("--model-path", "target model folder"))?;
+        let dir = local_folder("--model-path", given, spec.revision.as_deref())?;
+        let key = TargetKey { dir, dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
         let target = TargetPlan::read(key).map_err(|e| error_finding(Side::Target, PhaseId::TargetLoad, &e))?;
         let (shape, shape_warnings) = tree_shape(spec);
         let algorithm = spec.speculative_algorithm.unwrap_or(Algorithm::None);
@@ -146,6 +148,19 @@ impl LaunchPlan {
             drafter,
         })
     }
+}
+
+/// The folder a model flag names, a Hugging Face repo id resolved in the local cache as
+/// preflight resolves it; a repo that is not there is an unreadable-input finding.
+fn local_folder(flag: &str, given: &str, revision: Option<&str>) -> Result<PathBuf, Finding> {
+    hub::local_folder(given, revision).map(|(dir, _)| dir).map_err(|e| {
+        Finding::new(UNREADABLE_INPUT, Severity::Error, PhaseId::Preflight, e.to_string()).with_evidence(Evidence::new(
+            Side::Launch,
+            "launch flags",
+            flag,
+            given,
+        ))
+    })
 }
 
 impl TargetPlan {
@@ -171,11 +186,14 @@ impl DraftPlan {
                 return DraftPlan::Refused(f);
             }
             Algorithm::Eagle3 | Algorithm::Standalone => match spec.draft_model_path.as_deref() {
-                Some(d) => Path::new(d),
+                Some(d) => match local_folder("--speculative-draft-model-path", d, spec.draft_revision.as_deref()) {
+                    Ok(dir) => dir,
+                    Err(f) => return DraftPlan::Refused(f),
+                },
                 None => return DraftPlan::Refused(missing_flag("--speculative-draft-model-path", "drafter folder")),
             },
         };
-        match DrafterPlan::read(dir, spec, algorithm, target_layers) {
+        match DrafterPlan::read(&dir, spec, algorithm, target_layers) {
             Ok(plan) => DraftPlan::Resolved(Box::new(plan)),
             Err(e) => DraftPlan::Unreadable(error_finding(Side::Draft, PhaseId::DrafterLoad, &e)),
         }

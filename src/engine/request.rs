@@ -61,8 +61,12 @@ impl Cancel {
 
     /// Set when either `self` or `other` is: a request that its client can cancel on an
     /// engine that its owner can shut down. Setting the result sets `self` only.
+    ///
+    /// The result counts its own steps: a request its client cancelled must not leave the
+    /// engine's count stopped for the next one.
     pub fn either(&self, other: &Cancel) -> Cancel {
-        Cancel { also: Some(other.flag.clone()), ..self.clone() }
+        let ranks = self.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).next.len();
+        Cancel { flag: self.flag.clone(), also: Some(other.flag.clone()), steps: Steps::new(ranks), rank: self.rank }
     }
 
     /// The same flag for each of `world` ranks that generate in lockstep.

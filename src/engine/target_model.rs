@@ -42,6 +42,8 @@ impl TargetConfig {
     }
 }
 
+// One target per engine, held for the engine's life: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum TargetModel<B: Backend> {
     Llama(LlamaModel<B>),
     Deepseek(DeepseekModel<B>),

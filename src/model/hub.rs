@@ -35,6 +35,17 @@ fn searched_text(dirs: &[PathBuf]) -> String {
     dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
+/// The folder a model flag names: the path as given when it is one here (or is no repo id),
+/// else the repo's snapshot in the cache this process's environment points at.
+pub fn local_folder(given: &str, revision: Option<&str>) -> Result<(PathBuf, Option<Snapshot>), HubError> {
+    let path = Path::new(given);
+    if crate::model::open::exists_in_any_form(path) || !is_repo_id(given) {
+        return Ok((path.to_path_buf(), None));
+    }
+    let snapshot = resolve(given, revision, &cache_dirs(|k| std::env::var(k).ok()))?;
+    Ok((snapshot.dir.clone(), Some(snapshot)))
+}
+
 /// `org/name`: two non-empty parts, neither a path word (`.`, `..`, `~`).
 pub fn is_repo_id(s: &str) -> bool {
     let mut parts = s.split('/');

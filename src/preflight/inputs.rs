@@ -152,18 +152,15 @@ impl ModelFiles {
     /// Load the folder a model flag names: the path as given, or, for a repo id that is no
     /// path here, its snapshot in the Hugging Face cache (shown by the repo id).
     pub fn locate(side: Side, given: &str, revision: Option<&str>, fetch: &str) -> Result<ModelFiles, InputError> {
-        let path = Path::new(given);
-        if open::exists_in_any_form(path) || !hub::is_repo_id(given) {
-            return ModelFiles::load(side, path);
-        }
-        let caches = hub::cache_dirs(|k| std::env::var(k).ok());
-        let snapshot = hub::resolve(given, revision, &caches).map_err(|source| InputError::Hub {
+        let (dir, snapshot) = hub::local_folder(given, revision).map_err(|source| InputError::Hub {
             repo: given.to_string(),
             source,
             fetch: fetch.to_string(),
         })?;
-        let mut files = ModelFiles::load(side, &snapshot.dir)?;
-        files.config = files.config.shown_as(snapshot.label());
+        let mut files = ModelFiles::load(side, &dir)?;
+        if let Some(snapshot) = snapshot {
+            files.config = files.config.shown_as(snapshot.label());
+        }
         Ok(files)
     }
 

@@ -25,7 +25,7 @@ use crate::spec::LaunchSpec;
 type Routes = Arc<Mutex<HashMap<u64, UnboundedSender<Reply>>>>;
 
 enum Command {
-    Launch(LaunchSpec),
+    Launch(Box<LaunchSpec>),
     Run(Queued),
     Shutdown,
 }
@@ -97,7 +97,7 @@ impl BatchOne {
     }
 
     pub fn launch(&self, spec: LaunchSpec) {
-        let _ = self.commands.send(Command::Launch(spec));
+        let _ = self.commands.send(Command::Launch(Box::new(spec)));
     }
 
     /// Take no more requests, cancel the running one and every queued one, and free the

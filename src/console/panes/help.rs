@@ -22,8 +22,10 @@ pub(super) fn draw(keymap: &Keymap, engine_attached: bool, scroll: Scroll, theme
         .into_iter()
         .map(|(keys, what)| Line::from(vec![Span::styled(format!(" {keys:<key_width$}  "), theme.key()), Span::raw(what)]))
         .collect();
-    // The status bar stays in view below (a replay's title is there).
-    let height = (lines.len() as u16 + 2).min(area.height.saturating_sub(1));
+    // The status bar stays in view below (a replay's title is there): the popup is centred
+    // in the rows above it.
+    let area = Rect { height: area.height.saturating_sub(1), ..area };
+    let height = (lines.len() as u16 + 2).min(area.height);
     // The scroll keys move the list when it is taller than the screen.
     let top = scroll.top(lines.len(), usize::from(height.saturating_sub(2)), 0);
     let lines: Vec<Line> = lines.into_iter().skip(top).collect();

@@ -235,7 +235,8 @@ struct Arrangement {
 
 impl Arrangement {
     fn new(d: &Diagnosis, f: &Finding, files: &[(Side, String)], width: usize) -> Arrangement {
-        let evidence_at = |w: usize| files.iter().map(|(side, file)| 1 + fit_column(evidence_only(d, f, *side, file), w).len()).collect::<Vec<_>>();
+        let evidence_at =
+            |w: usize| files.iter().map(|(side, file)| 1 + fit_column(evidence_only(d, f, *side, file), w).len()).collect::<Vec<_>>();
         let full = evidence_at(width);
         if files.len() < 2 {
             return Arrangement { stacked: false, col_width: width, evidence: full };
