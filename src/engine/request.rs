@@ -61,12 +61,8 @@ impl Cancel {
 
     /// Set when either `self` or `other` is: a request that its client can cancel on an
     /// engine that its owner can shut down. Setting the result sets `self` only.
-    ///
-    /// The result counts its own steps: a request its client cancelled must not leave the
-    /// engine's count stopped for the next one.
     pub fn either(&self, other: &Cancel) -> Cancel {
-        let ranks = self.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).next.len();
-        Cancel { flag: self.flag.clone(), also: Some(other.flag.clone()), steps: Steps::new(ranks), rank: self.rank }
+        Cancel { also: Some(other.flag.clone()), ..self.clone() }
     }
 
     /// The same flag for each of `world` ranks that generate in lockstep.
@@ -81,12 +77,14 @@ impl Cancel {
         let mut steps = self.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let step = steps.next[self.rank];
         steps.next[self.rank] += 1;
-        if steps.stop_at.is_none() && self.is_set() {
+        // Only the engine's own flag names a step for every rank: a request's cancel (`either`)
+        // ends that request alone (a served request runs on one rank) and must not stop the next.
+        if steps.stop_at.is_none() && self.flag.load(Ordering::SeqCst) {
             // No rank has asked about a step past its own `next` yet, so each can reach this.
             let furthest = steps.next.iter().enumerate().map(|(r, &n)| if r == self.rank { step } else { n }).max();
             steps.stop_at = furthest;
         }
-        steps.stop_at.is_some_and(|at| step >= at)
+        steps.stop_at.is_some_and(|at| step >= at) || self.also.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
     }
 }
 
