@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Serving figures of the CUDA engine on the GPU machine (issue 24's "Must show"): output
+# tokens/s of the 8B-shaped checkpoint through the continuous-batching scheduler at
+# concurrency 1, 8, 32 and 64 (512 random-token prompts, 256 output tokens, EOS ignored),
+# transformers' batched generate on the same weights at batch 64 as the reference, and
+# batch-1 decode at a 32K-token context. Raw JSON under $OUT; builds nothing (stage.sh).
+#
+# usage (GPU machine, repository root):  bash .gpu/cuda/serving.sh
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN="$HERE/specdeck"
+OUT="${OUT:-/tmp/specdeck-gpu-out}"
+MODEL="${SPECDECK_8B_DIR:-/tmp/specdeck-llama8b}"
+BUDGET_S="${SPECDECK_GPU_BUDGET_S:-520}"
+export SPECDECK_PTX_CACHE="$OUT/ptx-cache"
+mkdir -p "$OUT"
+T0=$(date +%s)
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((BUDGET_S - ($(date +%s) - T0)))
+    if ((left < 20)); then
+        echo "$name skipped: out of time" | tee -a "$OUT/serving-steps.log"
+        return 0
+    fi
+    ((limit > left)) && limit=$left
+    local s=$(date +%s)
+    timeout -k 5 "$limit" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+    echo "$name rc=$? seconds=$(($(date +%s) - s))" | tee -a "$OUT/serving-steps.log" >&2
+    tail -n 3 "$OUT/$name.err" >&2
+}
+
+[ -f "$MODEL/model.safetensors.index.json" ] || step write8b 150 python3 "$HERE/write_llama8b.py" "$MODEL"
+
+# N prompts of LEN random words of the checkpoint's word-level vocabulary (one token each).
+prompts() {
+    python3 - "$1" "$2" <<'PY'
+import json, random, sys
+n, length = int(sys.argv[1]), int(sys.argv[2])
+rng = random.Random(0)
+for _ in range(n):
+    print(json.dumps({"prompt": " ".join(f"w{rng.randrange(3, 128000)}" for _ in range(length))}))
+PY
+}
+
+for c in 1 8 32 64; do
+    n=$((c < 4 ? 4 : c))
+    prompts "$n" 512 >"$OUT/prompts-c$c.jsonl"
+    step "serve-c$c" 120 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts-c$c.jsonl" \
+        --max-new-tokens 256 --concurrency "$c" --json
+done
+
+# Batch-1 decode at a 32K-token context (one prompt of 32,000 tokens).
+prompts 1 32000 >"$OUT/prompts-32k.jsonl"
+step long-32k 150 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts-32k.jsonl" --max-new-tokens 256 --json
+
+step hf-batch64 240 python3 "$HERE/hf_batched.py" "$MODEL" --batch 64 --prompt-len 512 --new-tokens 256 --budget-s 220
+tail -n 20 "$OUT/serving-steps.log"
