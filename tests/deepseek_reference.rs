@@ -17,6 +17,7 @@ use specdeck::engine::kv::KvCache;
 use specdeck::engine::lifecycle::Engine;
 use specdeck::engine::llama::{Capacity, Family, Logits};
 use specdeck::engine::request::LaunchOutcome;
+use specdeck::engine::scheduler::SchedulerConfig;
 use specdeck::engine::weights::Loader;
 use specdeck::event::{Event, EventSink};
 use specdeck::model::checkpoint::Checkpoint;
@@ -194,10 +195,18 @@ fn the_engine_launches_the_kimi_k25_target_and_decodes_transformers_greedy() {
     assert_eq!(phases, launch(&llama).1);
     assert_eq!(phases.first().map(String::as_str), Some("preflight:started"));
     assert_eq!(phases.last().map(String::as_str), Some("ready:done"));
-    for c in cases("dsv3-qlora") {
-        // No stop tokens: transformers' 16 tokens were taken past any end-of-sequence id.
-        let mut decoding = engine.decoding(c.greedy.len(), None);
-        decoding.stop.clear();
-        assert_eq!(engine.generate_ids(&c.prompt, &decoding).unwrap().tokens, c.greedy, "prompt {:?}", c.prompt);
-    }
+    let greedy_equals_transformers = |engine: &mut Engine<CpuBackend>| {
+        for c in cases("dsv3-qlora") {
+            // No stop tokens: transformers' 16 tokens were taken past any end-of-sequence id.
+            let mut decoding = engine.decoding(c.greedy.len(), None);
+            decoding.stop.clear();
+            assert_eq!(engine.generate_ids(&c.prompt, &decoding).unwrap().tokens, c.greedy, "prompt {:?}", c.prompt);
+        }
+    };
+    greedy_equals_transformers(&mut engine);
+    // The scheduler cannot batch this family yet: it says why, and the engine keeps its target.
+    let refused = engine.serve_batch(SchedulerConfig { max_running: 8, chunk: 512 }, &mut |_| panic!("served batched"));
+    let why = refused.unwrap_err().to_string();
+    assert!(why.contains("the DeepSeek-V3 family's CPU reference runs batch 1 only"), "{why}");
+    greedy_equals_transformers(&mut engine);
 }

@@ -239,6 +239,74 @@ fn greedy_answers_over_http_equal_generate_whole_and_streamed_target_only_and_ea
     }
 }
 
+/// Eight prompts of the tiny pair's vocabulary, each a different length.
+fn eight_prompts() -> Vec<String> {
+    (0..8u32).map(|i| (0..3 + 2 * i).map(|j| format!("w{}", 4 + (i * 13 + j * 7) % 60)).collect::<Vec<_>>().join(" ")).collect()
+}
+
+#[test]
+fn eight_concurrent_requests_each_equal_their_sequential_answer_and_run_batched_target_only_and_eagle3() {
+    let p = pair();
+    let dir = tempfile::tempdir().unwrap();
+    let eagle = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", path(&p.eagle), "--speculative-num-steps", "3"];
+    for (round, drafter) in [&[][..], &eagle[..]].into_iter().enumerate() {
+        let log = dir.path().join(format!("events-{round}.jsonl"));
+        let mut launch = vec!["--model-path", path(&p.target), "--event-log", path(&log)];
+        launch.extend(drafter);
+        let server = Server::start(&launch);
+        let body = |prompt: &str| json!({"prompt": prompt, "max_tokens": 160, "temperature": 0, "ignore_eos": true});
+        let text = |v: &Value| v["choices"][0]["text"].as_str().unwrap_or_else(|| panic!("{v}")).to_string();
+        let sequential: Vec<String> = eight_prompts().iter().map(|p| text(&server.json("/v1/completions", body(p)).1)).collect();
+        assert!(sequential.iter().all(|t| !t.is_empty()));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let concurrent: Vec<String> = eight_prompts()
+            .into_iter()
+            .map(|prompt| {
+                let (agent, url, barrier) = (server.agent.clone(), format!("{}/v1/completions", server.base), barrier.clone());
+                let body = body(&prompt).to_string();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let answer: Value =
+                        serde_json::from_str(&agent.post(url).send(body).unwrap().body_mut().read_to_string().unwrap()).unwrap();
+                    text(&answer)
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(concurrent, sequential, "round {round}");
+        let (_, code, _) = server.terminate();
+        assert_eq!(code, Some(143));
+        // Batched: several of the concurrent eight started before the first of them finished.
+        let events: Vec<Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let concurrent_events = events.iter().filter(|e| e["id"].as_u64().is_some_and(|id| id > 8));
+        let before_first_end =
+            concurrent_events.take_while(|e| e["type"] != "request-finished").filter(|e| e["type"] == "request-started").count();
+        assert!(before_first_end >= 2, "round {round}: {before_first_end} started before the first ended");
+    }
+}
+
+#[test]
+fn a_stop_string_ends_the_answer_before_it() {
+    let p = pair();
+    let server = Server::start(&["--model-path", path(&p.target)]);
+    let body = json!({"prompt": "w5 w9 w17 w33", "max_tokens": 12, "temperature": 0, "ignore_eos": true});
+    let (_, whole) = server.json("/v1/completions", body.clone());
+    let text = whole["choices"][0]["text"].as_str().unwrap().to_string();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert!(words.len() >= 4, "{text:?}");
+    let mut stopped = body;
+    stopped["stop"] = json!([words[3]]);
+    let (status, cut) = server.json("/v1/completions", stopped.clone());
+    assert_eq!(status, 200, "{cut}");
+    assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+    assert_eq!(cut["choices"][0]["text"], &text[..text.find(words[3]).unwrap()]);
+    stopped["stream"] = json!(true);
+    let (streamed, reason) = streamed_text(&server.stream("/v1/completions", stopped));
+    assert_eq!((streamed.as_str(), reason.as_str()), (&text[..text.find(words[3]).unwrap()], "stop"));
+}
+
 /// A long answer from the demo pair: its greedy continuation of the demo prompt runs on
 /// without an end of text, so a request for many tokens stays running for a while.
 fn demo_launch() -> Vec<String> {
@@ -254,6 +322,8 @@ fn demo_launch() -> Vec<String> {
         // The pair's drafter has fewer positions than the target's context: fixed as `specdeck demo` fixes it.
         "--apply",
         "clamp-context-length",
+        "--max-running-requests",
+        "1",
         "--max-queued-requests",
         "1",
     ]
@@ -307,12 +377,13 @@ fn bad_input_gets_400_a_full_queue_503_a_dropped_stream_is_cancelled_and_sigterm
     // Past the launch's context (the drafter's 131072 positions, after clamp-context-length).
     let long_prompt = json!({"prompt": "the ".repeat(140_000), "max_tokens": 4}).to_string();
     let m = error(400, &long_prompt);
-    assert_eq!(m, "the prompt (140001 tokens) plus --max-new-tokens (4) exceed the KV cache (131072 tokens)");
+    assert_eq!(m, "the prompt (140001 tokens) plus max_tokens (4) exceed the context (131072 tokens)");
     let (status, _, text) = server.post("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#);
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("no chat template"), "{text}");
 
-    // One running, one queued (--max-queued-requests 1), the third turned away.
+    // One running (--max-running-requests 1), one queued (--max-queued-requests 1), the third
+    // turned away.
     let running = open_stream(&server);
     wait_for(&server, "sglang:num_running_reqs 1");
     let queued = {

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use crate::engine::serving::{FinishReason, Prompt, SamplingParams, ServeEvent, ServeHandle, ServeRequest};
+use crate::engine::serving::{FinishReason, Prompt, SamplingParams, ServeConfig, ServeEvent, ServeHandle, ServeRequest};
 use crate::event::EventSink;
 use crate::preflight::check_spec;
 use crate::spec::LaunchSpec;
@@ -49,8 +49,13 @@ pub fn run(
     let concurrency = concurrency.max(1);
     let spec = LaunchSpec { max_running_requests: Some(spec.max_running_requests.unwrap_or(concurrency as u32)), ..spec.clone() };
     let (sink, _events) = EventSink::channel();
-    let handle =
-        ServeHandle::start(&spec, sink, std::sync::Arc::new(check_spec)).map_err(|f| anyhow!("the launch failed: {}", f.message))?;
+    let handle = ServeHandle::start(
+        &spec,
+        sink,
+        std::sync::Arc::new(check_spec),
+        ServeConfig { max_queued: Some(prompts.len()), log_requests: false },
+    )
+    .map_err(|f| anyhow!("the launch failed: {}", f.message))?;
     let start = Instant::now();
     let offsets = arrivals(prompts.len(), rate);
     let mut threads = Vec::new();
@@ -68,6 +73,7 @@ pub fn run(
             sampling: SamplingParams::default(),
             stop: Vec::new(),
             ignore_eos: true,
+            endpoint: "bench",
         };
         let (_, mut rx) = handle.submit(req).map_err(|e| anyhow!("submit: {e}"))?;
         let slots_tx = slots_tx.clone();
@@ -75,6 +81,7 @@ pub fn run(
             let mut tokens = Vec::new();
             let reason = loop {
                 match rx.blocking_recv() {
+                    Some(ServeEvent::Started { .. }) => {}
                     Some(ServeEvent::Tokens { ids, .. }) => tokens.extend(ids),
                     Some(ServeEvent::Finished { reason, .. }) => break reason,
                     None => break FinishReason::Error("the engine went away".into()),

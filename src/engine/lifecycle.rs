@@ -19,9 +19,12 @@ use crate::engine::eagle3::Eagle3Drafter;
 use crate::engine::findings::{error_finding, BACKEND_ERROR, DEVICE_UNAVAILABLE};
 use crate::engine::kv_budget::{self, KvMemory, KvRequest, KvSizing};
 use crate::engine::llama::{Capacity, LlamaModel};
-use crate::engine::plan::{DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, MAX_TREE_TOKENS};
+use crate::engine::plan::{
+    DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, MAX_TREE_TOKENS, PREFILL_CHUNK,
+};
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome};
+use crate::engine::scheduler::{Batch, EngineParts, Scheduler, SchedulerConfig};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::target_model::TargetModel;
 use crate::engine::tree::TreeShape;
@@ -35,16 +38,12 @@ use crate::model::tokenizer::{TextStream, TextTokenizer};
 use crate::phase::PhaseId;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
-/// Tokens per prefill forward: most prompts take one forward, with one set of launches. On
-/// HumanEval prompts this measured as fast as 128 (testdata/gpu/run-10/NOTES.md, ab-2): their
-/// prefill time was attention's.
-pub const PREFILL_CHUNK: usize = 512;
-
 const SOURCE: &str = "engine";
 
 struct LoadedTarget<B: Backend> {
     key: TargetKey,
-    tokenizer: TextTokenizer,
+    /// Shared with the scheduler that serves from this target (`Engine::serve_batch`).
+    tokenizer: Arc<TextTokenizer>,
     /// The model alone between launches; with its KV cache once kv-alloc ran.
     model: Option<TargetModel<B>>,
     target: Option<Target<B>>,
@@ -83,14 +82,6 @@ fn unresolved(events: &EventSink, finding: &Finding) -> Finding {
 struct LoadedDrafter<B: Backend> {
     key: DrafterKey,
     drafter: Box<dyn Drafter<B>>,
-}
-
-/// What a ready engine serves with.
-pub struct EngineParts<B: Backend> {
-    pub target: Target<B>,
-    pub drafter: Option<Box<dyn Drafter<B>>>,
-    pub tokenizer: TextTokenizer,
-    pub shape: TreeShape,
 }
 
 pub struct Engine<B: Backend> {
@@ -356,7 +347,7 @@ impl<B: Backend> Engine<B> {
 
     fn load_target(&self, plan: &TargetPlan) -> Result<LoadedTarget<B>, EngineError> {
         let dir = &plan.key.dir;
-        let tokenizer = TextTokenizer::load_dir(dir)?;
+        let tokenizer = Arc::new(TextTokenizer::load_dir(dir)?);
         let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
         // kv-alloc extends the RoPE table to the launch's context.
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: MAX_TREE_TOKENS };
@@ -496,23 +487,34 @@ impl<B: Backend> Engine<B> {
         spec_decode::generate(t, self.drafter.as_mut().map(|d| d.drafter.as_mut() as &mut dyn Drafter<B>), prompt, decoding, on_tokens)
     }
 
-    /// The launched target (with its KV pool), drafter and tree shape, for the scheduler
-    /// (`engine::scheduler`) that serves from them; `None` before a launch is ready.
-    pub fn into_parts(self) -> Option<EngineParts<B>> {
-        if !self.ready {
-            return None;
-        }
-        let loaded = self.target?;
-        Some(EngineParts {
-            target: loaded.target?,
-            drafter: self.drafter.map(|d| d.drafter),
-            tokenizer: loaded.tokenizer,
-            shape: self.shape,
-        })
+    /// Serve from the launched target (with its KV pool), drafter and tree shape through the
+    /// continuous-batching scheduler (`engine::scheduler`): `serve` runs with it, and the
+    /// parts come back into this engine afterwards, so that a later relaunch still keeps what
+    /// stays valid. An error, before `serve` runs, when no launch is ready or the target
+    /// cannot run batched.
+    pub fn serve_batch(&mut self, cfg: SchedulerConfig, serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
+        let not_ready = || EngineError::Request("the engine is not ready: launch it first".into());
+        let loaded = self.target.as_mut().filter(|_| self.ready).ok_or_else(not_ready)?;
+        let target = loaded.target.take().ok_or_else(not_ready)?;
+        let (key, drafter) = self.drafter.take().map(|d| (d.key, d.drafter)).unzip();
+        let parts = EngineParts { target, drafter, tokenizer: loaded.tokenizer.clone(), shape: self.shape };
+        let (served, parts) = match Scheduler::new(parts, cfg) {
+            Ok(mut scheduler) => {
+                serve(&mut scheduler);
+                (Ok(()), scheduler.into_parts())
+            }
+            Err(failed) => {
+                let (e, parts) = *failed;
+                (Err(e), parts)
+            }
+        };
+        loaded.target = Some(parts.target);
+        self.drafter = key.zip(parts.drafter).map(|(key, drafter)| LoadedDrafter { key, drafter });
+        served
     }
 
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {
-        self.target.as_ref().map(|t| &t.tokenizer)
+        self.target.as_ref().map(|t| &*t.tokenizer)
     }
 
     /// Decoding settings for a request on the launched engine.
@@ -534,12 +536,6 @@ impl<B: Backend> Engine<B> {
         self.generate_with(req, true)
     }
 
-    /// As `generate`; `use_drafter: false` decodes target-only with the drafter left loaded
-    /// (a benchmark can then alternate both modes under the same machine load).
-    pub fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
-        self.generate_until(req, use_drafter, &Cancel::default())
-    }
-
     /// The prompt's token ids as a generation reads them: the chat template applied when
     /// asked, a BOS added otherwise.
     pub fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError> {
@@ -548,15 +544,15 @@ impl<B: Backend> Engine<B> {
         Ok(tok.encode(&text, !req.chat)?)
     }
 
-    /// `generate_with`, ended early also when `cancel` is set (one request's own cancel).
-    pub fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, cancel: &Cancel) -> Result<Generation, EngineError> {
+    /// As `generate`; `use_drafter: false` decodes target-only with the drafter left loaded
+    /// (a benchmark can then alternate both modes under the same machine load).
+    pub fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
         if !self.ready {
             return Err(EngineError::Request("the engine is not ready: launch it first".into()));
         }
         let prompt = self.prompt_ids(req)?;
         let sampling = (req.temperature > 0.0).then_some(Sampling { temperature: req.temperature, seed: req.seed, rule: verify::lossless });
-        let mut decoding = self.decoding(req.max_new_tokens, sampling);
-        decoding.cancel = self.cancel.either(cancel);
+        let decoding = self.decoding(req.max_new_tokens, sampling);
         let t = self.target.as_mut().expect("ready implies a target");
         let target = t.target.as_mut().expect("ready implies a KV cache");
         let (tok, events) = (&t.tokenizer, &self.events);

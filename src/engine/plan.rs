@@ -25,6 +25,11 @@ use crate::model::hub;
 use crate::phase::PhaseId;
 use crate::spec::{Algorithm, Device, LaunchSpec};
 
+/// Tokens per prefill forward: most prompts take one forward, with one set of launches. On
+/// HumanEval prompts this measured as fast as 128 (testdata/gpu/run-10/NOTES.md, ab-2): their
+/// prefill time was attention's.
+pub const PREFILL_CHUNK: usize = 512;
+
 /// The largest verify tree (`--speculative-num-draft-tokens`): as many rows as the backend
 /// sums like decode steps.
 pub const MAX_TREE_TOKENS: usize = crate::backend::STEP_QUERIES_MAX;

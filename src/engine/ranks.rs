@@ -16,7 +16,7 @@ use crate::engine::findings::BACKEND_ERROR;
 use crate::engine::lifecycle::Engine;
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
-use crate::engine::scheduler::{Batch, Scheduler, SchedulerConfig};
+use crate::engine::scheduler::{Batch, SchedulerConfig};
 use crate::engine::spec_decode::Generation;
 use crate::engine::EngineError;
 use crate::event::{Event, EventSink, LogLevel};
@@ -28,12 +28,7 @@ use crate::spec::LaunchSpec;
 pub trait Serve {
     fn launch(&mut self, spec: &LaunchSpec, preflight: &PreflightFn) -> LaunchOutcome;
     /// Serve a request (`use_drafter: false` decodes target-only with the drafter loaded).
-    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
-        self.generate_until(req, use_drafter, &Cancel::default())
-    }
-    /// `generate_with`, ended at the next step once `cancel` is set (a server's request
-    /// whose client went away).
-    fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, cancel: &Cancel) -> Result<Generation, EngineError>;
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError>;
     /// The prompt's token ids as `generate_with` reads the request.
     fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError>;
     /// Bytes of weights one target step and one draft step read, on one rank.
@@ -42,8 +37,10 @@ pub trait Serve {
     fn decode(&self, ids: &[u32]) -> Result<String, EngineError>;
     /// Where it runs: the backend's name and the tensor-parallel ranks.
     fn placement(&self) -> (&'static str, usize);
-    /// The ready engine as a continuous-batching scheduler (`engine::scheduler`).
-    fn into_batch(self: Box<Self>, cfg: SchedulerConfig) -> Result<Box<dyn Batch>, EngineError>;
+    /// Run `serve` on a continuous-batching scheduler (`engine::scheduler`) over the ready
+    /// launch; the engine keeps its parts afterwards. An error, before `serve` runs, when
+    /// this engine cannot serve batched.
+    fn serve_batch(&mut self, cfg: SchedulerConfig, serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError>;
 }
 
 impl<B: Backend> Serve for Engine<B> {
@@ -51,8 +48,8 @@ impl<B: Backend> Serve for Engine<B> {
         Engine::launch(self, spec, &**preflight)
     }
 
-    fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, cancel: &Cancel) -> Result<Generation, EngineError> {
-        Engine::generate_until(self, req, use_drafter, cancel)
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
+        Engine::generate_with(self, req, use_drafter)
     }
 
     fn prompt_ids(&self, req: &GenerateRequest) -> Result<Vec<u32>, EngineError> {
@@ -72,9 +69,8 @@ impl<B: Backend> Serve for Engine<B> {
         (self.backend_name(), 1)
     }
 
-    fn into_batch(self: Box<Self>, cfg: SchedulerConfig) -> Result<Box<dyn Batch>, EngineError> {
-        let parts = self.into_parts().ok_or_else(|| EngineError::Request("the engine is not ready: launch it first".into()))?;
-        Ok(Box::new(Scheduler::new(parts, cfg)?))
+    fn serve_batch(&mut self, cfg: SchedulerConfig, serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
+        Engine::serve_batch(self, cfg, serve)
     }
 }
 
@@ -195,9 +191,7 @@ impl<B: Backend> Serve for RankGroup<B> {
         }
     }
 
-    /// `cancel` is not read: each rank would see it at its own step, and a rank that stopped
-    /// alone would leave the others waiting in their next all-reduce. The request runs out.
-    fn generate_until(&mut self, req: &GenerateRequest, use_drafter: bool, _cancel: &Cancel) -> Result<Generation, EngineError> {
+    fn generate_with(&mut self, req: &GenerateRequest, use_drafter: bool) -> Result<Generation, EngineError> {
         let req = req.clone();
         let mut gens = self.on_all(move |e| e.generate_with(&req, use_drafter))?.into_iter();
         let first = gens.next().expect("a group has rank 0")?;
@@ -229,7 +223,7 @@ impl<B: Backend> Serve for RankGroup<B> {
     }
 
     /// The scheduler batches on one rank; a group's ranks would have to step together.
-    fn into_batch(self: Box<Self>, _cfg: SchedulerConfig) -> Result<Box<dyn Batch>, EngineError> {
+    fn serve_batch(&mut self, _cfg: SchedulerConfig, _serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
         Err(EngineError::Request(format!("serving runs at --tp-size 1 for now, not {}", self.world())))
     }
 }

@@ -13,8 +13,7 @@ pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
 
 /// Set by whoever shuts the engine down; a running generation asks it once per step
 /// (`stops_here`) and stops there, so a shutdown (a signal, `q`) acts within one step instead
-/// of at the end of the request. Clones share the flag; once set it stays set. `either`
-/// joins one request's cancel to the engine's.
+/// of at the end of the request. Clones share the flag; once set it stays set.
 ///
 /// The ranks of a tensor-parallel group must all stop at the same step, or one waits in a
 /// collective for a rank that has stopped. `for_ranks` gives each rank its own count of the
@@ -23,8 +22,6 @@ pub type PreflightFn = Arc<dyn Fn(&LaunchSpec) -> Vec<Finding> + Send + Sync>;
 #[derive(Clone, Debug)]
 pub struct Cancel {
     flag: Arc<AtomicBool>,
-    /// The flag of `either`'s other side: one request's cancel beside the engine's.
-    also: Option<Arc<AtomicBool>>,
     steps: Arc<Mutex<Steps>>,
     rank: usize,
 }
@@ -46,7 +43,7 @@ impl Steps {
 impl Default for Cancel {
     /// For an engine that runs alone.
     fn default() -> Cancel {
-        Cancel { flag: Arc::default(), also: None, steps: Steps::new(1), rank: 0 }
+        Cancel { flag: Arc::default(), steps: Steps::new(1), rank: 0 }
     }
 }
 
@@ -56,19 +53,13 @@ impl Cancel {
     }
 
     pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::SeqCst) || self.also.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
-    }
-
-    /// Set when either `self` or `other` is: a request that its client can cancel on an
-    /// engine that its owner can shut down. Setting the result sets `self` only.
-    pub fn either(&self, other: &Cancel) -> Cancel {
-        Cancel { also: Some(other.flag.clone()), ..self.clone() }
+        self.flag.load(Ordering::SeqCst)
     }
 
     /// The same flag for each of `world` ranks that generate in lockstep.
     pub fn for_ranks(&self, world: usize) -> Vec<Cancel> {
         let steps = Steps::new(world);
-        (0..world).map(|rank| Cancel { flag: self.flag.clone(), also: self.also.clone(), steps: steps.clone(), rank }).collect()
+        (0..world).map(|rank| Cancel { flag: self.flag.clone(), steps: steps.clone(), rank }).collect()
     }
 
     /// Asked once before each step: true when the generation ends here.
@@ -77,14 +68,12 @@ impl Cancel {
         let mut steps = self.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let step = steps.next[self.rank];
         steps.next[self.rank] += 1;
-        // Only the engine's own flag names a step for every rank: a request's cancel (`either`)
-        // ends that request alone (a served request runs on one rank) and must not stop the next.
         if steps.stop_at.is_none() && self.flag.load(Ordering::SeqCst) {
             // No rank has asked about a step past its own `next` yet, so each can reach this.
             let furthest = steps.next.iter().enumerate().map(|(r, &n)| if r == self.rank { step } else { n }).max();
             steps.stop_at = furthest;
         }
-        steps.stop_at.is_some_and(|at| step >= at) || self.also.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+        steps.stop_at.is_some_and(|at| step >= at)
     }
 }
 

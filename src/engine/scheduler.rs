@@ -21,9 +21,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::backend::{Backend, Mask, PagedSeq};
 use crate::engine::drafter::{AuxRows, DraftState, Drafter};
 use crate::engine::kv_budget::BLOCK_TOKENS;
-use crate::engine::lifecycle::{EngineParts, PREFILL_CHUNK};
 use crate::engine::llama::BatchSeq;
 use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
+use crate::engine::plan::PREFILL_CHUNK;
 use crate::engine::sampling::{self, SamplingParams};
 use crate::engine::spec_decode::Target;
 use crate::engine::tree::{self, Tree, TreeShape};
@@ -50,6 +50,14 @@ impl SchedulerConfig {
             chunk: spec.chunked_prefill_size.map_or(PREFILL_CHUNK, |n| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)),
         }
     }
+}
+
+/// What a ready engine serves with (`Engine::serve_batch` lends them to the scheduler).
+pub struct EngineParts<B: Backend> {
+    pub target: Target<B>,
+    pub drafter: Option<Box<dyn Drafter<B>>>,
+    pub tokenizer: Arc<TextTokenizer>,
+    pub shape: TreeShape,
 }
 
 /// One request, tokenized.
@@ -136,28 +144,35 @@ pub struct Scheduler<B: Backend> {
     probs: B::Tensor,
 }
 
+/// A scheduler's own buffers (`Scheduler::buffers`).
+struct Buffers<B: Backend> {
+    argmax: B::Ids,
+    probs: B::Tensor,
+    masks: Vec<B::Ids>,
+}
+
 impl<B: Backend> Scheduler<B> {
     /// Serve from a launched engine's parts. A tree shape (topk > 1) runs one sequence at a
-    /// time; chains and target-only decoding run `max_running`.
-    pub fn new(parts: EngineParts<B>, cfg: SchedulerConfig) -> Result<Scheduler<B>, EngineError> {
-        let EngineParts { mut target, drafter, tokenizer, shape } = parts;
-        let b = target.model.backend().clone();
-        let tree_rows = if drafter.is_some() { shape.draft_tokens } else { 1 };
-        let max_running = if drafter.is_some() && !shape.is_chain() { 1 } else { cfg.max_running };
+    /// time; chains and target-only decoding run `max_running`. On an error (a target that
+    /// cannot batch, buffers that do not fit) the parts come back with it.
+    pub fn new(mut parts: EngineParts<B>, cfg: SchedulerConfig) -> Result<Scheduler<B>, Box<(EngineError, EngineParts<B>)>> {
+        let tree_rows = if parts.drafter.is_some() { parts.shape.draft_tokens } else { 1 };
+        let max_running = if parts.drafter.is_some() && !parts.shape.is_chain() { 1 } else { cfg.max_running };
         // The drafter reads a prefill chunk in one forward of its own capacity.
-        let chunk = if drafter.is_some() { cfg.chunk.min(PREFILL_CHUNK) } else { cfg.chunk };
-        let logit_rows = max_running * tree_rows;
-        let positions = target.max_tokens() + tree_rows;
-        target.model.batched()?.set_batch_capacity(chunk + logit_rows, logit_rows, chunk.max(tree_rows), positions)?;
-        let vocab = target.model.vocab();
-        let masks = (0..max_running).map(|_| b.ids(tree_rows * tree_rows)).collect::<Result<Vec<_>, _>>()?;
+        let chunk = if parts.drafter.is_some() { cfg.chunk.min(PREFILL_CHUNK) } else { cfg.chunk };
+        let buffers = match Self::buffers(&mut parts.target, tree_rows, max_running, chunk) {
+            Ok(b) => b,
+            Err(e) => return Err(Box::new((e, parts))),
+        };
+        let EngineParts { target, drafter, tokenizer, shape } = parts;
+        let Buffers { argmax, probs, masks } = buffers;
         Ok(Scheduler {
             pool: BlockPool::new(target.kv.slots / BLOCK_TOKENS),
-            argmax: b.ids(logit_rows)?,
-            probs: b.tensor(tree_rows, vocab)?,
+            argmax,
+            probs,
             masks,
             stop_ids: tokenizer.stop_ids().to_vec(),
-            tokenizer: Arc::new(tokenizer),
+            tokenizer,
             cfg: SchedulerConfig { max_running, chunk },
             tree_rows,
             target,
@@ -167,6 +182,22 @@ impl<B: Backend> Scheduler<B> {
             running: Vec::new(),
             next_id: 1,
         })
+    }
+
+    /// The batch's capacity in the target, then the argmax ids, the probabilities of one
+    /// sequence's verify rows and one tree mask per running sequence.
+    fn buffers(target: &mut Target<B>, tree_rows: usize, max_running: usize, chunk: usize) -> Result<Buffers<B>, EngineError> {
+        let b = target.model.backend().clone();
+        let logit_rows = max_running * tree_rows;
+        let positions = target.max_tokens() + tree_rows;
+        target.model.batched()?.set_batch_capacity(chunk + logit_rows, logit_rows, chunk.max(tree_rows), positions)?;
+        let masks = (0..max_running).map(|_| b.ids(tree_rows * tree_rows)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Buffers { argmax: b.ids(logit_rows)?, probs: b.tensor(tree_rows, target.model.vocab())?, masks })
+    }
+
+    /// The parts it served from, for the engine to keep (every request is dropped).
+    pub fn into_parts(self) -> EngineParts<B> {
+        EngineParts { target: self.target, drafter: self.drafter, tokenizer: self.tokenizer, shape: self.shape }
     }
 
     /// Move waiting requests to the batch while there is room: a free place and the blocks
@@ -379,7 +410,7 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
-/// A scheduler as the serving thread drives it, whatever its backend (`ranks::Serve::into_batch`).
+/// A scheduler as the serving thread drives it, whatever its backend (`ranks::Serve::serve_batch`).
 pub trait Batch: Send {
     fn config(&self) -> SchedulerConfig;
     /// The longest prompt + output a request may ask for.

@@ -1,25 +1,26 @@
 //! The console's engine when the launch serves: the same three commands as the in-process
 //! engine (`console::EngineControl`), with the HTTP server beside it. Launches go to the
-//! server's worker, the prompt box's prompts join the HTTP requests in its queue, and a
-//! shutdown stops accepting, cancels what runs and waits, and frees the engine.
+//! serving engine, the prompt box's prompts join the HTTP requests in its batch, and a
+//! shutdown stops accepting, cancels what runs, and frees the engine.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::sync::Notify;
 
-use super::batch_one::BatchOne;
 use super::generator::{Endpoint, Generator};
 use super::metrics::Metrics;
 use super::options::ServeOptions;
 use super::routes::{router, App};
+use super::scheduled::Scheduled;
 use crate::console::{EngineControl, GenerateParams};
 use crate::engine::request::PreflightFn;
+use crate::engine::serving::{Prompt, SamplingParams, ServeRequest};
 use crate::event::{Event, EventSink, LogLevel};
 use crate::spec::LaunchSpec;
 
 pub struct ServingEngine {
-    worker: Arc<BatchOne>,
+    worker: Arc<Scheduled>,
     stop: Arc<Notify>,
     events: EventSink,
 }
@@ -34,7 +35,7 @@ impl ServingEngine {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let address = listener.local_addr()?;
         let metrics = Arc::new(Metrics::default());
-        let worker = Arc::new(BatchOne::start(events.clone(), preflight, metrics.clone(), options.max_queued, options.log_requests));
+        let worker = Arc::new(Scheduled::start(events.clone(), preflight, metrics.clone(), options));
         let app = App { generator: worker.clone(), metrics, model: options.model.clone() };
         let stop = Arc::new(Notify::new());
         let stopped = stop.clone();
@@ -56,7 +57,15 @@ impl EngineControl for ServingEngine {
     }
 
     fn generate(&mut self, params: GenerateParams) {
-        match self.worker.submit(Endpoint::Console, params) {
+        let request = ServeRequest {
+            prompt: Prompt::Text { text: params.prompt, chat: params.chat },
+            max_tokens: params.max_new_tokens,
+            sampling: SamplingParams { temperature: params.temperature, seed: Some(params.seed), ..SamplingParams::default() },
+            stop: Vec::new(),
+            ignore_eos: false,
+            endpoint: Endpoint::Console.name(),
+        };
+        match self.worker.submit(Endpoint::Console, request) {
             Ok(submission) => submission.detach(),
             // An error line ends the prompt box's generation, as the engine's own do.
             Err(refusal) => self.events.log(LogLevel::Error, "server", format!("generate: {refusal}")),

@@ -1,11 +1,10 @@
-//! The seam between the HTTP front and whatever engine serves it: submit a request and read
-//! its events, cancel it, ask how loaded it is. `batch_one` implements it on today's engine
-//! (one request at a time from a bounded queue); a continuous-batching scheduler implements
-//! the same trait, and nothing above it changes.
+//! The seam between the HTTP front and the engine that serves it: submit a request and read
+//! its replies, cancel it, ask how loaded it is. `scheduled` implements it on the serving
+//! engine's continuous batching.
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::request::GenerateRequest;
+use crate::engine::serving::ServeRequest;
 
 /// Where a request came from, for the event log and the serving pane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +98,9 @@ impl Drop for Submission {
 }
 
 pub trait Generator: Send + Sync {
-    /// Queue a request; `Err` (`Refusal::Unavailable`) when the queue is full or the server is
-    /// shutting down. `prompt` goes to the event log only when the launch asks for it.
-    fn submit(&self, endpoint: Endpoint, request: GenerateRequest) -> Result<Submission, Refusal>;
+    /// Queue a request; `Err` when it cannot be served (`Invalid`) or not now (`Unavailable`:
+    /// the queue is full, the engine is not ready, or the server is shutting down).
+    fn submit(&self, endpoint: Endpoint, request: ServeRequest) -> Result<Submission, Refusal>;
     fn load(&self) -> Load;
     /// Whether the engine is launched and takes requests.
     fn ready(&self) -> bool;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::generator::{Done, Refusal};
-use crate::engine::request::GenerateRequest;
+use crate::engine::serving::{Prompt as EnginePrompt, SamplingParams, ServeRequest};
 
 /// OpenAI's defaults when `max_tokens` is left out.
 const COMPLETION_MAX_TOKENS: usize = 16;
@@ -17,7 +17,7 @@ const CHAT_MAX_TOKENS: usize = 128;
 /// A request as the engine will serve it, and how to answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Parsed {
-    pub request: GenerateRequest,
+    pub request: ServeRequest,
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with the usage.
     pub include_usage: bool,
@@ -54,7 +54,15 @@ struct Common {
     #[serde(default)]
     temperature: Option<f32>,
     #[serde(default)]
+    top_p: Option<f32>,
+    /// SGLang's and vLLM's extension; -1 (or 0) keeps every token.
+    #[serde(default)]
+    top_k: Option<i64>,
+    #[serde(default)]
     seed: Option<u64>,
+    /// SGLang's extension: generate `max_tokens` whatever the model's end of text.
+    #[serde(default)]
+    ignore_eos: Option<bool>,
     #[serde(default)]
     stream: Option<bool>,
     #[serde(default)]
@@ -140,29 +148,40 @@ fn read<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
 }
 
 impl Common {
-    fn parse(self, prompt: String, chat: bool, max_tokens: Option<usize>) -> Result<Parsed, ApiError> {
+    fn parse(self, prompt: EnginePrompt, chat: bool, max_tokens: Option<usize>) -> Result<Parsed, ApiError> {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid("n: this server answers with one choice (n = 1)", Some("n")));
         }
-        let stops = match self.stop {
-            None => 0,
-            Some(Stop::One(s)) => usize::from(!s.is_empty()),
-            Some(Stop::Many(v)) => v.len(),
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) => v,
         };
-        if stops > 0 {
-            return Err(ApiError::invalid("stop: stop strings are not supported by this engine yet", Some("stop")));
-        }
+        let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
         // OpenAI's default temperature is 1; 0 is greedy.
         let temperature = self.temperature.unwrap_or(1.0);
         if !(temperature >= 0.0 && temperature.is_finite()) {
             return Err(ApiError::invalid(format!("temperature: expected 0 or more, got {temperature}"), Some("temperature")));
         }
-        let max_new_tokens = max_tokens.or(self.max_tokens).unwrap_or(if chat { CHAT_MAX_TOKENS } else { COMPLETION_MAX_TOKENS });
-        if max_new_tokens == 0 {
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid(format!("top_p: expected more than 0 and at most 1, got {top_p}"), Some("top_p")));
+        }
+        let top_k = u32::try_from(self.top_k.unwrap_or(0).max(0)).map_err(|_| ApiError::invalid("top_k: too large", Some("top_k")))?;
+        let max_tokens = max_tokens.or(self.max_tokens).unwrap_or(if chat { CHAT_MAX_TOKENS } else { COMPLETION_MAX_TOKENS });
+        if max_tokens == 0 {
             return Err(ApiError::invalid("max_tokens: expected at least 1", Some("max_tokens")));
         }
         Ok(Parsed {
-            request: GenerateRequest { prompt, max_new_tokens, chat, temperature, seed: self.seed.unwrap_or(0) },
+            request: ServeRequest {
+                prompt,
+                max_tokens,
+                sampling: SamplingParams { temperature, top_p, top_k, seed: self.seed },
+                stop,
+                ignore_eos: self.ignore_eos.unwrap_or(false),
+                // The route names it when it submits.
+                endpoint: "",
+            },
             stream: self.stream.unwrap_or(false),
             include_usage: self.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
         })
@@ -177,17 +196,17 @@ pub fn completion(body: &[u8]) -> Result<Parsed, ApiError> {
         Prompt::Many(mut v) if v.len() == 1 => v.remove(0),
         Prompt::Many(_) => return Err(ApiError::invalid("prompt: this server answers one prompt per request", Some("prompt"))),
     };
-    b.common.parse(prompt, false, None)
+    b.common.parse(EnginePrompt::Text { text: prompt, chat: false }, false, None)
 }
 
-/// `POST /v1/chat/completions`: one user message, through the model's chat template.
+/// `POST /v1/chat/completions`: the conversation through the model's chat template.
 pub fn chat(body: &[u8]) -> Result<Parsed, ApiError> {
     let b: ChatBody = read(body)?;
-    let user = match b.messages.as_slice() {
-        [Message { role, content }] if role == "user" => content.clone(),
-        _ => return Err(ApiError::invalid("messages: this server renders one message, from the user", Some("messages"))),
-    };
-    b.common.parse(user, true, b.max_completion_tokens)
+    if b.messages.is_empty() {
+        return Err(ApiError::invalid("messages: expected at least one message", Some("messages")));
+    }
+    let messages = b.messages.into_iter().map(|m| (m.role, m.content)).collect();
+    b.common.parse(EnginePrompt::Messages(messages), true, b.max_completion_tokens)
 }
 
 /// What an answer carries besides its text.
@@ -257,13 +276,26 @@ mod tests {
     #[test]
     fn a_completion_request_with_openais_defaults() {
         let p = completion(br#"{"model": "m", "prompt": "w5 w6", "unknown": [1]}"#).unwrap();
-        let want = GenerateRequest { prompt: "w5 w6".into(), max_new_tokens: 16, chat: false, temperature: 1.0, seed: 0 };
+        let want = ServeRequest {
+            prompt: EnginePrompt::Text { text: "w5 w6".into(), chat: false },
+            max_tokens: 16,
+            sampling: SamplingParams { temperature: 1.0, ..SamplingParams::default() },
+            stop: Vec::new(),
+            ignore_eos: false,
+            endpoint: "",
+        };
         assert_eq!(p, Parsed { request: want, stream: false, include_usage: false });
-        let p = completion(br#"{"prompt": ["x"], "max_tokens": 3, "temperature": 0, "seed": 9, "stream": true, "stream_options": {"include_usage": true}}"#)
-            .unwrap();
-        assert_eq!((p.request.max_new_tokens, p.request.temperature, p.request.seed, p.stream, p.include_usage), (3, 0.0, 9, true, true));
-        let c = chat(br#"{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 5}"#).unwrap();
-        assert_eq!((c.request.prompt.as_str(), c.request.chat, c.request.max_new_tokens), ("hi", true, 5));
+        let body = br#"{"prompt": ["x"], "max_tokens": 3, "temperature": 0, "seed": 9, "top_p": 0.5, "top_k": -1, "stop": ["\n", ""],
+            "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}"#;
+        let p = completion(body).unwrap();
+        let sampling = SamplingParams { temperature: 0.0, top_p: 0.5, top_k: 0, seed: Some(9) };
+        assert_eq!((p.request.max_tokens, p.request.sampling, p.stream, p.include_usage), (3, sampling, true, true));
+        assert_eq!((p.request.stop, p.request.ignore_eos), (vec!["\n".to_string()], true));
+        let c =
+            chat(br#"{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}], "max_completion_tokens": 5}"#)
+                .unwrap();
+        let conversation = vec![("system".to_string(), "s".to_string()), ("user".to_string(), "hi".to_string())];
+        assert_eq!((c.request.prompt, c.request.max_tokens), (EnginePrompt::Messages(conversation), 5));
     }
 
     #[test]
@@ -273,8 +305,8 @@ mod tests {
         assert!(bad(r#"{"prompt": "x", "stream": 1}"#).starts_with("invalid request: invalid type: integer `1`, expected a boolean"));
         assert!(bad(r#"{"max_tokens": 4}"#).starts_with("invalid request: missing field `prompt`"));
         assert_eq!(bad(r#"{"prompt": "x", "max_tokens": 0}"#), "max_tokens: expected at least 1");
-        assert_eq!(bad(r#"{"prompt": "x", "stop": ["\n"]}"#), "stop: stop strings are not supported by this engine yet");
-        let e = chat(br#"{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}"#).unwrap_err();
+        assert_eq!(bad(r#"{"prompt": "x", "top_p": 0}"#), "top_p: expected more than 0 and at most 1, got 0");
+        let e = chat(br#"{"messages": []}"#).unwrap_err();
         assert_eq!((e.status, e.param), (StatusCode::BAD_REQUEST, Some("messages")));
         let body = ApiError::invalid("m", Some("n")).body();
         assert_eq!(body, json!({"error": {"message": "m", "type": "invalid_request_error", "param": "n", "code": 400}}));

@@ -51,8 +51,15 @@ fn sequential(engine: &mut Engine<CpuBackend>, prompts: &[Vec<u32>]) -> Vec<Vec<
     prompts.iter().map(|p| engine.generate_ids(p, &decoding).unwrap().tokens).collect()
 }
 
+/// `f` on a scheduler over the launched engine (`Engine::serve_batch`).
+fn scheduled<R>(engine: &mut Engine<CpuBackend>, cfg: SchedulerConfig, f: impl FnOnce(&mut dyn Batch) -> R) -> R {
+    let (mut f, mut out) = (Some(f), None);
+    engine.serve_batch(cfg, &mut |b| out = f.take().map(|f| f(b))).unwrap();
+    out.expect("serve_batch runs its closure")
+}
+
 /// Every request's tokens, by id, once the scheduler has run them all.
-fn run(s: &mut Scheduler<CpuBackend>) -> BTreeMap<u64, (Vec<u32>, Finish)> {
+fn run(s: &mut dyn Batch) -> BTreeMap<u64, (Vec<u32>, Finish)> {
     let mut out: BTreeMap<u64, (Vec<u32>, Option<Finish>)> = BTreeMap::new();
     while !s.is_idle() {
         for u in s.step().unwrap() {
@@ -64,13 +71,19 @@ fn run(s: &mut Scheduler<CpuBackend>) -> BTreeMap<u64, (Vec<u32>, Finish)> {
     out.into_iter().map(|(id, (t, f))| (id, (t, f.expect("every request finishes")))).collect()
 }
 
-fn batched(engine: Engine<CpuBackend>, cfg: SchedulerConfig, prompts: &[Vec<u32>]) -> (Vec<Vec<u32>>, Scheduler<CpuBackend>) {
-    let mut s = Scheduler::new(engine.into_parts().unwrap(), cfg).unwrap();
-    for p in prompts {
-        s.submit(request(p, SamplingParams::default())).unwrap();
-    }
-    let out = run(&mut s);
-    (out.into_values().map(|(t, _)| t).collect(), s)
+/// The answers, the (free, total) blocks afterwards and the scheduler's settings.
+fn batched(
+    engine: &mut Engine<CpuBackend>,
+    cfg: SchedulerConfig,
+    prompts: &[Vec<u32>],
+) -> (Vec<Vec<u32>>, (usize, usize), SchedulerConfig) {
+    scheduled(engine, cfg, |s| {
+        for p in prompts {
+            s.submit(request(p, SamplingParams::default())).unwrap();
+        }
+        let out = run(s);
+        (out.into_values().map(|(t, _)| t).collect(), s.blocks(), s.config())
+    })
 }
 
 const EIGHT: SchedulerConfig = SchedulerConfig { max_running: 8, chunk: 512 };
@@ -81,10 +94,12 @@ fn eight_concurrent_requests_each_equal_their_sequential_answer() {
         let mut l = launched(algorithm, |_| {});
         let want = sequential(&mut l.engine, &prompts());
         assert!(want.iter().all(|t| !t.is_empty()));
-        let (got, s) = batched(l.engine, EIGHT, &prompts());
+        let (got, (free, total), _) = batched(&mut l.engine, EIGHT, &prompts());
         assert_eq!(got, want, "{algorithm:?}");
         // Everything finished: every block is free again.
-        assert_eq!(s.blocks().0, s.blocks().1);
+        assert_eq!(free, total);
+        // The engine has its parts back: the batch-1 path answers as before.
+        assert_eq!(sequential(&mut l.engine, &prompts()), want, "{algorithm:?}");
     }
 }
 
@@ -95,38 +110,39 @@ fn a_tree_at_batch_one_equals_the_batch_one_path() {
         s.speculative_num_draft_tokens = Some(5);
     });
     let want = sequential(&mut l.engine, &prompts()[..3]);
-    let (got, s) = batched(l.engine, EIGHT, &prompts()[..3]);
-    assert_eq!(s.config().max_running, 1);
+    let (got, _, cfg) = batched(&mut l.engine, EIGHT, &prompts()[..3]);
+    assert_eq!(cfg.max_running, 1);
     assert_eq!(got, want);
 }
 
 #[test]
 fn chunked_prefill_equals_unchunked() {
-    let unchunked = batched(launched(Algorithm::Eagle3, |_| {}).engine, EIGHT, &prompts()).0;
-    let chunked = batched(launched(Algorithm::Eagle3, |_| {}).engine, SchedulerConfig { max_running: 3, chunk: 7 }, &prompts()).0;
+    let unchunked = batched(&mut launched(Algorithm::Eagle3, |_| {}).engine, EIGHT, &prompts()).0;
+    let chunked = batched(&mut launched(Algorithm::Eagle3, |_| {}).engine, SchedulerConfig { max_running: 3, chunk: 7 }, &prompts()).0;
     assert_eq!(chunked, unchunked);
 }
 
 #[test]
 fn finished_and_cancelled_requests_free_their_blocks_at_once() {
-    let l = launched(Algorithm::Eagle3, |_| {});
-    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), SchedulerConfig { max_running: 2, chunk: 512 }).unwrap();
-    let (free, total) = s.blocks();
-    assert_eq!(free, total);
-    // 40 prompt + 12 output + 4 verify slots = 56 tokens: 4 blocks; 5 + 12 + 4 = 21: 2 blocks.
-    let long = s.submit(request(&prompts()[5], SamplingParams::default())).unwrap();
-    let short = s.submit(request(&prompts()[0], SamplingParams::default())).unwrap();
-    let queued = s.submit(request(&prompts()[1], SamplingParams::default())).unwrap();
-    s.step().unwrap();
-    assert_eq!((s.running(), s.queued(), s.blocks().0), (2, 1, total - 6));
-    assert!(s.cancel(long));
-    assert_eq!(s.blocks().0, total - 2);
-    assert!(s.cancel(queued));
-    assert!(!s.cancel(queued));
-    assert_eq!((s.running(), s.queued()), (1, 0));
-    let out = run(&mut s);
-    assert_eq!(out.keys().copied().collect::<Vec<_>>(), [short]);
-    assert_eq!(s.blocks().0, total);
+    let mut l = launched(Algorithm::Eagle3, |_| {});
+    scheduled(&mut l.engine, SchedulerConfig { max_running: 2, chunk: 512 }, |s| {
+        let (free, total) = s.blocks();
+        assert_eq!(free, total);
+        // 40 prompt + 12 output + 4 verify slots = 56 tokens: 4 blocks; 5 + 12 + 4 = 21: 2 blocks.
+        let long = s.submit(request(&prompts()[5], SamplingParams::default())).unwrap();
+        let short = s.submit(request(&prompts()[0], SamplingParams::default())).unwrap();
+        let queued = s.submit(request(&prompts()[1], SamplingParams::default())).unwrap();
+        s.step().unwrap();
+        assert_eq!((s.running(), s.queued(), s.blocks().0), (2, 1, total - 6));
+        assert!(s.cancel(long));
+        assert_eq!(s.blocks().0, total - 2);
+        assert!(s.cancel(queued));
+        assert!(!s.cancel(queued));
+        assert_eq!((s.running(), s.queued()), (1, 0));
+        let out = run(s);
+        assert_eq!(out.keys().copied().collect::<Vec<_>>(), [short]);
+        assert_eq!(s.blocks().0, total);
+    });
 }
 
 #[test]
@@ -135,32 +151,35 @@ fn a_seed_reproduces_a_sampled_answer_alone_batched_and_through_the_batch_one_pa
     let mut l = launched(Algorithm::Eagle3, |_| {});
     let decoding = l.engine.decoding(12, Some(crate::engine::spec_decode::Sampling { temperature: 0.8, seed: 42, rule: verify::lossless }));
     let want = l.engine.generate_ids(&prompts()[3], &decoding).unwrap().tokens;
-    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), EIGHT).unwrap();
-    let id = s.submit(request(&prompts()[3], sampling)).unwrap();
-    for p in &prompts() {
-        s.submit(request(p, SamplingParams { seed: Some(7), ..sampling })).unwrap();
-    }
-    let out = run(&mut s);
-    assert_eq!(out[&id].0, want);
+    let got = scheduled(&mut l.engine, EIGHT, |s| {
+        let id = s.submit(request(&prompts()[3], sampling)).unwrap();
+        for p in &prompts() {
+            s.submit(request(p, SamplingParams { seed: Some(7), ..sampling })).unwrap();
+        }
+        run(s).remove(&id).unwrap().0
+    });
+    assert_eq!(got, want);
     let other = SamplingParams { seed: Some(43), ..sampling };
-    let l = launched(Algorithm::Eagle3, |_| {});
-    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), EIGHT).unwrap();
-    let again = s.submit(request(&prompts()[3], sampling)).unwrap();
-    let reseeded = s.submit(request(&prompts()[3], other)).unwrap();
-    let out2 = run(&mut s);
-    assert_eq!(out2[&again].0, want);
-    assert_ne!(out2[&reseeded].0, want);
+    let (again, reseeded) = scheduled(&mut launched(Algorithm::Eagle3, |_| {}).engine, EIGHT, |s| {
+        let again = s.submit(request(&prompts()[3], sampling)).unwrap();
+        let reseeded = s.submit(request(&prompts()[3], other)).unwrap();
+        let mut out = run(s);
+        (out.remove(&again).unwrap().0, out.remove(&reseeded).unwrap().0)
+    });
+    assert_eq!(again, want);
+    assert_ne!(reseeded, want);
 }
 
 #[test]
 fn requests_past_the_context_are_refused() {
-    let l = launched(Algorithm::None, |_| {});
-    let mut s = Scheduler::new(l.engine.into_parts().unwrap(), EIGHT).unwrap();
-    // The tiny target's context is 512 tokens.
-    assert_eq!(s.context(), 512);
-    let e = s.submit(SeqRequest { prompt: vec![3; 500], max_tokens: 13, sampling: SamplingParams::default(), ignore_eos: false });
-    assert_eq!(e.unwrap_err().to_string(), "the prompt (500 tokens) plus max_tokens (13) exceed the context (512 tokens)");
-    assert!(s.submit(request(&[], SamplingParams::default())).is_err());
+    let mut l = launched(Algorithm::None, |_| {});
+    scheduled(&mut l.engine, EIGHT, |s| {
+        // The tiny target's context is 512 tokens.
+        assert_eq!(s.context(), 512);
+        let e = s.submit(SeqRequest { prompt: vec![3; 500], max_tokens: 13, sampling: SamplingParams::default(), ignore_eos: false });
+        assert_eq!(e.unwrap_err().to_string(), "the prompt (500 tokens) plus max_tokens (13) exceed the context (512 tokens)");
+        assert!(s.submit(request(&[], SamplingParams::default())).is_err());
+    });
 }
 
 #[test]
@@ -174,15 +193,16 @@ fn a_9k_token_prompt_runs_in_a_32k_context_with_default_flags() {
     assert!(matches!(engine.launch(&spec, &|_| Vec::new()), LaunchOutcome::Ready { .. }));
     let prompt: Vec<u32> = (0..9000u32).map(|i| (i * 7 + 1) % 64).collect();
     let want = engine.generate_ids(&prompt, &engine.decoding(4, None)).unwrap().tokens;
-    let mut s = Scheduler::new(engine.into_parts().unwrap(), EIGHT).unwrap();
-    assert_eq!(s.context(), 32768);
-    let id = s.submit(SeqRequest { prompt, max_tokens: 4, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
-    assert_eq!(run(&mut s)[&id].0, want);
-    let full =
-        s.submit(SeqRequest { prompt: vec![3; 32760], max_tokens: 8, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
-    s.step().unwrap();
-    // 32760 + 8 + 1 verify slot = 32769 tokens: 2049 blocks, until cancelled.
-    assert_eq!(s.blocks().1 - s.blocks().0, 2049);
-    assert!(s.cancel(full));
-    assert_eq!(s.blocks().0, s.blocks().1);
+    scheduled(&mut engine, EIGHT, |s| {
+        assert_eq!(s.context(), 32768);
+        let id = s.submit(SeqRequest { prompt, max_tokens: 4, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
+        assert_eq!(run(s)[&id].0, want);
+        let full =
+            s.submit(SeqRequest { prompt: vec![3; 32760], max_tokens: 8, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
+        s.step().unwrap();
+        // 32760 + 8 + 1 verify slot = 32769 tokens: 2049 blocks, until cancelled.
+        assert_eq!(s.blocks().1 - s.blocks().0, 2049);
+        assert!(s.cancel(full));
+        assert_eq!(s.blocks().0, s.blocks().1);
+    });
 }
