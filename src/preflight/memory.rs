@@ -89,16 +89,9 @@ impl Dims {
             None if heads > 0.0 => (hidden / heads).floor(),
             None => 0.0,
         };
-        let experts = match opt("n_routed_experts")? {
-            Some(e) => Some(e),
-            None => match opt("num_experts")? {
-                Some(e) => Some(e),
-                None => opt("num_local_experts")?,
-            },
-        };
-        let moe = match experts.filter(|e| *e > 0.0) {
+        let moe = match cfg.routed_experts()? {
             Some(e) => Some((
-                e,
+                e.value as f64,
                 opt("n_shared_experts")?.unwrap_or(0.0),
                 opt("moe_intermediate_size")?.unwrap_or(intermediate),
                 opt("first_k_dense_replace")?.unwrap_or(0.0),
