@@ -12,11 +12,15 @@ pub(crate) mod apply;
 pub(crate) mod architecture;
 pub(crate) mod aux_layers;
 pub(crate) mod capture;
+pub(crate) mod data_parallel;
 pub(crate) mod divisors;
 pub(crate) mod draft_layers;
 pub(crate) mod draft_vocab;
 pub(crate) mod dtype;
 pub(crate) mod env_typo;
+pub(crate) mod expert_parallel;
+#[cfg(test)]
+mod fixture;
 pub mod gpu;
 pub(crate) mod inputs;
 pub(crate) mod memory;
@@ -44,8 +48,7 @@ use gpu::GpuInventory;
 use inputs::{Draft, InputError, Inputs, ModelFiles};
 
 /// Flags of `FLAGS` that the spec holds but no rule reads yet: echoed as not checked.
-const UNREAD_FLAGS: &[&str] =
-    &["--served-model-name", "--quantization", "--dp-size", "--ep-size", "--max-total-tokens", "--speculative-draft-attention-backend"];
+const UNREAD_FLAGS: &[&str] = &["--served-model-name", "--quantization", "--max-total-tokens", "--speculative-draft-attention-backend"];
 
 /// The launch's flags that no rule checks, as (flag, value): every flag specdeck does not
 /// read, and those it holds but no rule reads. Shown so a pasted flag is never dropped
@@ -107,6 +110,8 @@ const RULES: &[fn(&RuleContext) -> RuleResult] = &[
     spec_args::check,
     paging::check,
     parallel::check,
+    expert_parallel::check,
+    data_parallel::check,
     memory::check,
     dtype::check,
     rope::check,
@@ -144,6 +149,11 @@ impl<'a> RuleContext<'a> {
             (given, None) => given.unwrap_or(Algorithm::None),
         };
         Ok(RuleContext { spec, target: &inputs.target, draft, gpus, draft_kind, algorithm })
+    }
+
+    /// The drafter, when the launch speculates with it (it then loads beside the target).
+    pub fn running_draft(&self) -> Option<&'a Draft> {
+        self.draft.filter(|_| self.algorithm != Algorithm::None)
     }
 
     /// The drafter, when the launch runs EAGLE-3 (the rules specific to its format).
