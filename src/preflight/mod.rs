@@ -26,6 +26,7 @@ pub(crate) mod inputs;
 pub(crate) mod memory;
 pub(crate) mod paging;
 pub(crate) mod parallel;
+pub(crate) mod quantization;
 pub(crate) mod render;
 pub(crate) mod report;
 pub(crate) mod rope;
@@ -48,7 +49,7 @@ use gpu::GpuInventory;
 use inputs::{Draft, InputError, Inputs, ModelFiles};
 
 /// Flags of `FLAGS` that the spec holds but no rule reads yet: echoed as not checked.
-const UNREAD_FLAGS: &[&str] = &["--served-model-name", "--quantization", "--max-total-tokens", "--speculative-draft-attention-backend"];
+const UNREAD_FLAGS: &[&str] = &["--served-model-name", "--max-total-tokens", "--speculative-draft-attention-backend"];
 
 /// The launch's flags that no rule checks, as (flag, value): every flag specdeck does not
 /// read, and those it holds but no rule reads. Shown so a pasted flag is never dropped
@@ -114,6 +115,7 @@ const RULES: &[fn(&RuleContext) -> RuleResult] = &[
     data_parallel::check,
     memory::check,
     dtype::check,
+    quantization::check,
     rope::check,
 ];
 
