@@ -5,6 +5,7 @@
 /// Finding ids: from `check`'s rules, from the engine at launch, and from a replay's diagnosis.
 pub const FINDINGS: &[&str] = &[
     "algorithm-mismatch",
+    "attention-backend",
     "aux-layer-out-of-range",
     "backend-error",
     "context-length-exceeds-draft",
@@ -49,6 +50,7 @@ pub const REMEDIES: &[&str] = &[
     "align-chunked-prefill-size",
     "allow-longer-context",
     "clamp-context-length",
+    "draft-attention-backend-flashinfer",
     "eagle-topk-1",
     "fit-dp-size",
     "fit-ep-size",
@@ -67,6 +69,7 @@ pub const REMEDIES: &[&str] = &[
     "set-speculative-algorithm",
     "set-speculative-num-steps",
     "single-gpu",
+    "unset-attention-backend",
     "unset-ep-size",
     "unset-quantization",
     "unset-speculative-algorithm",

@@ -24,6 +24,7 @@ mod fixture;
 pub mod gpu;
 pub(crate) mod inputs;
 pub(crate) mod memory;
+pub(crate) mod mla_backend;
 pub(crate) mod paging;
 pub(crate) mod parallel;
 pub(crate) mod quantization;
@@ -49,7 +50,7 @@ use gpu::GpuInventory;
 use inputs::{Draft, InputError, Inputs, ModelFiles};
 
 /// Flags of `FLAGS` that the spec holds but no rule reads yet: echoed as not checked.
-const UNREAD_FLAGS: &[&str] = &["--served-model-name", "--max-total-tokens", "--speculative-draft-attention-backend"];
+const UNREAD_FLAGS: &[&str] = &["--served-model-name", "--max-total-tokens"];
 
 /// The launch's flags that no rule checks, as (flag, value): every flag specdeck does not
 /// read, and those it holds but no rule reads. Shown so a pasted flag is never dropped
@@ -110,6 +111,7 @@ const RULES: &[fn(&RuleContext) -> RuleResult] = &[
     tokenizer::check,
     spec_args::check,
     paging::check,
+    mla_backend::check,
     parallel::check,
     expert_parallel::check,
     data_parallel::check,
