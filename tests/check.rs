@@ -366,6 +366,87 @@ fn pasted_env_typo_is_flagged_and_fixed_by_apply() {
     assert!(!ids_of(&v).iter().any(|(id, _)| id == "env-typo"));
 }
 
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[test]
+fn a_quantization_flag_against_the_checkpoints_is_sglangs_error_until_removed() {
+    let pair = format!("{PAIRS}/deepseek-v3__eagle3");
+    let line = format!(
+        "python3 -m sglang.launch_server --model-path {pair}/target --speculative-algorithm EAGLE3 \
+         --speculative-draft-model-path {pair}/draft --quantization awq --served-model-name dsv3"
+    );
+    let (v, code) = check_json(&[&["--"][..], &words(&line)].concat(), &[]);
+    assert_eq!(code, 1, "{v}");
+    let want = [
+        ("quantization-mismatch", "error"),
+        ("target-no-capture-support", "warning"),
+        ("dtype-mismatch", "warning"),
+        ("quantization-mismatch", "warning"),
+    ];
+    assert_eq!(ids_of(&v), want.map(|(id, s)| (id.to_string(), s.to_string())));
+    let error = &v["findings"][0];
+    assert_eq!(
+        error["message"],
+        "Quantization method specified in the model config (fp8) does not match the quantization method specified in the \
+         `quantization` argument (awq)."
+    );
+    assert!(has_evidence(error, "target", "/quantization_config/quant_method", &json!("fp8")), "{error}");
+    assert!(has_evidence(error, "launch", "--quantization", &json!("awq")), "{error}");
+    assert_eq!(error["remedies"][0]["changes"], json!([{"op": "unset-flag", "flag": "--quantization"}]));
+    // The bf16 drafter would load as awq too.
+    let draft = &v["findings"][3];
+    assert!(has_evidence(draft, "draft", "/quantization_config", &Value::Null), "{draft}");
+    assert_eq!(draft["remedies"][0]["id"], "set-draft-quantization-unquant");
+    // The flags the rules now read are no longer listed as not checked.
+    assert_eq!(v["not_checked"], json!([{"flag": "--served-model-name", "value": "dsv3"}]));
+
+    // Without the flag the checkpoint's fp8 decides, which quantizes the drafter as it loads.
+    let (v, code) = check_json(&[&["--apply", "unset-quantization", "--"][..], &words(&line)].concat(), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(!ids_of(&v).iter().any(|(id, _)| id == "quantization-mismatch"), "{v}");
+    assert_eq!(v["fixed_command"], line.replace(" --quantization awq", ""));
+}
+
+#[test]
+fn kimi_with_an_mla_backend_and_uneven_ep_and_dp_groups_is_fixed_on_three_flags() {
+    let pair = format!("{PAIRS}/kimi-k2.5__aq-medai-eagle3");
+    let line = format!(
+        "python3 -m sglang.launch_server --model-path {pair}/target --speculative-algorithm EAGLE3 \
+         --speculative-draft-model-path {pair}/draft --tp 8 --ep 3 --dp 3 --enable-dp-attention --attention-backend trtllm_mla"
+    );
+    let (v, code) = check_json(&[&["--"][..], &words(&line)].concat(), &[]);
+    assert_eq!(code, 1, "{v}");
+    let want = [
+        ("draft-attention-backend", "error"),
+        ("tp-divisibility", "error"),
+        ("tp-divisibility", "error"),
+        ("target-no-capture-support", "warning"),
+        ("rope-mismatch", "warning"),
+        ("tp-divisibility", "info"),
+    ];
+    assert_eq!(ids_of(&v), want.map(|(id, s)| (id.to_string(), s.to_string())));
+    let backend = &v["findings"][0];
+    assert!(backend["message"].as_str().unwrap().starts_with("trtllm_mla backend requires MLA model (use_mla_backend=True)."), "{backend}");
+    assert!(has_evidence(backend, "draft", "/kv_lora_rank", &Value::Null), "{backend}");
+    assert!(has_evidence(backend, "draft", "/architectures/0", &json!("LlamaForCausalLMEagle3")), "{backend}");
+    assert!(has_evidence(backend, "launch", "--attention-backend", &json!("trtllm_mla")), "{backend}");
+    let ep = &v["findings"][1];
+    assert_eq!(ep["message"], "tp_size 8 must be divisible by ep_size 3: the expert-parallel groups split the tensor-parallel ranks.");
+    assert!(has_evidence(ep, "target", "/text_config/n_routed_experts", &json!(384)), "{ep}");
+    assert!(v["findings"][2]["message"].as_str().unwrap().starts_with("tp_size must be divisible by attn_dp_size"), "{v}");
+    // With DP attention the DP ranks add no GPU: the count to check is --tp-size's.
+    assert!(v["findings"][5]["message"].as_str().unwrap().starts_with("--tp-size 8 was not checked"), "{v}");
+
+    let fixes = ["--apply", "draft-attention-backend-flashinfer", "--apply", "fit-ep-size", "--apply", "fit-dp-size", "--"];
+    let (v, code) = check_json(&[&fixes[..], &words(&line)].concat(), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(!ids_of(&v).iter().any(|(id, s)| id == "draft-attention-backend" || s == "error"), "{v}");
+    let fixed = line.replace("--ep 3 --dp 3", "--ep 4 --dp 2") + " --speculative-draft-attention-backend flashinfer";
+    assert_eq!(v["fixed_command"], fixed);
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad inputs: exit 2, the file named, no panic
 

@@ -73,8 +73,8 @@ fn an_argparse_prefix_reads_as_the_whole_flag_and_an_ambiguous_one_is_refused() 
     assert_eq!(
         text(&o.stderr),
         "specdeck: --speculative-draft: ambiguous option: could match --speculative-draft-model-path, --speculative-draft-model, \
-         --speculative-draft-model-revision, --speculative-draft-load-format, --speculative-draft-attention-backend (SGLang \
-         accepts a prefix of one option only)\n"
+         --speculative-draft-model-revision, --speculative-draft-load-format, --speculative-draft-attention-backend, \
+         --speculative-draft-model-quantization (SGLang accepts a prefix of one option only)\n"
     );
 }
 

@@ -106,8 +106,8 @@ mod tests {
     fn every_flag_of_the_table_and_its_aliases_parse_as_the_pasted_parser_reads_them() {
         let mut words = Vec::new();
         let values = [
-            "/t", "/d", "EAGLE3", "2", "4096", "3", "1", "4", "bfloat16", "0.8", "16", "8", "64", "fa3", "triton", "fp8_e4m3", "fp8", "2",
-            "4", "8192", "100000", "served", "main", "abc1234", "80", "cpu", "1.5",
+            "/t", "/d", "EAGLE3", "2", "4096", "3", "1", "4", "bfloat16", "0.8", "16", "8", "64", "fa3", "triton", "fp8_e4m3", "fp8",
+            "unquant", "2", "4", "8192", "100000", "served", "main", "abc1234", "80", "cpu", "1.5",
         ];
         let mut values = values.iter();
         for def in FLAGS {

@@ -168,6 +168,12 @@ impl ModelConfig {
         self.at(&top).map(|_| top)
     }
 
+    /// Where a size key is, or would be when absent: under `text_config` when the config has
+    /// one, since sizes are read from there first.
+    pub fn pointer_of(&self, key: &str) -> String {
+        self.locate(key).unwrap_or_else(|| if self.has_text_config() { format!("/text_config/{key}") } else { format!("/{key}") })
+    }
+
     pub fn value(&self, key: &str) -> Option<Field<Value>> {
         let pointer = self.locate(key)?;
         let value = self.at(&pointer)?.clone();
@@ -287,6 +293,34 @@ impl ModelConfig {
 
     pub fn intermediate_size(&self) -> Result<Option<Field<u64>>, ConfigError> {
         self.u64("intermediate_size")
+    }
+
+    /// The routed experts of a MoE config: the first of `n_routed_experts` (DeepSeek),
+    /// `num_experts` (Qwen-MoE) and `num_local_experts` (Mixtral) present; None for a dense
+    /// config (none present, or 0).
+    pub fn routed_experts(&self) -> Result<Option<Field<u64>>, ConfigError> {
+        for key in ["n_routed_experts", "num_experts", "num_local_experts"] {
+            if let Some(f) = self.u64(key)? {
+                return Ok(Some(f).filter(|f| f.value > 0));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `quantization_config.quant_method` (under `text_config` when that has the
+    /// quantization_config), as written; None when the config has no quantization_config or
+    /// it names no method.
+    pub fn quant_method(&self) -> Result<Option<Field<String>>, ConfigError> {
+        let Some(q) = self.value("quantization_config") else { return Ok(None) };
+        if !q.value.is_object() {
+            return Err(self.wrong_type(&q.pointer, &q.value, "an object"));
+        }
+        let pointer = format!("{}/quant_method", q.pointer);
+        match self.at(&pointer) {
+            None => Ok(None),
+            Some(Value::String(m)) => Ok(Some(Field { pointer, value: m.clone() })),
+            Some(other) => Err(self.wrong_type(&pointer, other, "a string")),
+        }
     }
 
     pub fn rms_norm_eps(&self) -> Result<f64, ConfigError> {
@@ -440,6 +474,29 @@ mod tests {
 
     fn cfg(v: Value) -> ModelConfig {
         ModelConfig::from_value("config.json", v)
+    }
+
+    #[test]
+    fn experts_and_quantization_are_read_where_they_sit() {
+        let kimi = cfg(json!({"text_config": {"n_routed_experts": 384,
+            "quantization_config": {"quant_method": "compressed-tensors"}}}));
+        assert_eq!(kimi.routed_experts().unwrap(), Some(Field { pointer: "/text_config/n_routed_experts".into(), value: 384 }));
+        let method = Field { pointer: "/text_config/quantization_config/quant_method".into(), value: "compressed-tensors".into() };
+        assert_eq!(kimi.quant_method().unwrap(), Some(method));
+        let mixtral = cfg(json!({"num_local_experts": 8, "quantization_config": {"bits": 4}}));
+        assert_eq!(mixtral.routed_experts().unwrap().map(|f| f.value), Some(8));
+        assert_eq!(mixtral.quant_method().unwrap(), None);
+        assert_eq!(
+            (kimi.pointer_of("kv_lora_rank"), mixtral.pointer_of("kv_lora_rank")),
+            ("/text_config/kv_lora_rank".into(), "/kv_lora_rank".into())
+        );
+        assert_eq!(kimi.pointer_of("n_routed_experts"), "/text_config/n_routed_experts");
+        let dense = cfg(json!({"num_experts": 0}));
+        assert_eq!((dense.routed_experts().unwrap(), dense.quant_method().unwrap()), (None, None));
+        let bad = cfg(json!({"quantization_config": "fp8"}));
+        assert_eq!(bad.quant_method().unwrap_err().to_string(), "config.json: /quantization_config = \"fp8\" is not an object");
+        let bad = cfg(json!({"quantization_config": {"quant_method": 8}}));
+        assert_eq!(bad.quant_method().unwrap_err().to_string(), "config.json: /quantization_config/quant_method = 8 is not a string");
     }
 
     #[test]

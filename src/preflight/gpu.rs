@@ -94,7 +94,7 @@ pub fn from_probe(spec: &LaunchSpec, probe: &Result<Vec<Gpu>, String>, visible: 
         },
         Ok(all) => {
             let gpus = visible_gpus(all, visible);
-            let used = gpus.iter().take(spec.tp() as usize);
+            let used = gpus.iter().take(usize::try_from(spec.gpus_needed()).unwrap_or(usize::MAX));
             let nvml_memory = used.map(|g| g.memory_bytes).min();
             let names = describe(&gpus);
             let filter = visible.map(|v| format!(" (CUDA_VISIBLE_DEVICES={v})")).unwrap_or_default();

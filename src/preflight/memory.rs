@@ -36,7 +36,7 @@ use crate::phase::PhaseId;
 use crate::preflight::architecture::DraftFamily;
 use crate::preflight::gpu::GIB;
 use crate::preflight::inputs::ModelFiles;
-use crate::preflight::parallel::{set_tp, splits_evenly};
+use crate::preflight::parallel::{set_tp, splits_evenly, tp_capacity};
 use crate::preflight::{RuleContext, RuleResult};
 use crate::spec::{Algorithm, SpecChange};
 
@@ -89,16 +89,9 @@ impl Dims {
             None if heads > 0.0 => (hidden / heads).floor(),
             None => 0.0,
         };
-        let experts = match opt("n_routed_experts")? {
-            Some(e) => Some(e),
-            None => match opt("num_experts")? {
-                Some(e) => Some(e),
-                None => opt("num_local_experts")?,
-            },
-        };
-        let moe = match experts.filter(|e| *e > 0.0) {
+        let moe = match cfg.routed_experts()? {
             Some(e) => Some((
-                e,
+                e.value as f64,
                 opt("n_shared_experts")?.unwrap_or(0.0),
                 opt("moe_intermediate_size")?.unwrap_or(intermediate),
                 opt("first_k_dense_replace")?.unwrap_or(0.0),
@@ -365,8 +358,8 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
 /// The smallest power-of-two multiple of the TP size that fits, splits evenly and has GPUs.
 fn larger_tp(ctx: &RuleContext, est: &Estimate, context: f64, budget: f64) -> Result<Option<Remedy>, ConfigError> {
     let tp = u64::from(ctx.spec.tp());
-    let gpus = ctx.gpus.count.map(u64::from).unwrap_or(u64::MAX);
-    for t in (1..=6).map(|k| tp << k).filter(|t| *t <= gpus) {
+    let capacity = tp_capacity(ctx);
+    for t in (1..=6).map(|k| tp << k).filter(|t| *t <= capacity) {
         if est.per_gpu(t as f64, context) <= budget && splits_evenly(ctx, t)? {
             return Ok(Some(set_tp(
                 INCREASE_TP,

@@ -12,16 +12,22 @@ pub(crate) mod apply;
 pub(crate) mod architecture;
 pub(crate) mod aux_layers;
 pub(crate) mod capture;
+pub(crate) mod data_parallel;
 pub(crate) mod divisors;
 pub(crate) mod draft_layers;
 pub(crate) mod draft_vocab;
 pub(crate) mod dtype;
 pub(crate) mod env_typo;
+pub(crate) mod expert_parallel;
+#[cfg(test)]
+mod fixture;
 pub mod gpu;
 pub(crate) mod inputs;
 pub(crate) mod memory;
+pub(crate) mod mla_backend;
 pub(crate) mod paging;
 pub(crate) mod parallel;
+pub(crate) mod quantization;
 pub(crate) mod render;
 pub(crate) mod report;
 pub(crate) mod rope;
@@ -44,8 +50,7 @@ use gpu::GpuInventory;
 use inputs::{Draft, InputError, Inputs, ModelFiles};
 
 /// Flags of `FLAGS` that the spec holds but no rule reads yet: echoed as not checked.
-const UNREAD_FLAGS: &[&str] =
-    &["--served-model-name", "--quantization", "--dp-size", "--ep-size", "--max-total-tokens", "--speculative-draft-attention-backend"];
+const UNREAD_FLAGS: &[&str] = &["--served-model-name", "--max-total-tokens"];
 
 /// The launch's flags that no rule checks, as (flag, value): every flag specdeck does not
 /// read, and those it holds but no rule reads. Shown so a pasted flag is never dropped
@@ -106,9 +111,13 @@ const RULES: &[fn(&RuleContext) -> RuleResult] = &[
     tokenizer::check,
     spec_args::check,
     paging::check,
+    mla_backend::check,
     parallel::check,
+    expert_parallel::check,
+    data_parallel::check,
     memory::check,
     dtype::check,
+    quantization::check,
     rope::check,
 ];
 
@@ -144,6 +153,11 @@ impl<'a> RuleContext<'a> {
             (given, None) => given.unwrap_or(Algorithm::None),
         };
         Ok(RuleContext { spec, target: &inputs.target, draft, gpus, draft_kind, algorithm })
+    }
+
+    /// The drafter, when the launch speculates with it (it then loads beside the target).
+    pub fn running_draft(&self) -> Option<&'a Draft> {
+        self.draft.filter(|_| self.algorithm != Algorithm::None)
     }
 
     /// The drafter, when the launch runs EAGLE-3 (the rules specific to its format).

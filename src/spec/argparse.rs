@@ -41,7 +41,7 @@ const SGLANG_OPTIONS: &str = "
     --speculative-draft-model-revision --speculative-draft-load-format --speculative-num-steps
     --speculative-eagle-topk --speculative-num-draft-tokens --speculative-accept-threshold-single
     --speculative-accept-threshold-acc --speculative-token-map --speculative-attention-mode
-    --speculative-draft-attention-backend --speculative-moe-runner-backend
+    --speculative-draft-attention-backend --speculative-moe-runner-backend --speculative-draft-model-quantization
     --speculative-ngram-min-match-window-size --speculative-ngram-max-match-window-size
     --speculative-ngram-min-bfs-breadth --speculative-ngram-max-bfs-breadth --speculative-ngram-match-type
     --speculative-ngram-branch-length --speculative-ngram-capacity --expert-parallel-size|--ep-size|--ep
@@ -176,8 +176,8 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "--speculative-draft: ambiguous option: could match --speculative-draft-model-path, --speculative-draft-model, \
-             --speculative-draft-model-revision, --speculative-draft-load-format, --speculative-draft-attention-backend \
-             (SGLang accepts a prefix of one option only)"
+             --speculative-draft-model-revision, --speculative-draft-load-format, --speculative-draft-attention-backend, \
+             --speculative-draft-model-quantization (SGLang accepts a prefix of one option only)"
         );
         assert!(matches!(resolve("--speculative-num"), Err(SpecError::Ambiguous { .. })));
     }

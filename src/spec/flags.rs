@@ -234,6 +234,15 @@ pub const FLAGS: &[FlagDef] = &[
         clear: |s| s.quantization = None,
     },
     FlagDef {
+        name: "--speculative-draft-model-quantization",
+        aliases: &[],
+        value_name: "METHOD",
+        help: "The drafter's quantization method (default: the target's; unquant: none)",
+        set: |s, v| text(v).map(|v| s.draft_quantization = Some(v)),
+        get: |s| s.draft_quantization.clone(),
+        clear: |s| s.draft_quantization = None,
+    },
+    FlagDef {
         name: "--dp-size",
         aliases: &["--dp", "--data-parallel-size"],
         value_name: "N",
@@ -241,6 +250,16 @@ pub const FLAGS: &[FlagDef] = &[
         set: |s, v| positive(v).map(|n| s.dp_size = Some(n)),
         get: |s| s.dp_size.map(|v| v.to_string()),
         clear: |s| s.dp_size = None,
+    },
+    FlagDef {
+        name: "--enable-dp-attention",
+        aliases: &[],
+        value_name: "",
+        help: "Split attention over the --dp-size ranks inside the TP group (SGLang's switch) instead of running --dp-size \
+               replicas of the model",
+        set: |s, v| switch(v).map(|on| s.enable_dp_attention = on),
+        get: |s| s.enable_dp_attention.then(String::new),
+        clear: |s| s.enable_dp_attention = false,
     },
     FlagDef {
         name: "--ep-size",

@@ -174,7 +174,14 @@ pub struct LaunchSpec {
     pub draft_attention_backend: Option<String>,
     pub kv_cache_dtype: Option<String>,
     pub quantization: Option<String>,
+    /// `--speculative-draft-model-quantization`: the drafter's method (`unquant`: none); by
+    /// default SGLang loads the drafter with the target's.
+    pub draft_quantization: Option<String>,
     pub dp_size: Option<u32>,
+    /// `--enable-dp-attention` (a switch): the `--dp-size` ranks split attention inside the TP
+    /// group instead of each running a replica of the model.
+    #[serde(default)]
+    pub enable_dp_attention: bool,
     pub ep_size: Option<u32>,
     /// -1 turns chunked prefill off, as in SGLang.
     pub chunked_prefill_size: Option<i64>,
@@ -220,6 +227,31 @@ impl LaunchSpec {
     /// The tensor-parallel size (SGLang's default is 1).
     pub fn tp(&self) -> u32 {
         self.tp_size.unwrap_or(1).max(1)
+    }
+
+    /// The expert-parallel size (SGLang's default is 1).
+    pub fn ep(&self) -> u32 {
+        self.ep_size.unwrap_or(1).max(1)
+    }
+
+    /// The data-parallel size (SGLang's default is 1).
+    pub fn dp(&self) -> u32 {
+        self.dp_size.unwrap_or(1).max(1)
+    }
+
+    /// Copies of the model the launch runs, each on its own `tp()` GPUs: `--dp-size` of them,
+    /// or one with `--enable-dp-attention`, whose DP ranks live inside the TP group.
+    pub fn replicas(&self) -> u32 {
+        if self.enable_dp_attention {
+            1
+        } else {
+            self.dp()
+        }
+    }
+
+    /// The GPUs the launch occupies: `tp()` for each replica.
+    pub fn gpus_needed(&self) -> u64 {
+        u64::from(self.tp()) * u64::from(self.replicas())
     }
 
     /// SGLang's `get_bool_env_var`: true for "1" or "true" (any case).
@@ -414,6 +446,26 @@ mod tests {
         assert!(!spec.deterministic);
         let err = LaunchSpec::from_command_line("x --enable-deterministic-inference=maybe").unwrap_err();
         assert_eq!(err.to_string(), "--enable-deterministic-inference: expected true or false, got \"maybe\"");
+    }
+
+    /// The drafter's quantization and SGLang's DP-attention switch are read from a pasted
+    /// line, listed with the flags, and written back by `fixed_command`.
+    #[test]
+    fn draft_quantization_and_dp_attention_are_launch_flags() {
+        let line = "python3 -m sglang.launch_server --model-path /m --tp 4 --dp 2 --enable-dp-attention --quantization awq";
+        let mut spec = LaunchSpec::from_command_line(line).unwrap();
+        assert_eq!((spec.dp_size, spec.enable_dp_attention, spec.extra_flags.len()), (Some(2), true, 0));
+        assert_eq!((spec.replicas(), spec.gpus_needed()), (1, 4));
+        spec.apply_change(&SpecChange::SetFlag { flag: "--speculative-draft-model-quantization".into(), value: "unquant".into() }).unwrap();
+        assert_eq!(spec.draft_quantization.as_deref(), Some("unquant"));
+        assert!(spec.flags().contains(&("--speculative-draft-model-quantization", "unquant".to_string())));
+        assert_eq!(spec.fixed_command(), format!("{line} --speculative-draft-model-quantization unquant"));
+        spec.unset_flag("--enable-dp-attention");
+        assert_eq!((spec.replicas(), spec.gpus_needed()), (2, 8));
+        assert_eq!(
+            spec.fixed_command(),
+            "python3 -m sglang.launch_server --model-path /m --tp 4 --dp 2 --quantization awq --speculative-draft-model-quantization unquant"
+        );
     }
 
     #[test]
