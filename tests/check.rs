@@ -966,7 +966,7 @@ fn memory_budget_shows_the_numbers_and_offers_both_fixes() {
         "{m}"
     );
     assert!(m.contains("target weights 15.3 GiB ÷ 1 = 15.3 GiB (config estimate: 8.19 B params × 2 bytes)"), "{m}");
-    assert!(m.contains("KV cache 40960 tokens × 1 request(s) × 148.0 KiB/token (K and V per layer) = 5.8 GiB"), "{m}");
+    assert!(m.contains("KV cache 40960 tokens (one request of the full context) × 148.0 KiB/token (K and V per layer) = 5.8 GiB"), "{m}");
     let remedies: Vec<(&str, &specdeck::spec::SpecChange)> = f[0].remedies.iter().map(|r| (r.id.as_str(), &r.changes[0])).collect();
     let set = |flag: &str, v: &str| specdeck::spec::SpecChange::SetFlag { flag: flag.into(), value: v.into() };
     assert_eq!(remedies, [("increase-tp-size", &set("--tp-size", "2")), ("reduce-context-length", &set("--context-length", "26624"))]);
@@ -986,7 +986,7 @@ fn mla_targets_count_the_latent_kv() {
     let f = check_with_gpus(&spec, &one_80g_gpu());
     assert_eq!(ids(&f), [("memory-budget", Severity::Error)]);
     // 61 layers × (512 + 64) latent × 2 bytes = 68.6 KiB per token, on every rank.
-    assert!(f[0].message.contains("KV cache 262144 tokens × 1 request(s) × 68.6 KiB/token (MLA latent"), "{}", f[0].message);
+    assert!(f[0].message.contains("KV cache 262144 tokens (one request of the full context) × 68.6 KiB/token (MLA latent"), "{}", f[0].message);
 }
 
 #[test]

@@ -103,10 +103,17 @@ pub fn logits_check<B: Backend>(test: Arc<B>, dir: &Path) -> anyhow::Result<(Vec
     Ok((v, json!({ "prefill_rel_err": ep, "decode_rel_err": ed })))
 }
 
+/// The KV pool of a check's launch, in tokens.
+const CHECK_KV_TOKENS: u64 = 132 * 1024;
+
 /// A launch of `target`, target-only or with a drafter `(dir, algorithm, steps, topk, draft
 /// tokens)`, on whatever backend the caller's engine was made with.
 pub(crate) fn spec_for(target: &Path, draft: Option<(&Path, Algorithm, u32, u32, u32)>) -> LaunchSpec {
-    let mut s = LaunchSpec { model_path: Some(target.display().to_string()), ..Default::default() };
+    // A pool sized from free memory would take most of the GPU, and the checks keep two
+    // engines (CUDA and the CPU reference, or two launches) at once: one full context each
+    // (the 8B shape's 131072 tokens and its verify slots) is all a check needs.
+    let max_total_tokens = Some(CHECK_KV_TOKENS);
+    let mut s = LaunchSpec { model_path: Some(target.display().to_string()), max_total_tokens, ..Default::default() };
     // The backend is chosen by the caller here, not from the spec's device.
     s.device = Device::Cpu;
     match draft {

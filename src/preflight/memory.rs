@@ -15,8 +15,9 @@
 //!     an lm_head of `draft_vocab_size` rows (none when absent: it uses the target's);
 //!   - bytes per parameter: 1 for `quant_method: fp8`, `bits/8` for other quantized
 //!     checkpoints, else 2 for bf16/fp16 and 4 for fp32 (`--dtype`, else the config's).
-//! - **KV cache** for `context × running requests` tokens (`--max-running-requests`, else 1:
-//!   one full-length request is the least a server must hold). Per token: MLA targets keep
+//! - **KV cache** for one request of the full context: the least a server must hold. Running
+//!   requests share the paged pool (src/engine/paged.rs), as in SGLang, which admits them while
+//!   its blocks last, so `--max-running-requests` does not multiply it. Per token: MLA targets keep
 //!   the latent, `layers·(kv_lora_rank + qk_rope_head_dim)` elements, on every rank; others
 //!   `layers·2·(nkv/TP, at least 1)·hd`. The drafter's own KV is added the same way. Bytes
 //!   per element follow `--kv-cache-dtype` (fp8: 1), else the run dtype.
@@ -212,7 +213,6 @@ struct Estimate {
     target_weights: f64,
     target_source: String,
     draft_weights: f64,
-    requests: f64,
     kv_bytes: f64,
     target: Dims,
     draft: Option<Dims>,
@@ -238,7 +238,7 @@ impl Estimate {
     }
 
     fn per_gpu(&self, tp: f64, context: f64) -> f64 {
-        self.fixed(tp) + context * self.requests * self.kv_per_token(tp)
+        self.fixed(tp) + context * self.kv_per_token(tp)
     }
 }
 
@@ -277,7 +277,6 @@ fn estimate(ctx: &RuleContext) -> Result<Estimate, ConfigError> {
         target_weights,
         target_source,
         draft_weights,
-        requests: spec.max_running_requests.map(f64::from).unwrap_or(1.0).max(1.0),
         kv_bytes: kv_bytes(tcfg, flag, spec.kv_cache_dtype.as_deref()),
         target,
         draft,
@@ -297,7 +296,7 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
     let tp = f64::from(ctx.spec.tp());
     let context = tgt_ctx.length as f64;
     let need = est.per_gpu(tp, context);
-    let kv = context * est.requests * est.kv_per_token(tp);
+    let kv = context * est.kv_per_token(tp);
     let kv_kind = if est.target.mla.is_some() { "MLA latent, kv_lora_rank + qk_rope_head_dim per layer" } else { "K and V per layer" };
     let missing = if est.target.missing.is_empty() {
         String::new()
@@ -305,22 +304,20 @@ pub fn check(ctx: &RuleContext) -> RuleResult {
         format!(" (not in the target config, counted as 0: {})", est.target.missing.join(", "))
     };
     let breakdown = format!(
-        "target weights {} ÷ {tp} = {} ({}){missing}; drafter weights {} ÷ {tp} = {}; KV cache {} tokens × {} \
-         request(s) × {:.1} KiB/token ({kv_kind}) = {}; graph estimate {}",
+        "target weights {} ÷ {tp} = {} ({}){missing}; drafter weights {} ÷ {tp} = {}; KV cache {} tokens (one request \
+         of the full context) × {:.1} KiB/token ({kv_kind}) = {}; graph estimate {}",
         gib(est.target_weights),
         gib(est.target_weights / tp),
         est.target_source,
         gib(est.draft_weights),
         gib(est.draft_weights / tp),
         tgt_ctx.length,
-        est.requests,
         est.kv_per_token(tp) / 1024.0,
         gib(kv),
         gib(est.graph(tp)),
     );
     let fraction = ctx.spec.mem_fraction_static;
     let mut evidence = vec![ctx.launch_evidence("--tp-size", ctx.spec.tp()), tgt_ctx.evidence.clone()];
-    evidence.push(ctx.launch_evidence("--max-running-requests", json!(ctx.spec.max_running_requests)));
     evidence.push(ctx.launch_evidence("--mem-fraction-static", json!(fraction)));
     // With no GPU memory known (no NVML, no --gpu-memory-gib) there is no budget to judge:
     // the finding exists only for a launch that does not fit.
@@ -374,7 +371,7 @@ fn larger_tp(ctx: &RuleContext, est: &Estimate, context: f64, budget: f64) -> Re
 /// The longest context (a multiple of 1024) whose KV cache fits beside the weights.
 fn shorter_context(est: &Estimate, tp: f64, current: u64, budget: f64) -> Option<Remedy> {
     let room = budget - est.fixed(tp);
-    let per_token = est.requests * est.kv_per_token(tp);
+    let per_token = est.kv_per_token(tp);
     if room <= 0.0 || per_token <= 0.0 {
         return None;
     }
