@@ -986,7 +986,11 @@ fn mla_targets_count_the_latent_kv() {
     let f = check_with_gpus(&spec, &one_80g_gpu());
     assert_eq!(ids(&f), [("memory-budget", Severity::Error)]);
     // 61 layers × (512 + 64) latent × 2 bytes = 68.6 KiB per token, on every rank.
-    assert!(f[0].message.contains("KV cache 262144 tokens (one request of the full context) × 68.6 KiB/token (MLA latent"), "{}", f[0].message);
+    assert!(
+        f[0].message.contains("KV cache 262144 tokens (one request of the full context) × 68.6 KiB/token (MLA latent"),
+        "{}",
+        f[0].message
+    );
 }
 
 #[test]

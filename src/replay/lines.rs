@@ -176,6 +176,11 @@ pub struct Unprefixed<'a> {
 /// launcher's `[1/8,TP1][pid=N] `.
 pub fn strip_prefixes(line: &str) -> Unprefixed<'_> {
     let mut out = Unprefixed { rest: line, shipper_time: None, process: None };
+    // Most lines of a log start with the engine's own `[YYYY-MM-DD HH:MM:SS`, which no
+    // prefix below starts with: they are taken as they are, without a search for each kind.
+    if engine_stamp(line) {
+        return out;
+    }
     for _ in 0..6 {
         let rest = out.rest;
         if let Some((t, after)) = rfc3339(rest).or_else(|| bracketed_rfc3339(rest)) {
@@ -196,6 +201,12 @@ pub fn strip_prefixes(line: &str) -> Unprefixed<'_> {
         }
     }
     out
+}
+
+/// `[2026-03-02 10:00:00` at the start: SGLang's (and many a Python logger's) own stamp.
+fn engine_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() > 20 && b[0] == b'[' && b[5] == b'-' && b[8] == b'-' && b[11] == b' ' && b[14] == b':' && b[1].is_ascii_digit()
 }
 
 fn rfc3339(s: &str) -> Option<(f64, &str)> {
@@ -330,6 +341,15 @@ mod tests {
         }
         sp.finish(&mut |n, l| out.push((n, l.to_vec())));
         out
+    }
+
+    #[test]
+    fn an_engine_stamped_line_has_no_prefix_and_a_prefixed_one_still_loses_its_own() {
+        let line = "[2026-03-02 10:00:00 TP0] Load weight begin. (pid=12) x";
+        let u = strip_prefixes(line);
+        assert_eq!((u.rest, u.process, u.shipper_time), (line, None, None));
+        let u = strip_prefixes("(pid=12) [2026-03-02 10:00:00 TP0] Load weight begin.");
+        assert_eq!((u.rest, u.process), ("[2026-03-02 10:00:00 TP0] Load weight begin.", Some("pid")));
     }
 
     #[test]
