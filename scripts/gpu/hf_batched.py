@@ -14,14 +14,8 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-
-def timed(model, ids, n, **kw):
-    torch.cuda.synchronize()
-    t = time.time()
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, **kw)
-    torch.cuda.synchronize()
-    assert out.shape[1] == ids.shape[1] + n
-    return time.time() - t
+# Beside this file (scripts/gpu/stage.sh stages both): the same timing as the batch-1 figure.
+from hf_baseline import timed
 
 
 def main():
@@ -38,6 +32,7 @@ def main():
     model.generation_config.pad_token_id = 0
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(3, model.config.vocab_size, (args.batch, args.prompt_len), generator=gen).cuda()
+    mask = torch.ones_like(ids)
     import transformers
     results = {"batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
                "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
@@ -51,8 +46,8 @@ def main():
             results[name] = {"skipped": "time budget"}
             continue
         try:
-            timed(model, ids, 4, **kw)  # warm-up (and compilation)
-            s = timed(model, ids, args.new_tokens, **kw)
+            timed(model, ids, 4, attention_mask=mask, **kw)  # warm-up (and compilation)
+            s = timed(model, ids, args.new_tokens, attention_mask=mask, **kw)
             results[name] = {"seconds": s, "output_tokens_per_s": args.batch * args.new_tokens / s}
         except Exception as e:  # one setting failing must not hide the others
             results[name] = {"error": repr(e)[:300]}

@@ -25,30 +25,9 @@ export BIN OUT MODEL
 # in_run GROUP...: whether this run includes any of the groups (`all` includes everything).
 in_run() { [ "$ONLY" = all ] || [[ " $* " == *" $ONLY "* ]]; }
 
-mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | paste -sd, -; }
+source "$HERE/step.sh"
 echo "baseline $(mem_used)" > "$OUT/memory.log"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-
-# step NAME LIMIT_S CMD...: run CMD with stdout/stderr under $OUT/NAME.{out,err}, within
-# both its own limit and what is left of the budget; log rc and seconds.
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local left=$((BUDGET_S - ($(date +%s) - T0)))
-    if ((left < 20)); then
-        echo "$name skipped: out of time" | tee -a "$OUT/steps.log"
-        return 0
-    fi
-    ((limit > left)) && limit=$left
-    echo "== $name (limit ${limit}s)" >&2
-    local s=$(date +%s)
-    timeout -k 5 "$limit" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
-    local rc=$?
-    echo "$name rc=$rc seconds=$(($(date +%s) - s))" | tee -a "$OUT/steps.log" >&2
-    echo "after $name $(mem_used)" >>"$OUT/memory.log"
-    tail -n 5 "$OUT/$name.err" >&2
-    return 0
-}
 
 if in_run full; then
 # 1. Correctness and micro-benchmarks (ops vs CPU, graphs, bandwidth, GEMM, small-model

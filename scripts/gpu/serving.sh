@@ -16,20 +16,7 @@ export SPECDECK_PTX_CACHE="$OUT/ptx-cache"
 mkdir -p "$OUT"
 T0=$(date +%s)
 
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local left=$((BUDGET_S - ($(date +%s) - T0)))
-    if ((left < 20)); then
-        echo "$name skipped: out of time" | tee -a "$OUT/serving-steps.log"
-        return 0
-    fi
-    ((limit > left)) && limit=$left
-    local s=$(date +%s)
-    timeout -k 5 "$limit" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
-    echo "$name rc=$? seconds=$(($(date +%s) - s))" | tee -a "$OUT/serving-steps.log" >&2
-    tail -n 3 "$OUT/$name.err" >&2
-}
+source "$HERE/step.sh"
 
 [ -f "$MODEL/model.safetensors.index.json" ] || step write8b 150 python3 "$HERE/write_llama8b.py" "$MODEL"
 
@@ -56,4 +43,4 @@ prompts 1 32000 >"$OUT/prompts-32k.jsonl"
 step long-32k 150 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts-32k.jsonl" --max-new-tokens 256 --json
 
 step hf-batch64 240 python3 "$HERE/hf_batched.py" "$MODEL" --batch 64 --prompt-len 512 --new-tokens 256 --budget-s 220
-tail -n 20 "$OUT/serving-steps.log"
+tail -n 20 "$OUT/steps.log"
