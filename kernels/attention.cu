@@ -1,9 +1,10 @@
 // Flash-style attention over a layer's KV cache (f32 [slots, kv_heads * head_dim]), one
 // kernel for prefill (causal), decode (one query) and tree verification (an explicit
-// mask). It never materialises the scores: each warp keeps a running max and sum (online
-// softmax) and the warps' states are merged at the end, as in flash-decoding.
+// mask), and one for a batch of sequences over a paged pool. It never materialises the
+// scores: each warp keeps a running max and sum (online softmax) and the warps' states are
+// merged at the end, as in flash-decoding.
 //
-// Slots [0, prefix) are committed and visible to every query. Slots
+// attention_f32_p{PER}: slots [0, prefix) are committed and visible to every query. Slots
 // [prefix, prefix + region) hold the current region; the `queries` queries are its last
 // rows. Query i sees region slot j when
 //   mask == NULL : j <= region - queries + i                    (causal)
@@ -11,15 +12,26 @@
 // prefix and region are read from `window` ([prefix, region] on the device) when it is
 // not NULL, so a captured graph replays at any length; else from the arguments.
 //
-// Grid: (queries, heads). Block: `warps` warps; warp w takes the visible keys whose rank
-// in the query's visible sequence is w, w + warps, ..., KG of them at a time (their K and V
-// rows loaded together, so several loads are in flight); lane l holds a run of
-// PER = ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). One entry
-// point per PER, attention_f32_p{PER}: with PER known, the registers hold exactly the run,
-// so a small head takes more keys per group (KG) and a warp waits on fewer rounds of loads.
+// paged_attention_f32_p{PER}: row r of the forward (r = row_base + blockIdx.y) sees the
+// keys at the pool slots table[table[2r + 1] + j] for j < table[2r] (its sequence's slots
+// in position order, its own last): the host writes the table once per forward.
+//
+// Grid: (heads * splits, rows). Heads are the fast index so that the query heads sharing a
+// KV head run side by side and read its keys once from HBM. Block: `warps` warps. A query
+// that sees V keys is split over used = min(splits, max(1, V / ATTENTION_SPLIT_KEYS))
+// blocks (the rest return at once): by V alone, so a query sums the same alone, batched, or
+// as a verify row. Key rank r of the query's visible sequence goes to worker r % (used *
+// warps) (worker = split * warps + warp), KG of a worker's keys at a time (their K and V
+// rows loaded together, so several loads are in flight); lane l holds a run of PER =
+// ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). With more than
+// one split, each block writes its merged state to `partial` and the last block of the
+// (row, head) to finish (counted in `counters`, which it resets) merges them in split order.
+// One entry point per PER: with PER known, the registers hold exactly the run, so a small
+// head takes more keys per group (KG) and a warp waits on fewer rounds of loads.
 // Dynamic shared memory: warps * (head_dim + 2) floats.
-
 #define ATTENTION_MAX_THREADS 512
+// Keys per split of a long query (see above); the host sizes its split grid by the same number.
+#define ATTENTION_SPLIT_KEYS 2048
 
 // The lane's `count` (<= PER) elements, the rest zero. WIDE: every lane holds a full run
 // (head_dim == 32 * PER, which also aligns each run), loaded in 16- or 8-byte pieces where
@@ -73,27 +85,54 @@ __device__ __forceinline__ float transposed_sum(float (&v)[KG], int lane) {
     return sum;
 }
 
+// The keys one query sees: ranks [0, prefix) at slots[r] (or slot r when slots is NULL),
+// then the region's visible slots prefix + j in order.
+struct Keys {
+    int prefix;
+    const int* slots;
+    int region;
+    // Causal visibility: region slot j is visible when j <= last_visible.
+    int last_visible;
+    // Or this row of a [queries, region] mask.
+    const int* mask_row;
+
+    __device__ __forceinline__ bool sees(int j) const { return mask_row ? mask_row[j] != 0 : j <= last_visible; }
+
+    __device__ int visible() const {
+        if (!mask_row) return prefix + max(0, min(region, last_visible + 1));
+        int n = prefix;
+        for (int j = 0; j < region; ++j) n += mask_row[j] != 0;
+        return n;
+    }
+};
+
+// Where one (row, head)'s block states meet when its keys are split over blocks.
+struct Splits {
+    int count;
+    float* partial;
+    int* counters;
+};
+
 template <int PER, int KG, bool WIDE>
-__device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* out, int heads,
-                                            int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
-                                            int queries, const int* window, const int* mask) {
+__device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* o, int heads, int kv_heads,
+                                            int head_dim, float scale, const Keys keys, int pair, Splits splits) {
     extern __shared__ float smem[];
-    const int qi = blockIdx.x, h = blockIdx.y;
-    const int kvh = h / (heads / kv_heads);
+    __shared__ int s_last;
+    const int h = blockIdx.x % heads, split = blockIdx.x / heads;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int used = min(splits.count, max(1, keys.visible() / ATTENTION_SPLIT_KEYS));
+    if (split >= used) return;
+    const int kvh = h / (heads / kv_heads);
+    const int workers = used * warps, worker = split * warps + warp;
     // Lanes hold consecutive runs of PER elements; with a head_dim that is not a multiple
     // of 32 the last lanes hold fewer (or none).
     const int count = max(0, min(PER, head_dim - lane * PER));
-    const int prefix = window ? window[0] : prefix_arg;
-    const int region = window ? window[1] : region_arg;
-    const int last_visible = mask ? region - 1 : region - queries + qi;
-    const int* mask_row = mask ? mask + (long long)qi * region : nullptr;
     const long long kv_width = (long long)kv_heads * head_dim;
     const float* kbase = k + (long long)kvh * head_dim + lane * PER;
     const float* vbase = v + (long long)kvh * head_dim + lane * PER;
 
     float qv[PER], acc[PER];
-    load_lane<PER, WIDE>(q + (long long)qi * heads * head_dim + (long long)h * head_dim + lane * PER, count, qv);
+    load_lane<PER, WIDE>(q + lane * PER, count, qv);
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
         qv[e] = e < count ? qv[e] * scale : 0.f;
@@ -152,15 +191,15 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
             if (g == waiting) pending[g] = slot;
         if (++waiting == KG) visit();
     };
-    // Keys go to warps by their position in the query's visible sequence, not by slot, and
-    // a warp's keys are grouped in that order too: a verify-tree query then sums exactly
-    // as the same token decoded alone after its ancestors were committed, so speculative
-    // greedy output equals target-only output.
-    for (int s = warp; s < prefix; s += warps) queue(s);
-    for (int j = 0, rank = 0; j < region; ++j) {
-        const bool visible = mask_row ? mask_row[j] != 0 : j <= last_visible;
-        if (!visible) continue;
-        if ((prefix + rank) % warps == warp) queue(prefix + j);
+    // Keys go to workers by their rank in the query's visible sequence, not by slot, and a
+    // worker's keys are grouped in that order too: a verify-tree query then sums exactly
+    // as the same token decoded alone after its ancestors were committed, and a paged
+    // query as the same query over contiguous slots, so speculative and batched greedy
+    // output equal target-only output.
+    for (int r = worker; r < keys.prefix; r += workers) queue(keys.slots ? keys.slots[r] : r);
+    for (int j = 0, rank = keys.prefix; j < keys.region; ++j) {
+        if (!keys.sees(j)) continue;
+        if (rank % workers == worker) queue(keys.prefix + j);
         ++rank;
     }
     if (waiting > 0) {
@@ -187,42 +226,269 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
     float denom = 0.f;
     for (int w = 0; w < warps; ++w)
         if (s_m[w] != -INFINITY) denom += s_l[w] * __expf(s_m[w] - m_all);
-    float* o = out + (long long)qi * heads * head_dim + (long long)h * head_dim;
+    float* state = used > 1 ? splits.partial + ((long long)pair * splits.count + split) * (head_dim + 2) : nullptr;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float num = 0.f;
         for (int w = 0; w < warps; ++w)
             if (s_m[w] != -INFINITY) num += s_acc[w * head_dim + d] * __expf(s_m[w] - m_all);
-        o[d] = denom > 0.f ? num / denom : 0.f;
+        if (state)
+            state[2 + d] = num;
+        else
+            o[d] = denom > 0.f ? num / denom : 0.f;
+    }
+    if (!state) return;
+    if (threadIdx.x == 0) {
+        state[0] = m_all;
+        state[1] = denom;
+    }
+    // The last block of the pair to get here merges: its reads see every block's writes.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&splits.counters[pair], 1) == used - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const volatile float* states = splits.partial + (long long)pair * splits.count * (head_dim + 2);
+    float m_max = -INFINITY;
+    for (int z = 0; z < used; ++z) m_max = fmaxf(m_max, states[z * (head_dim + 2)]);
+    float total = 0.f;
+    for (int z = 0; z < used; ++z) {
+        const float mz = states[z * (head_dim + 2)];
+        if (mz != -INFINITY) total += states[z * (head_dim + 2) + 1] * __expf(mz - m_max);
+    }
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float num = 0.f;
+        for (int z = 0; z < used; ++z) {
+            const float mz = states[z * (head_dim + 2)];
+            if (mz != -INFINITY) num += states[z * (head_dim + 2) + 2 + d] * __expf(mz - m_max);
+        }
+        o[d] = total > 0.f ? num / total : 0.f;
+    }
+    if (threadIdx.x == 0) splits.counters[pair] = 0;
+}
+
+template <int PER, int KG>
+__device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* o, int heads, int kv_heads,
+                                       int head_dim, float scale, const Keys& keys, int pair, Splits splits) {
+    // Heads of 32 * PER (64, 128, ...) fill every lane's run: no per-element checks there.
+    if (head_dim == 32 * PER) {
+        attend_keys<PER, KG, true>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits);
+    } else {
+        attend_keys<PER, KG, false>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits);
     }
 }
 
 template <int PER, int KG>
-__device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* out, int heads, int kv_heads,
-                                       int head_dim, float scale, int prefix_arg, int region_arg, int queries,
-                                       const int* window, const int* mask) {
+__device__ __forceinline__ void attend_window(const float* q, const float* k, const float* v, float* out, int heads,
+                                              int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
+                                              int queries, const int* window, const int* mask, int splits,
+                                              float* partial, int* counters) {
     pdl_enter();
-    // Heads of 32 * PER (64, 128, ...) fill every lane's run: no per-element checks there.
-    if (head_dim == 32 * PER) {
-        attend_keys<PER, KG, true>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window,
-                                   mask);
-    } else {
-        attend_keys<PER, KG, false>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window,
-                                    mask);
-    }
+    const int qi = blockIdx.y, h = blockIdx.x % heads;
+    const int prefix = window ? window[0] : prefix_arg;
+    const int region = window ? window[1] : region_arg;
+    const Keys keys{prefix, nullptr, region, region - queries + qi, mask ? mask + (long long)qi * region : nullptr};
+    const long long at = (long long)qi * heads * head_dim + (long long)h * head_dim;
+    attend<PER, KG>(q + at, k, v, out + at, heads, kv_heads, head_dim, scale, keys, qi * heads + h,
+                    Splits{splits, partial, counters});
+}
+
+template <int PER, int KG>
+__device__ __forceinline__ void attend_paged(const float* q, const float* k, const float* v, float* out, int heads,
+                                             int kv_heads, int head_dim, float scale, const int* table, int row_base,
+                                             int splits, float* partial, int* counters) {
+    pdl_enter();
+    const int row = row_base + blockIdx.y, h = blockIdx.x % heads;
+    const Keys keys{table[2 * row], table + table[2 * row + 1], 0, -1, nullptr};
+    const long long at = (long long)row * heads * head_dim + (long long)h * head_dim;
+    attend<PER, KG>(q + at, k, v, out + at, heads, kv_heads, head_dim, scale, keys, blockIdx.y * heads + h,
+                    Splits{splits, partial, counters});
 }
 
 // PER = 1 .. 8 (head_dim up to 256); KG keeps a group's K and V runs within 64 registers.
-#define ATTENTION_ENTRY(NAME, PER, KG)                                                                               \
-    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) NAME(                                         \
+#define ATTENTION_ENTRY(PER, KG)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32_p##PER(                          \
         const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
-        int prefix_arg, int region_arg, int queries, const int* window, const int* mask) {                              \
-        attend<PER, KG>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window, mask); \
+        int prefix_arg, int region_arg, int queries, const int* window, const int* mask, int splits, float* partial,    \
+        int* counters) {                                                                                                \
+        attend_window<PER, KG>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window, \
+                               mask, splits, partial, counters);                                                        \
+    }                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) paged_attention_f32_p##PER(                    \
+        const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
+        const int* table, int row_base, int splits, float* partial, int* counters) {                                    \
+        attend_paged<PER, KG>(q, k, v, out, heads, kv_heads, head_dim, scale, table, row_base, splits, partial,         \
+                              counters);                                                                                \
     }
-ATTENTION_ENTRY(attention_f32_p1, 1, 16)
-ATTENTION_ENTRY(attention_f32_p2, 2, 16)
-ATTENTION_ENTRY(attention_f32_p3, 3, 8)
-ATTENTION_ENTRY(attention_f32_p4, 4, 8)
-ATTENTION_ENTRY(attention_f32_p5, 5, 4)
-ATTENTION_ENTRY(attention_f32_p6, 6, 4)
-ATTENTION_ENTRY(attention_f32_p7, 7, 4)
-ATTENTION_ENTRY(attention_f32_p8, 8, 4)
+ATTENTION_ENTRY(1, 16)
+ATTENTION_ENTRY(2, 16)
+ATTENTION_ENTRY(3, 8)
+ATTENTION_ENTRY(4, 8)
+ATTENTION_ENTRY(5, 4)
+ATTENTION_ENTRY(6, 4)
+ATTENTION_ENTRY(7, 4)
+ATTENTION_ENTRY(8, 4)
+
+// Causal prefill attention in tiles, for forwards of many queries (a prompt chunk): a block
+// takes PREFILL_TILE_Q consecutive query rows of one head, and each tile of PREFILL_TILE_K
+// keys is loaded into shared memory once for all of them (the one-query-a-block kernel
+// above reads every key once per query). Query i of the launch is forward row row0 + i and
+// sees keys [0, visible0 + i): at slot j (slots NULL) or slots[j]. With `table` set (a
+// sequence of a paged batch, laid out as for paged_attention_f32), visible0 = table[2 * row0]
+// and slots = table + table[2 * row0 + 1]; else visible0 is the argument.
+//
+// Grid: (heads, ceil(queries / PREFILL_TILE_Q)). Block: PREFILL_WARPS warps, each with
+// PREFILL_TILE_Q / PREFILL_WARPS queries held in registers, lane l holding elements
+// 4l .. 4l + 3 of each (head_dim up to 128, a multiple of 4). A warp walks the tile's keys
+// PREFILL_KG at a time as the step kernel does, each group's K and V runs loaded from shared
+// memory once for all its queries. Dynamic shared memory: 2 * PREFILL_TILE_K * head_dim floats.
+#define PREFILL_TILE_Q 16
+#define PREFILL_TILE_K 32
+#define PREFILL_WARPS 4
+#define PREFILL_KG 8
+
+// Keys [base, base + PREFILL_TILE_K) of one KV head into shared memory (zeros past `keys`).
+// A thread's loads are all issued before its first store, so they are in flight together:
+// loading element by element, each waiting on the last, made the tile loads most of a
+// prefill's time. WIDE (head_dim 128): float4 pieces, PREFILL_TILE_K * 32 / blockDim each.
+template <bool WIDE>
+__device__ __forceinline__ void load_tile(const float* k, const float* v, float* ks, float* vs, int base, int keys,
+                                          const int* slots, long long head_at, long long kv_width, int head_dim) {
+    if constexpr (WIDE) {
+        constexpr int PIECES = PREFILL_TILE_K * 32 / (PREFILL_WARPS * 32);
+        float4 kp[PIECES], vp[PIECES];
+#pragma unroll
+        for (int r = 0; r < PIECES; ++r) {
+            const int at = threadIdx.x + r * PREFILL_WARPS * 32, j = at / 32, c = at % 32;
+            kp[r] = vp[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (base + j < keys) {
+                const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
+                kp[r] = reinterpret_cast<const float4*>(k + row)[c];
+                vp[r] = reinterpret_cast<const float4*>(v + row)[c];
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < PIECES; ++r) {
+            const int at = threadIdx.x + r * PREFILL_WARPS * 32;
+            reinterpret_cast<float4*>(ks)[at] = kp[r];
+            reinterpret_cast<float4*>(vs)[at] = vp[r];
+        }
+    } else {
+        for (int i = threadIdx.x; i < PREFILL_TILE_K * head_dim; i += blockDim.x) {
+            const int j = i / head_dim, e = i % head_dim;
+            float kv_k = 0.f, kv_v = 0.f;
+            if (base + j < keys) {
+                const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
+                kv_k = k[row + e];
+                kv_v = v[row + e];
+            }
+            ks[i] = kv_k;
+            vs[i] = kv_v;
+        }
+    }
+}
+
+template <bool WIDE>
+__device__ __forceinline__ void prefill_tiles(const float* q, const float* k, const float* v, float* out, int heads,
+                                              int kv_heads, int head_dim, float scale, int row0, int queries,
+                                              int visible0_arg, const int* table) {
+    constexpr int QW = PREFILL_TILE_Q / PREFILL_WARPS;
+    constexpr int KG = PREFILL_KG;
+    extern __shared__ float prefill_smem[];
+    float* ks = prefill_smem;                       // [TILE_K][head_dim]
+    float* vs = ks + PREFILL_TILE_K * head_dim;     // [TILE_K][head_dim]
+    const int h = blockIdx.x, kvh = h / (heads / kv_heads);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int count = max(0, min(4, head_dim - lane * 4));
+    const int first = blockIdx.y * PREFILL_TILE_Q;  // the block's first query
+    const int tile_queries = min(PREFILL_TILE_Q, queries - first);
+    const int visible0 = table ? table[2 * row0] : visible0_arg;
+    const int* slots = table ? table + table[2 * row0 + 1] : nullptr;
+    const long long q_width = (long long)heads * head_dim, kv_width = (long long)kv_heads * head_dim;
+
+    float qv[QW][4], acc[QW][4], m[QW], l[QW];
+    int visible[QW];
+#pragma unroll
+    for (int w = 0; w < QW; ++w) {
+        const int qi = warp * QW + w;
+        visible[w] = qi < tile_queries ? visible0 + first + qi : 0;
+        const float* qrow = q + (row0 + first + min(qi, tile_queries - 1)) * q_width + (long long)h * head_dim;
+        load_lane<4, WIDE>(qrow + lane * 4, count, qv[w]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            qv[w][e] = e < count ? qv[w][e] * scale : 0.f;
+            acc[w][e] = 0.f;
+        }
+        m[w] = -INFINITY;
+        l[w] = 0.f;
+    }
+    // Keys the block's last query sees: the tiles to visit.
+    const int keys = visible0 + first + tile_queries - 1;
+    for (int base = 0; base < keys; base += PREFILL_TILE_K) {
+        __syncthreads();
+        load_tile<WIDE>(k, v, ks, vs, base, keys, slots, (long long)kvh * head_dim, kv_width, head_dim);
+        __syncthreads();
+        const int tile_keys = min(PREFILL_TILE_K, keys - base);
+        for (int g0 = 0; g0 < tile_keys; g0 += KG) {
+            float kr[KG][4], vr[KG][4];
+#pragma unroll
+            for (int g = 0; g < KG; ++g) {
+                load_lane<4, WIDE>(ks + (g0 + g) * head_dim + lane * 4, count, kr[g]);
+                load_lane<4, WIDE>(vs + (g0 + g) * head_dim + lane * 4, count, vr[g]);
+            }
+            // Each lane ends up with one key's score (of the 32 / KG lanes that share it).
+            const int mine = lane / (32 / KG);
+#pragma unroll
+            for (int w = 0; w < QW; ++w) {
+                if (base + g0 >= visible[w]) continue;
+                float dot[KG];
+#pragma unroll
+                for (int g = 0; g < KG; ++g) {
+                    float d = 0.f;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) d += qv[w][e] * kr[g][e];
+                    dot[g] = d;
+                }
+                const float score = transposed_sum<KG>(dot, lane);
+                const bool seen = base + g0 + mine < visible[w];
+                const float m_new = fmaxf(m[w], warp_reduce(seen ? score : -INFINITY, MaxOp()));
+                const float corr = __expf(m[w] - m_new);
+                const float p_mine = seen ? __expf(score - m_new) : 0.f;
+                float p_sum = 0.f, a[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[e] = acc[w][e] * corr;
+#pragma unroll
+                for (int g = 0; g < KG; ++g) {
+                    const float pg = __shfl_sync(0xffffffffu, p_mine, g * (32 / KG));
+                    p_sum += pg;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) a[e] += pg * vr[g][e];
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[w][e] = a[e];
+                l[w] = l[w] * corr + p_sum;
+                m[w] = m_new;
+            }
+        }
+    }
+#pragma unroll
+    for (int w = 0; w < QW; ++w) {
+        const int qi = warp * QW + w;
+        if (qi >= tile_queries) break;
+        float* o = out + (row0 + first + qi) * q_width + (long long)h * head_dim + lane * 4;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (e < count) o[e] = l[w] > 0.f ? acc[w][e] / l[w] : 0.f;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PREFILL_WARPS * 32)
+    prefill_attention_f32(const float* q, const float* k, const float* v, float* out, int heads, int kv_heads,
+                          int head_dim, float scale, int row0, int queries, int visible0_arg, const int* table) {
+    pdl_enter();
+    // Heads of 128 fill every lane's run: no per-element checks there.
+    if (head_dim == 128)
+        prefill_tiles<true>(q, k, v, out, heads, kv_heads, head_dim, scale, row0, queries, visible0_arg, table);
+    else
+        prefill_tiles<false>(q, k, v, out, heads, kv_heads, head_dim, scale, row0, queries, visible0_arg, table);
+}

@@ -73,3 +73,18 @@ extern "C" __global__ void move_rows_f32(float* t, int cols, const int* params, 
         __syncthreads();
     }
 }
+
+// A batched forward's new K and V rows into the pool: row r goes to the slot of its own
+// token, the last slot it sees in paged attention's table (kernels/attention.cu). Grid:
+// the forward's rows (one that belongs to no sequence sees no keys and stores nothing).
+extern "C" __global__ void store_kv_paged_f32(const float* k_new, const float* v_new, float* k_cache, float* v_cache,
+                                              int width, const int* table) {
+    pdl_enter();
+    const long long r = blockIdx.x;
+    if (table[2 * r] == 0) return;
+    const long long slot = table[table[2 * r + 1] + table[2 * r] - 1];
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        k_cache[slot * width + c] = k_new[r * width + c];
+        v_cache[slot * width + c] = v_new[r * width + c];
+    }
+}

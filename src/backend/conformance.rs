@@ -7,7 +7,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use safetensors::tensor::Dtype;
 
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard};
+use crate::backend::{
+    AttnGeometry, AttnWindow, Backend, BackendError, BatchSeq, KvStore, Mask, PagedBatch, PagedScratch, PagedSeq, Projection, RopeStyle,
+    RopeTable, Shard, STEP_QUERIES_MAX,
+};
 use crate::model::checkpoint::TensorView;
 
 /// One op's verdict.
@@ -116,6 +119,8 @@ pub fn compare_backends<R: Backend, T: Backend>(reference: &R, test: &T, seed: u
     layer_ops(&mut p)?;
     fused_ops(&mut p)?;
     attention_ops(&mut p)?;
+    long_attention_ops(&mut p)?;
+    paged_batch_ops(&mut p)?;
     movement_ops(&mut p)?;
     decoding_ops(&mut p)?;
     test.sync()?;
@@ -361,6 +366,84 @@ fn attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), B
     Ok(())
 }
 
+/// A pool long enough that step queries split their keys over several blocks on a GPU
+/// (kernels/attention.cu: 2048 keys a split), with grouped heads.
+const LONG_SLOTS: usize = 7000;
+const LONG_GEOMETRY: AttnGeometry = AttnGeometry { heads: 8, kv_heads: 2, head_dim: 128, scale: 0.088_388_35 };
+
+/// Decode and chain-verify queries over thousands of keys.
+fn long_attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
+    let g = LONG_GEOMETRY;
+    let k = p.tensor(LONG_SLOTS, g.kv_heads * g.head_dim, 1.0)?;
+    let v = p.tensor(LONG_SLOTS, g.kv_heads * g.head_dim, 1.0)?;
+    for w in [AttnWindow { prefix: LONG_SLOTS - 1, region: 1, queries: 1 }, AttnWindow { prefix: 4500, region: 3, queries: 3 }] {
+        let q = p.tensor(w.queries, g.heads * g.head_dim, 1.0)?;
+        let mut o = p.tensor(w.queries, g.heads * g.head_dim, 0.0)?;
+        p.r.attention(&q.r, &k.r, &v.r, &g, w, Mask::Causal, &mut o.r);
+        p.t.attention(&q.t, &k.t, &v.t, &g, w, Mask::Causal, &mut o.t);
+        p.compare(&format!("attention {} keys, {} queries", w.prefix + w.region, w.queries), &o, w.queries, F32_TOL)?;
+    }
+    Ok(())
+}
+
+/// `paged_attention_batch` over a pool whose slots are shuffled: a decode, a chain verify
+/// over thousands of keys and a prefill chunk in one forward, against the reference (the
+/// outputs and the stored K and V), and each step row against the same query over its
+/// keys laid out contiguously on the backend under test, which must be equal to the bit.
+fn paged_batch_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
+    let g = LONG_GEOMETRY;
+    let (q_width, kv_width) = (g.heads * g.head_dim, g.kv_heads * g.head_dim);
+    let mut pool: Vec<usize> = (0..LONG_SLOTS).collect();
+    for i in (1..pool.len()).rev() {
+        pool.swap(i, p.rng.random_range(0..=i));
+    }
+    // (keys seen by the last query, queries): a decode, a chain of 4, a 20-token prefill,
+    // and a prompt chunk of 100 queries (tiled on a GPU).
+    let shapes = [(300usize, 1usize), (6500, 4), (20, 20), (150, 100)];
+    let (mut taken, mut row) = (0, 0);
+    let mut parts = Vec::new();
+    for (len, queries) in shapes {
+        parts.push((row, queries, &pool[taken..taken + len]));
+        taken += len;
+        row += queries;
+    }
+    let rows = row;
+    let k = p.tensor(LONG_SLOTS, kv_width, 1.0)?;
+    let v = p.tensor(LONG_SLOTS, kv_width, 1.0)?;
+    let (mut k, mut v) = (k, v);
+    let new_k = p.tensor(rows, kv_width, 1.0)?;
+    let new_v = p.tensor(rows, kv_width, 1.0)?;
+    let q = p.tensor(rows, q_width, 1.0)?;
+    let mut o = p.tensor(rows, q_width, 0.0)?;
+    let seqs_r: Vec<BatchSeq<'_, R>> =
+        parts.iter().map(|&(row, queries, slots)| BatchSeq { seq: PagedSeq { row, queries, slots }, mask: Mask::Causal }).collect();
+    let seqs_t: Vec<BatchSeq<'_, T>> =
+        parts.iter().map(|&(row, queries, slots)| BatchSeq { seq: PagedSeq { row, queries, slots }, mask: Mask::Causal }).collect();
+    let mut scratch_r = PagedScratch::new(p.r, 100, 6500, &g)?;
+    let mut scratch_t = PagedScratch::new(p.t, 100, 6500, &g)?;
+    let (batch_r, batch_t) = (PagedBatch::new(&seqs_r, rows), PagedBatch::new(&seqs_t, rows));
+    p.r.paged_attention_batch(&q.r, (&new_k.r, &new_v.r), (&mut k.r, &mut v.r), &g, &batch_r, &mut scratch_r, &mut o.r);
+    p.t.paged_attention_batch(&q.t, (&new_k.t, &new_v.t), (&mut k.t, &mut v.t), &g, &batch_t, &mut scratch_t, &mut o.t);
+    p.compare("paged_attention_batch output", &o, rows, F32_TOL)?;
+    p.compare("paged_attention_batch k pool", &k, LONG_SLOTS, 0.0)?;
+    p.compare("paged_attention_batch v pool", &v, LONG_SLOTS, 0.0)?;
+    let (pool_k, pool_v) = (p.t.read_rows(&k.t, 0, LONG_SLOTS)?, p.t.read_rows(&v.t, 0, LONG_SLOTS)?);
+    let batched = p.t.read_rows(&o.t, 0, rows)?;
+    for &(row, queries, slots) in parts.iter().filter(|(_, queries, _)| *queries <= STEP_QUERIES_MAX) {
+        let laid_out = |pool: &[f32]| -> Vec<f32> { slots.iter().flat_map(|&s| pool[s * kv_width..(s + 1) * kv_width].to_vec()).collect() };
+        let (kc, vc) = (p.t.tensor_from(kv_width, &laid_out(&pool_k))?, p.t.tensor_from(kv_width, &laid_out(&pool_v))?);
+        let mut qc = p.t.tensor(queries, q_width)?;
+        p.t.copy_rows(&q.t, row, &mut qc, 0, queries);
+        let mut oc = p.t.tensor(queries, q_width)?;
+        let w = AttnWindow { prefix: slots.len() - queries, region: queries, queries };
+        p.t.attention(&qc, &kc, &vc, &g, w, Mask::Causal, &mut oc);
+        let contiguous = p.t.read_rows(&oc, 0, queries)?;
+        let op = format!("paged batch row {row} ({} keys) == contiguous", slots.len());
+        p.check(&op, &batched[row * q_width..(row + queries) * q_width], &contiguous, 0.0);
+    }
+    Ok(())
+}
+
 fn movement_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
     let src = p.tensor(12, 96, 1.0)?;
     let mut dst = p.tensor(20, 96, 1.0)?;
@@ -473,6 +556,12 @@ mod tests {
             "rope Interleaved",
             "attention decode long causal hd=80",
             "attention tree mask prefix 333 hd=128",
+            "attention 7000 keys, 1 queries",
+            "attention 4503 keys, 3 queries",
+            "paged_attention_batch output",
+            "paged_attention_batch k pool",
+            "paged batch row 0 (300 keys) == contiguous",
+            "paged batch row 1 (6500 keys) == contiguous",
             "move_rows",
             "topk k=20 indices",
             "softmax_topk indices",
@@ -481,7 +570,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 99);
+        assert_eq!(checks.len(), 107);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

@@ -203,6 +203,12 @@ impl PagedSeq<'_> {
     }
 }
 
+/// One sequence of a batched forward: where its rows and KV are, and its mask.
+pub struct BatchSeq<'a, B: Backend + ?Sized> {
+    pub seq: PagedSeq<'a>,
+    pub mask: Mask<'a, B>,
+}
+
 /// Buffers for `paged_attention_by_gather`: a sequence's queries and output (`[rows, heads ·
 /// head_dim]`) and its K and V laid out contiguously (`[positions, kv_heads · head_dim]`).
 pub struct PagedScratch<B: Backend + ?Sized> {
@@ -244,6 +250,59 @@ pub fn paged_attention_by_gather<B: Backend + ?Sized>(
     b.copy_rows(q, seq.row, &mut scratch.q, 0, seq.queries);
     b.attention(&scratch.q, &scratch.k, &scratch.v, geometry, seq.window(), mask, &mut scratch.out);
     b.copy_rows(&scratch.out, 0, out, seq.row, seq.queries);
+}
+
+/// The sequences of one batched forward, with the table a backend that reads the pool in
+/// place uploads (built once per forward, read by every layer): for each row `r` of the
+/// forward, `table[2r]` is the number of keys its query sees and `table[2r + 1]` where in
+/// `table` the pool slots of those keys start, in position order (the row's own last); the
+/// sequences' slot lists follow the `2 · rows` header entries.
+pub struct PagedBatch<'a, B: Backend + ?Sized> {
+    pub seqs: &'a [BatchSeq<'a, B>],
+    pub rows: usize,
+    pub table: Vec<i32>,
+    /// The most keys any row sees.
+    pub max_visible: usize,
+}
+
+impl<'a, B: Backend + ?Sized> PagedBatch<'a, B> {
+    /// The batch of `seqs`, whose rows cover `[0, rows)`.
+    pub fn new(seqs: &'a [BatchSeq<'a, B>], rows: usize) -> Self {
+        let slots: usize = seqs.iter().map(|s| s.seq.slots.len()).sum();
+        let mut table = vec![0i32; 2 * rows];
+        table.reserve(slots);
+        let mut max_visible = 0;
+        for s in seqs {
+            let (offset, len) = (table.len(), s.seq.slots.len());
+            table.extend(s.seq.slots.iter().map(|&slot| slot as i32));
+            for i in 0..s.seq.queries {
+                let (row, visible) = (s.seq.row + i, len - s.seq.queries + i + 1);
+                table[2 * row] = visible as i32;
+                table[2 * row + 1] = offset as i32;
+                max_visible = max_visible.max(visible);
+            }
+        }
+        PagedBatch { seqs, rows, table, max_visible }
+    }
+}
+
+/// `Backend::paged_attention_batch` one sequence at a time: `store_kv_slots`, then
+/// `paged_attention`.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_per_seq<B: Backend + ?Sized>(
+    b: &B,
+    q: &B::Tensor,
+    new_kv: (&B::Tensor, &B::Tensor),
+    cache: (&mut B::Tensor, &mut B::Tensor),
+    geometry: &AttnGeometry,
+    batch: &PagedBatch<'_, B>,
+    scratch: &mut PagedScratch<B>,
+    out: &mut B::Tensor,
+) {
+    for s in batch.seqs {
+        b.store_kv_slots(new_kv.0, new_kv.1, s.seq.row, s.seq.new_slots(), (&mut *cache.0, &mut *cache.1));
+        b.paged_attention(q, cache.0, cache.1, geometry, &s.seq, s.mask, scratch, out);
+    }
 }
 
 pub trait Backend: Send + Sync + 'static {
@@ -361,6 +420,24 @@ pub trait Backend: Send + Sync + 'static {
         out: &mut Self::Tensor,
     ) {
         paged_attention_by_gather(self, q, k, v, geometry, seq, mask, scratch, out);
+    }
+
+    /// A batched forward's attention: every sequence's new K and V rows (`new_kv`, in the
+    /// forward's row order) into its pool slots of `cache`, then each sequence's queries over
+    /// its slots, as `paged_attention` does one at a time (the default). A backend that reads
+    /// the slots in place does the whole batch in a launch or two.
+    #[allow(clippy::too_many_arguments)]
+    fn paged_attention_batch(
+        &self,
+        q: &Self::Tensor,
+        new_kv: (&Self::Tensor, &Self::Tensor),
+        cache: (&mut Self::Tensor, &mut Self::Tensor),
+        geometry: &AttnGeometry,
+        batch: &PagedBatch<'_, Self>,
+        scratch: &mut PagedScratch<Self>,
+        out: &mut Self::Tensor,
+    ) {
+        paged_attention_per_seq(self, q, new_kv, cache, geometry, batch, scratch, out);
     }
 
     /// `cache[slots[i]] = rows[row + i]` for K and V: a sequence's new tokens into its pool

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
 use crate::backend::{
-    AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedScratch, PagedSeq, Projection, RopeStyle, RopeTable, Shard,
+    AttnGeometry, AttnWindow, Backend, BackendError, BatchSeq, KvStore, Mask, PagedBatch, PagedScratch, Projection, RopeStyle, RopeTable,
+    Shard,
 };
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
@@ -321,25 +322,19 @@ impl<B: Backend> LayerScratch<B> {
     }
 }
 
-/// One sequence of a batched forward: where its rows and KV are, and its mask.
-pub struct BatchSeq<'a, B: Backend> {
-    pub seq: PagedSeq<'a>,
-    pub mask: Mask<'a, B>,
-}
-
 /// Which KV a layer's queries attend over.
 pub(crate) enum Attend<'a, B: Backend> {
     /// One sequence at contiguous slots.
     Window { window: AttnWindow, mask: Mask<'a, B> },
     /// Several sequences, each at its slots of a paged pool; the rows are theirs in order.
-    Paged { rows: usize, seqs: &'a [BatchSeq<'a, B>] },
+    Paged(&'a PagedBatch<'a, B>),
 }
 
 impl<B: Backend> Attend<'_, B> {
     fn rows(&self) -> usize {
         match self {
             Attend::Window { window, .. } => window.queries,
-            Attend::Paged { rows, .. } => *rows,
+            Attend::Paged(batch) => batch.rows,
         }
     }
 }
@@ -406,7 +401,7 @@ impl<B: Backend> Layer<B> {
                 }
                 b.attention(&s.q, kv.0, kv.1, &st.geometry, *window, *mask, &mut s.attn);
             }
-            Attend::Paged { seqs, .. } => {
+            Attend::Paged(batch) => {
                 b.matmul_many(x, n, &mut qkv);
                 if let Some((qn, kn)) = qk_norm {
                     b.head_rms_norm(&mut s.q, qn, st.eps, n);
@@ -415,10 +410,7 @@ impl<B: Backend> Layer<B> {
                 b.rope(&mut s.q, st.rope, st.positions, n);
                 b.rope(&mut s.k, st.rope, st.positions, n);
                 let scratch = s.paged.as_mut().expect("set_batch_capacity sizes the paged scratch");
-                for q in seqs.iter() {
-                    b.store_kv_slots(&s.k, &s.v, q.seq.row, q.seq.new_slots(), (&mut *kv.0, &mut *kv.1));
-                    b.paged_attention(&s.q, kv.0, kv.1, &st.geometry, &q.seq, q.mask, scratch, &mut s.attn);
-                }
+                b.paged_attention_batch(&s.q, (&s.k, &s.v), (&mut *kv.0, &mut *kv.1), &st.geometry, batch, scratch, &mut s.attn);
             }
         }
         b.matmul_residual(&s.attn, &a.o, n, &mut s.delta, h);
@@ -588,7 +580,7 @@ impl<B: Backend> LlamaModel<B> {
     /// rows are in `self.inputs`, each sequence's at its `row`. Logits of the rows
     /// `logit_rows` land in rows `0..` of `self.logits`, in that order.
     pub fn forward_batch(&mut self, kv: &mut KvCache<B>, seqs: &[BatchSeq<'_, B>], rows: usize, logit_rows: &[usize]) {
-        self.run_layers(kv, Attend::Paged { rows, seqs });
+        self.run_layers(kv, Attend::Paged(&PagedBatch::new(seqs, rows)));
         let n = logit_rows.len();
         if n == 0 {
             return;

@@ -18,10 +18,9 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::{Backend, Mask, PagedSeq};
+use crate::backend::{Backend, BatchSeq, Mask, PagedSeq};
 use crate::engine::drafter::{AuxRows, DraftState, Drafter};
 use crate::engine::kv_budget::BLOCK_TOKENS;
-use crate::engine::llama::BatchSeq;
 use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
 use crate::engine::plan::PREFILL_CHUNK;
 use crate::engine::sampling::{self, SamplingParams};

@@ -15,11 +15,11 @@ use super::graph::{signature, Gate, Graphs};
 use super::nccl::NcclComm;
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
-use super::sources::{ATTENTION_KERNELS, SOURCES};
+use super::sources::{attention_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
 use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
 use crate::backend::{
-    residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, Projection, RopeStyle, RopeTable, Shard,
-    STEP_QUERIES_MAX,
+    paged_attention_per_seq, residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedBatch, PagedScratch,
+    Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
 };
 use crate::knobs::Knobs;
 use crate::model::checkpoint::TensorView;
@@ -32,6 +32,23 @@ const ATTENTION_WARPS: u32 = 16;
 /// blocks leave fewer key slots of part-filled groups idle and fit four to an SM (a 16-warp
 /// block takes an SM's registers): 16-warp blocks were most of a Qwen prefill's time.
 const PREFILL_ATTENTION_WARPS: u32 = 4;
+/// Most blocks one (query row, head) of a step's attention splits its keys over (a query
+/// that sees V keys uses min(this, V / ATTENTION_SPLIT_KEYS)): 16 blocks of 16 warps give a
+/// 32K-token decode of 32 heads four waves of the H200's 132 SMs.
+const ATTENTION_SPLITS: usize = 16;
+/// Keys per split, as kernels/attention.cu's ATTENTION_SPLIT_KEYS.
+const ATTENTION_SPLIT_KEYS: usize = 2048;
+/// (row, head) pairs whose split states the attention scratch holds at once; a launch
+/// with splits covers at most this many (64 query rows of 64 heads).
+const SPLIT_PAIRS: usize = 4096;
+/// Floats of one split state: the max, the sum, and a head of up to 256 numerators.
+const SPLIT_STATE: usize = 256 + 2;
+/// kernels/attention.cu's tiled prefill: queries and keys a tile, warps a block, and the
+/// largest head it takes (larger heads use the one-query-a-block kernel).
+const PREFILL_TILE_Q: usize = 16;
+const PREFILL_TILE_K: usize = 32;
+const PREFILL_WARPS: u32 = 4;
+const PREFILL_MAX_HEAD: usize = 128;
 /// Threads per block of the chunked argmax, softmax and top-k.
 const CHUNK_THREADS: u32 = 256;
 /// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
@@ -92,6 +109,12 @@ pub struct CudaBackend {
     chunk_ids: DeviceBuf<i32>,
     /// Each chunk's max and sum of exponentials (softmax), `ROW_GROUP` rows' worth.
     chunk_stats: DeviceBuf<f32>,
+    /// Split attention's per-block states and per-(row, head) arrival counts (kernels/attention.cu).
+    split_states: DeviceBuf<f32>,
+    split_counters: DeviceBuf<i32>,
+    /// The paged table of the batched forward under way, as uploaded (`PagedBatch`): every
+    /// layer of the forward reads the same one.
+    paged_table: std::sync::Mutex<PagedTable>,
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
     fused_residual: bool,
@@ -118,6 +141,8 @@ impl CudaBackend {
         let chunk_values = gpu.alloc::<f32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk values")?;
         let chunk_ids = gpu.alloc::<i32>(ROW_GROUP * MAX_CANDIDATES, "per-chunk ids")?;
         let chunk_stats = gpu.alloc::<f32>(ROW_GROUP * MAX_CHUNKS * 2, "per-chunk softmax stats")?;
+        let split_states = gpu.alloc::<f32>(SPLIT_PAIRS * ATTENTION_SPLITS * SPLIT_STATE, "split attention states")?;
+        let split_counters = gpu.alloc::<i32>(SPLIT_PAIRS, "split attention counters")?;
         let graphs = Graphs::new(&gpu)?;
         let fused_residual = Knobs::get().fused_residual;
         let b = CudaBackend {
@@ -133,6 +158,9 @@ impl CudaBackend {
             chunk_values,
             chunk_ids,
             chunk_stats,
+            split_states,
+            split_counters,
+            paged_table: Default::default(),
             fused_residual,
         };
         b.reset_bad_id();
@@ -233,6 +261,57 @@ impl CudaBackend {
         Some(list)
     }
 
+    /// Causal attention of `queries` query rows from `row0` in tiles (kernels/attention.cu's
+    /// prefill kernel): query i sees `visible0 + i` keys, or as `table` says for a sequence
+    /// of a paged batch.
+    #[allow(clippy::too_many_arguments)]
+    fn prefill_attention(
+        &self,
+        q: &CudaTensor,
+        kv: (&CudaTensor, &CudaTensor),
+        out: &CudaTensor,
+        g: &AttnGeometry,
+        rows: (usize, usize),
+        visible0: usize,
+        table: Option<u64>,
+    ) {
+        let (row0, queries) = rows;
+        let mut args = attention_args(
+            q,
+            kv,
+            out,
+            g,
+            [Arg::I32(row0 as i32), Arg::I32(queries as i32), Arg::I32(visible0 as i32), table.map_or(NULL, Arg::Ptr)],
+        );
+        let shared = (2 * PREFILL_TILE_K * g.head_dim * 4) as u32;
+        let grid = (g.heads as u32, queries.div_ceil(PREFILL_TILE_Q) as u32);
+        self.kernel(PREFILL_ATTENTION_KERNEL, grid, PREFILL_WARPS * 32, shared, &mut args, None);
+    }
+
+    /// Whether a forward of `queries` queries takes the tiled prefill kernel: a prompt chunk,
+    /// causal, run eagerly (its key count is a plain argument).
+    fn tiles_prefill(&self, queries: usize, causal: bool, g: &AttnGeometry) -> bool {
+        queries > STEP_QUERIES_MAX && causal && g.head_dim <= PREFILL_MAX_HEAD && !self.graphs.in_step()
+    }
+
+    /// The device address of `batch`'s table, uploaded unless the last upload was the same.
+    fn upload_paged_table(&self, table: &[i32]) -> Option<u64> {
+        let mut t = self.paged_table.lock().unwrap_or_else(|e| e.into_inner());
+        if t.host != table {
+            if t.buf.as_ref().is_none_or(|b| b.len() < table.len()) {
+                t.buf = Some(
+                    self.gpu
+                        .alloc::<i32>(table.len().next_power_of_two(), "paged attention table")
+                        .map_err(|e| self.gpu.record(|| e.to_string()))
+                        .ok()?,
+                );
+            }
+            self.gpu.upload(table, t.buf.as_ref()?.ptr());
+            t.host = table.to_vec();
+        }
+        t.buf.as_ref().map(|b| b.ptr())
+    }
+
     /// Launch a kernel through the graph gate: in a replayed step it only stages its
     /// per-step values; in a captured one it reads them from the graph arena.
     fn kernel(&self, name: &'static str, grid: (u32, u32), block: u32, shared: u32, args: &mut [Arg], dynamic: Option<Dynamic<'_>>) {
@@ -289,6 +368,13 @@ impl CudaBackend {
     }
 }
 
+/// The last paged table uploaded, and where.
+#[derive(Default)]
+struct PagedTable {
+    buf: Option<DeviceBuf<i32>>,
+    host: Vec<i32>,
+}
+
 /// What a chunked top-k ranks and writes as values.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Ranked {
@@ -318,6 +404,28 @@ fn segment(x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, out: &Cuda
     let (n_out, k_in) = (w.shape[0], w.shape[1]);
     assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
     Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out, accumulate: false }
+}
+
+/// The arguments every attention kernel of kernels/attention.cu starts with (q, k, v, out
+/// and the head geometry), then `rest`.
+fn attention_args<const N: usize>(
+    q: &CudaTensor,
+    kv: (&CudaTensor, &CudaTensor),
+    out: &CudaTensor,
+    g: &AttnGeometry,
+    rest: [Arg; N],
+) -> Vec<Arg> {
+    let head = [
+        Arg::Ptr(q.buf.ptr()),
+        Arg::Ptr(kv.0.buf.ptr()),
+        Arg::Ptr(kv.1.buf.ptr()),
+        Arg::Ptr(out.buf.ptr()),
+        Arg::I32(g.heads as i32),
+        Arg::I32(g.kv_heads as i32),
+        Arg::I32(g.head_dim as i32),
+        Arg::F32(g.scale),
+    ];
+    head.into_iter().chain(rest).collect()
 }
 
 fn to_usize_ids(rows: &[usize]) -> Vec<i32> {
@@ -647,33 +755,106 @@ impl Backend for CudaBackend {
         if g.head_dim > 256 {
             return self.gpu.record(|| format!("attention: head_dim {} is over the kernel's 256", g.head_dim));
         }
+        if self.tiles_prefill(window.queries, matches!(mask, Mask::Causal), g) {
+            let visible0 = window.prefix + window.region - window.queries + 1;
+            return self.prefill_attention(q, (k, v), out, g, (0, window.queries), visible0, None);
+        }
         let mask_ptr = match mask {
             Mask::Causal => NULL,
             Mask::Explicit(ids) => Arg::Ptr(ids.buf.ptr()),
         };
-        let mut args = [
-            Arg::Ptr(q.buf.ptr()),
-            Arg::Ptr(k.buf.ptr()),
-            Arg::Ptr(v.buf.ptr()),
-            Arg::Ptr(out.buf.ptr()),
-            Arg::I32(g.heads as i32),
-            Arg::I32(g.kv_heads as i32),
-            Arg::I32(g.head_dim as i32),
-            Arg::F32(g.scale),
-            Arg::I32(window.prefix as i32),
-            Arg::I32(window.region as i32),
-            Arg::I32(window.queries as i32),
-            NULL,
-            mask_ptr,
-        ];
+        // A step's queries may split their keys (by each query's own key count, so a graph
+        // replays at any length); a prefill chunk's are many and do not need to.
+        let step = window.queries <= STEP_QUERIES_MAX;
+        let splits = if step && window.queries * g.heads <= SPLIT_PAIRS { ATTENTION_SPLITS } else { 1 };
+        let mut args = attention_args(
+            q,
+            (k, v),
+            out,
+            g,
+            [
+                Arg::I32(window.prefix as i32),
+                Arg::I32(window.region as i32),
+                Arg::I32(window.queries as i32),
+                NULL,
+                mask_ptr,
+                Arg::I32(splits as i32),
+                Arg::Ptr(self.split_states.ptr()),
+                Arg::Ptr(self.split_counters.ptr()),
+            ],
+        );
         let values = [window.prefix as i32, window.region as i32];
         let dynamic = Dynamic { values: &values, value_args: &[8, 9], ptr_arg: 11 };
         // By the query count alone, so that a verify tree sums as decode steps do and a
         // tensor-parallel rank (fewer heads) as the whole model does.
-        let warps = if window.queries > STEP_QUERIES_MAX { PREFILL_ATTENTION_WARPS } else { ATTENTION_WARPS };
+        let warps = if step { ATTENTION_WARPS } else { PREFILL_ATTENTION_WARPS };
         let shared = warps * (g.head_dim as u32 + 2) * 4;
-        let name = ATTENTION_KERNELS[g.head_dim.div_ceil(32).max(1) - 1];
-        self.kernel(name, (window.queries as u32, g.heads as u32), warps * 32, shared, &mut args, Some(dynamic));
+        let grid = ((g.heads * splits) as u32, window.queries as u32);
+        self.kernel(attention_kernel(g.head_dim, false), grid, warps * 32, shared, &mut args, Some(dynamic));
+    }
+
+    fn paged_attention_batch(
+        &self,
+        q: &CudaTensor,
+        new_kv: (&CudaTensor, &CudaTensor),
+        cache: (&mut CudaTensor, &mut CudaTensor),
+        g: &AttnGeometry,
+        batch: &PagedBatch<'_, Self>,
+        scratch: &mut PagedScratch<Self>,
+        out: &mut CudaTensor,
+    ) {
+        // Trees (explicit masks) and steps being captured go one sequence at a time.
+        let tree = batch.seqs.iter().any(|s| matches!(s.mask, Mask::Explicit(_)));
+        if tree || self.graphs.in_step() || g.head_dim > 256 {
+            return paged_attention_per_seq(self, q, new_kv, cache, g, batch, scratch, out);
+        }
+        let Some(table) = self.upload_paged_table(&batch.table) else { return };
+        let width = new_kv.0.cols;
+        let mut store = [
+            Arg::Ptr(new_kv.0.buf.ptr()),
+            Arg::Ptr(new_kv.1.buf.ptr()),
+            Arg::Ptr(cache.0.buf.ptr()),
+            Arg::Ptr(cache.1.buf.ptr()),
+            Arg::I32(width as i32),
+            Arg::Ptr(table),
+        ];
+        self.kernel("store_kv_paged_f32", (batch.rows as u32, 1), row_block(width), 0, &mut store, None);
+        // Prompt chunks in tiles; every other row as a decode step sums (ATTENTION_WARPS,
+        // splits by its own key count), so that a sequence's steps do not depend on what it
+        // is batched with. Step rows come in runs of adjacent sequences.
+        let mut step_runs: Vec<(usize, usize)> = Vec::new();
+        for s in batch.seqs {
+            let (row, queries) = (s.seq.row, s.seq.queries);
+            if self.tiles_prefill(queries, true, g) {
+                self.prefill_attention(q, (&*cache.0, &*cache.1), out, g, (row, queries), 0, Some(table));
+            } else if let Some(last) = step_runs.last_mut().filter(|(start, len)| start + len == row) {
+                last.1 += queries;
+            } else {
+                step_runs.push((row, queries));
+            }
+        }
+        let splits = (batch.max_visible / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS);
+        let chunk = if splits > 1 { (SPLIT_PAIRS / g.heads).max(1) } else { batch.rows };
+        let shared = ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
+        for (start, len) in step_runs {
+            for row_base in (start..start + len).step_by(chunk) {
+                let mut args = attention_args(
+                    q,
+                    (&*cache.0, &*cache.1),
+                    out,
+                    g,
+                    [
+                        Arg::Ptr(table),
+                        Arg::I32(row_base as i32),
+                        Arg::I32(splits as i32),
+                        Arg::Ptr(self.split_states.ptr()),
+                        Arg::Ptr(self.split_counters.ptr()),
+                    ],
+                );
+                let grid = ((g.heads * splits) as u32, chunk.min(start + len - row_base) as u32);
+                self.kernel(attention_kernel(g.head_dim, true), grid, ATTENTION_WARPS * 32, shared, &mut args, None);
+            }
+        }
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, n: usize, out: &mut CudaTensor) {

@@ -26,8 +26,9 @@ macro_rules! kernel_source {
     };
 }
 
-/// The attention entry point for a lane's share of a head, ceil(head_dim / 32) = 1 .. 8.
-pub const ATTENTION_KERNELS: [&str; 8] = [
+/// attention.cu's entry points: by a lane's share of a head, ceil(head_dim / 32) = 1 .. 8,
+/// over contiguous slots, then over a paged pool; last the tiled prefill kernel.
+pub const ATTENTION_KERNELS: [&str; 17] = [
     "attention_f32_p1",
     "attention_f32_p2",
     "attention_f32_p3",
@@ -36,7 +37,23 @@ pub const ATTENTION_KERNELS: [&str; 8] = [
     "attention_f32_p6",
     "attention_f32_p7",
     "attention_f32_p8",
+    "paged_attention_f32_p1",
+    "paged_attention_f32_p2",
+    "paged_attention_f32_p3",
+    "paged_attention_f32_p4",
+    "paged_attention_f32_p5",
+    "paged_attention_f32_p6",
+    "paged_attention_f32_p7",
+    "paged_attention_f32_p8",
+    PREFILL_ATTENTION_KERNEL,
 ];
+
+pub const PREFILL_ATTENTION_KERNEL: &str = "prefill_attention_f32";
+
+/// The attention kernel for `head_dim` (at most 256), over a paged pool or contiguous slots.
+pub fn attention_kernel(head_dim: usize, paged: bool) -> &'static str {
+    ATTENTION_KERNELS[usize::from(paged) * 8 + head_dim.div_ceil(32).max(1) - 1]
+}
 
 pub const SOURCES: &[KernelSource] = &[
     kernel_source!("embedding.cu", ["embedding_f32"]),
@@ -45,7 +62,17 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource { file: "kernels/attention.cu", text: include_str!("../../../kernels/attention.cu"), functions: &ATTENTION_KERNELS },
     kernel_source!(
         "elementwise.cu",
-        ["silu_mul_f32", "add_f32", "add_bias_f32", "f32_to_bf16", "copy_rows_f32", "copy_cols_f32", "gather_rows_f32", "move_rows_f32"]
+        [
+            "silu_mul_f32",
+            "add_f32",
+            "add_bias_f32",
+            "f32_to_bf16",
+            "copy_rows_f32",
+            "copy_cols_f32",
+            "gather_rows_f32",
+            "move_rows_f32",
+            "store_kv_paged_f32"
+        ]
     ),
     kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
     kernel_source!(
@@ -113,15 +140,22 @@ mod tests {
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
     /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS; attention.cu's
-    /// ATTENTION_ENTRY names its own.
+    /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share.
+    /// What the kernel regex finds inside a macro instead of a kernel's name: gemv.cu's
+    /// parameter `NAME`, and `__launch_bounds__` where attention.cu pastes the name
+    /// (`attention_f32_p##PER`). The stamped names are added from the macros' uses.
+    const MACRO_MATCHES: [&str; 2] = ["NAME", "__launch_bounds__"];
+
     #[test]
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
-        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
+        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\d+),").unwrap();
         for src in SOURCES {
-            // A macro's kernels are named by its parameter (`NAME`), not by the text.
-            let mut found: Vec<&str> = re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| *n != "NAME").collect();
-            found.extend(entry.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()));
+            let mut found: Vec<&str> =
+                re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| !MACRO_MATCHES.contains(n)).collect();
+            let stamped: Vec<String> =
+                entry.captures_iter(src.text).flat_map(|c| ["", "paged_"].map(|kind| format!("{kind}attention_f32_p{}", &c[1]))).collect();
+            found.extend(stamped.iter().map(String::as_str));
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
             }
@@ -136,12 +170,12 @@ mod tests {
     /// Every kernel is launched with programmatic dependent launch allowed, so each must
     /// wait for the previous kernel before it reads what that one wrote: a kernel written
     /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
-    /// reach `pdl_wait` through `gemv_tile` and `attend`, which the GPU checks cover).
+    /// reach `pdl_wait` through `gemv_tile`, `attend_window` and `attend_paged`, which the GPU checks cover).
     #[test]
     fn every_written_out_kernel_waits_for_the_one_before() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
         for src in SOURCES {
-            for c in re.captures_iter(src.text).filter(|c| &c[1] != "NAME") {
+            for c in re.captures_iter(src.text).filter(|c| !MACRO_MATCHES.contains(&&c[1])) {
                 let body = &src.text[c.get(0).unwrap().end()..];
                 let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
                 let name = &c[1];
@@ -152,7 +186,7 @@ mod tests {
                 );
             }
         }
-        for callee in ["gemv_tile", "attend"] {
+        for callee in ["gemv_tile", "attend_window", "attend_paged"] {
             let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
             let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");
