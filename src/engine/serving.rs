@@ -93,13 +93,10 @@ pub struct Usage {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServeEvent {
     /// The scheduler took the request into the running batch.
-    Started {
-        prompt_tokens: usize,
-    },
-    Tokens {
-        ids: Vec<u32>,
-        text: String,
-    },
+    Started { prompt_tokens: usize },
+    /// Tokens a step committed: its accepted draft tokens (`drafted`) in one event, then
+    /// the target's own token in another, so a view can mark what speculation gave.
+    Tokens { ids: Vec<u32>, text: String, drafted: bool },
     /// Always the last event of a request.
     Finished {
         reason: FinishReason,
@@ -657,19 +654,26 @@ impl<'a> Serving<'a> {
                 r.last_token = Some(now);
                 r.completion_tokens += u.tokens.len();
                 r.ids.extend(&u.tokens);
-                let mut piece = r.stream.push(&tok, &u.tokens).unwrap_or_default();
-                // A stop string ends the output before it, even across two steps' text.
-                let before = r.text.len();
-                r.text.push_str(&piece);
-                if let Some(at) = r.stop.iter().filter_map(|s| r.text.find(s.as_str())).min() {
-                    piece = r.text[before.min(at)..at].to_string();
-                    r.text.truncate(at);
-                    r.cut = true;
-                    reason = Some(FinishReason::Stop);
-                }
-                if r.events.send(ServeEvent::Tokens { ids: u.tokens, text: piece }).is_err() {
-                    // The client went away: its request ends here.
-                    reason = Some(FinishReason::Cancelled);
+                let (draft, own) = u.tokens.split_at(u.drafted.min(u.tokens.len()));
+                for (ids, drafted) in [(draft, true), (own, false)] {
+                    if ids.is_empty() || r.cut {
+                        continue;
+                    }
+                    let mut piece = r.stream.push(&tok, ids).unwrap_or_default();
+                    // A stop string ends the output before it, even across two steps' text.
+                    let before = r.text.len();
+                    r.text.push_str(&piece);
+                    if let Some(at) = r.stop.iter().filter_map(|s| r.text.find(s.as_str())).min() {
+                        piece = r.text[before.min(at)..at].to_string();
+                        r.text.truncate(at);
+                        r.cut = true;
+                        reason = Some(FinishReason::Stop);
+                    }
+                    if r.events.send(ServeEvent::Tokens { ids: ids.to_vec(), text: piece, drafted }).is_err() {
+                        // The client went away: its request ends here.
+                        reason = Some(FinishReason::Cancelled);
+                        break;
+                    }
                 }
             }
             if let Some(reason) = reason {
@@ -846,6 +850,34 @@ mod tests {
             })
             .collect();
         assert_eq!(ready, [false, true]);
+    }
+
+    /// A drafter that is the target itself has every draft token accepted: each step's
+    /// tokens arrive as its drafted ones, then the target's own single token.
+    #[test]
+    fn accepted_draft_tokens_arrive_marked_apart_from_the_targets_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = pair(dir.path());
+        spec.draft_model_path = spec.model_path.clone();
+        spec.speculative_algorithm = Some(Algorithm::Standalone);
+        spec.speculative_num_steps = Some(3);
+        let h = ServeHandle::start(&spec, EventSink::channel().0, Arc::new(|_: &LaunchSpec| Vec::new()), ServeConfig::default()).unwrap();
+        let (_, mut rx) = h.submit(request(17)).unwrap();
+        let mut parts = Vec::new();
+        loop {
+            match rx.blocking_recv().unwrap() {
+                ServeEvent::Started { .. } => {}
+                ServeEvent::Tokens { ids, drafted, .. } => parts.push((ids.len(), drafted)),
+                ServeEvent::Finished { usage, .. } => {
+                    assert_eq!(usage.completion_tokens, 17);
+                    break;
+                }
+            }
+        }
+        // Four steps of 3 drafted + 1 own token, then the first drafted token of a fifth
+        // (max_tokens cuts it there).
+        let step = [(3, true), (1, false)];
+        assert_eq!(parts, [&step[..], &step, &step, &step, &[(1, true)]].concat());
     }
 
     #[test]

@@ -88,13 +88,13 @@ impl Forward {
         while let Some(event) = events.recv().await {
             match event {
                 ServeEvent::Started { prompt_tokens } => self.metrics.on_started(prompt_tokens),
-                ServeEvent::Tokens { ids, text } => {
+                ServeEvent::Tokens { ids, text, drafted } => {
                     let now = Instant::now();
                     let gap = now.duration_since(self.last.unwrap_or(self.arrived)).as_secs_f64();
                     self.metrics.on_tokens(ids.len(), gap, self.last.is_none());
                     self.last = Some(now);
                     match &self.session {
-                        Some(session) => session.emit(Event::Token { ids, text, drafted: false }),
+                        Some(session) => session.emit(Event::Token { ids, text, drafted }),
                         None => {
                             let _ = self.replies.send(Reply::Text { text, tokens: ids.len() });
                         }
