@@ -258,6 +258,9 @@ pub fn paged_attention_by_gather<B: Backend + ?Sized>(
 /// `table` the pool slots of those keys start, in position order (the row's own last); the
 /// sequences' slot lists follow the `2 · rows` header entries.
 pub struct PagedBatch<'a, B: Backend + ?Sized> {
+    /// Unique to this batch in the process: a backend that uploads `table` once for all
+    /// the layers of a forward knows the batch by it, without comparing tables.
+    pub id: u64,
     pub seqs: &'a [BatchSeq<'a, B>],
     pub rows: usize,
     pub table: Vec<i32>,
@@ -282,7 +285,9 @@ impl<'a, B: Backend + ?Sized> PagedBatch<'a, B> {
                 max_visible = max_visible.max(visible);
             }
         }
-        PagedBatch { seqs, rows, table, max_visible }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PagedBatch { id, seqs, rows, table, max_visible }
     }
 }
 

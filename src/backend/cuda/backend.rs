@@ -112,8 +112,8 @@ pub struct CudaBackend {
     /// Split attention's per-block states and per-(row, head) arrival counts (kernels/attention.cu).
     split_states: DeviceBuf<f32>,
     split_counters: DeviceBuf<i32>,
-    /// The paged table of the batched forward under way, as uploaded (`PagedBatch`): every
-    /// layer of the forward reads the same one.
+    /// The paged table of the batched forward under way (`PagedBatch`): every layer of the
+    /// forward reads the same upload.
     paged_table: std::sync::Mutex<PagedTable>,
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
@@ -294,20 +294,20 @@ impl CudaBackend {
         queries > STEP_QUERIES_MAX && causal && g.head_dim <= PREFILL_MAX_HEAD && !self.graphs.in_step()
     }
 
-    /// The device address of `batch`'s table, uploaded unless the last upload was the same.
-    fn upload_paged_table(&self, table: &[i32]) -> Option<u64> {
+    /// The device address of `batch`'s table, uploaded by the first layer of its forward.
+    fn upload_paged_table(&self, batch: &PagedBatch<'_, Self>) -> Option<u64> {
         let mut t = self.paged_table.lock().unwrap_or_else(|e| e.into_inner());
-        if t.host != table {
-            if t.buf.as_ref().is_none_or(|b| b.len() < table.len()) {
+        if t.batch != Some(batch.id) {
+            if t.buf.as_ref().is_none_or(|b| b.len() < batch.table.len()) {
                 t.buf = Some(
                     self.gpu
-                        .alloc::<i32>(table.len().next_power_of_two(), "paged attention table")
+                        .alloc::<i32>(batch.table.len().next_power_of_two(), "paged attention table")
                         .map_err(|e| self.gpu.record(|| e.to_string()))
                         .ok()?,
                 );
             }
-            self.gpu.upload(table, t.buf.as_ref()?.ptr());
-            t.host = table.to_vec();
+            self.gpu.upload(&batch.table, t.buf.as_ref()?.ptr());
+            t.batch = Some(batch.id);
         }
         t.buf.as_ref().map(|b| b.ptr())
     }
@@ -368,11 +368,11 @@ impl CudaBackend {
     }
 }
 
-/// The last paged table uploaded, and where.
+/// Where the last paged table went, and the batch it belongs to (`PagedBatch::id`).
 #[derive(Default)]
 struct PagedTable {
     buf: Option<DeviceBuf<i32>>,
-    host: Vec<i32>,
+    batch: Option<u64>,
 }
 
 /// What a chunked top-k ranks and writes as values.
@@ -808,7 +808,7 @@ impl Backend for CudaBackend {
         if tree || self.graphs.in_step() || g.head_dim > 256 {
             return paged_attention_per_seq(self, q, new_kv, cache, g, batch, scratch, out);
         }
-        let Some(table) = self.upload_paged_table(&batch.table) else { return };
+        let Some(table) = self.upload_paged_table(batch) else { return };
         let width = new_kv.0.cols;
         let mut store = [
             Arg::Ptr(new_kv.0.buf.ptr()),
@@ -1008,5 +1008,26 @@ impl Backend for CudaBackend {
 
     fn graph_reset(&self) {
         self.graphs.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launch shapes above size grids and shared memory for kernels/attention.cu's
+    /// tiles and splits: each must be the number the kernels are compiled with.
+    #[test]
+    fn launch_constants_match_the_attention_kernels() {
+        let text = SOURCES.iter().find(|s| s.file == "kernels/attention.cu").unwrap().text;
+        let define = |name: &str| -> usize {
+            let re = regex::Regex::new(&format!(r"(?m)^#define {name} (\d+)$")).unwrap();
+            re.captures(text).unwrap_or_else(|| panic!("{name} is not defined")).get(1).unwrap().as_str().parse().unwrap()
+        };
+        assert_eq!(define("ATTENTION_SPLIT_KEYS"), ATTENTION_SPLIT_KEYS);
+        assert_eq!(define("PREFILL_TILE_Q"), PREFILL_TILE_Q);
+        assert_eq!(define("PREFILL_TILE_K"), PREFILL_TILE_K);
+        assert_eq!(define("PREFILL_WARPS"), PREFILL_WARPS as usize);
+        assert_eq!(define("ATTENTION_MAX_THREADS"), (ATTENTION_WARPS * 32) as usize);
     }
 }
