@@ -14,6 +14,7 @@
 //!   would. Optional draft vocabulary (with `d2t`), aux layer ids and context length.
 //! * `TinyStandalone`: a one-layer Llama sharing the target's embeddings, final norm and
 //!   lm_head (a "distilled" small model with the same tokenizer).
+//! * `TinyDeepseek` (`deepseek`): a DeepSeek-V3 target (MLA + MoE) that splits over 8 ranks.
 //!
 //! `edit` hooks let tests corrupt a folder (drop a tensor, change a shape) before writing.
 
@@ -27,6 +28,9 @@ use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
 use crate::engine::llama::Family;
+
+mod deepseek;
+pub use deepseek::TinyDeepseek;
 
 /// A tensor to write.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,6 +77,13 @@ fn write_json(path: &Path, v: &Value) -> io::Result<()> {
 }
 
 /// The word for a token id.
+/// A model folder: its config.json and one safetensors file.
+fn write_folder(dir: &Path, config: &Value, t: &Tensors, dtype: DiskDtype) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    write_json(&dir.join("config.json"), config)?;
+    write_safetensors(&dir.join("model.safetensors"), t, dtype)
+}
+
 pub fn word(id: u32) -> String {
     match id {
         0 => "<unk>".into(),
@@ -252,12 +263,10 @@ impl TinyLlama {
 
     /// Write the folder after `edit` has changed the weights (to make a bad checkpoint).
     pub fn write_edited(&self, dir: &Path, edit: impl FnOnce(&mut Tensors)) -> io::Result<Tensors> {
-        std::fs::create_dir_all(dir)?;
         let mut t = self.tensors();
         let weights = t.clone();
         edit(&mut t);
-        write_json(&dir.join("config.json"), &self.config())?;
-        write_safetensors(&dir.join("model.safetensors"), &t, self.dtype)?;
+        write_folder(dir, &self.config(), &t, self.dtype)?;
         write_tokenizer(dir, self.vocab)?;
         Ok(weights)
     }
@@ -332,7 +341,11 @@ impl TinyEagle3 {
     }
 
     pub fn config(&self, target: &TinyLlama) -> Value {
-        let h = target.hidden;
+        self.config_for(target.hidden, target.vocab)
+    }
+
+    /// The config beside a target of `h` hidden and `vocab` ids (any family).
+    pub fn config_for(&self, h: usize, vocab: usize) -> Value {
         let mut c = json!({
             "architectures": ["LlamaForCausalLMEagle3"],
             "model_type": "llama",
@@ -342,7 +355,7 @@ impl TinyEagle3 {
             "num_attention_heads": h / self.head_dim,
             "num_key_value_heads": h / self.head_dim,
             "head_dim": self.head_dim,
-            "vocab_size": target.vocab,
+            "vocab_size": vocab,
             "max_position_embeddings": self.max_positions,
             "rms_norm_eps": 1e-6,
             "hidden_act": "silu",
@@ -362,8 +375,14 @@ impl TinyEagle3 {
     }
 
     pub fn tensors(&self, target: &TinyLlama, weights: &Tensors) -> Tensors {
+        self.tensors_for(target.hidden, &f32s(weights, "model.norm.weight"), &target.lm_head(weights))
+    }
+
+    /// The weights beside a target whose final norm is `norm` and lm_head `head`
+    /// (`[vocab, h]`, which the draft vocabulary's rows are taken from).
+    pub fn tensors_for(&self, h: usize, norm: &[f32], head: &[f32]) -> Tensors {
         let mut r = Init::new(self.seed);
-        let h = target.hidden;
+        let vocab = head.len() / h;
         let mut t = Tensors::new();
         let (fc_gain, mlp_gain) = if self.imitate { (0.05, 0.1) } else { (1.0, 1.0) };
         t.insert("fc.weight".into(), r.linear(h, 3 * h, fc_gain));
@@ -388,9 +407,8 @@ impl TinyEagle3 {
         t.insert(format!("{p}mlp.gate_proj.weight"), r.linear(self.intermediate, h, mlp_gain));
         t.insert(format!("{p}mlp.up_proj.weight"), r.linear(self.intermediate, h, mlp_gain));
         t.insert(format!("{p}mlp.down_proj.weight"), r.linear(h, self.intermediate, mlp_gain));
-        put(&mut t, "norm.weight", vec![h], f32s(weights, "model.norm.weight"));
-        let head = target.lm_head(weights);
-        let hot = self.hot_ids(target.vocab);
+        put(&mut t, "norm.weight", vec![h], norm.to_vec());
+        let hot = self.hot_ids(vocab);
         let rows: Vec<f32> = hot.iter().flat_map(|&id| head[id as usize * h..][..h].to_vec()).collect();
         put(&mut t, "lm_head.weight", vec![hot.len(), h], rows);
         if self.draft_vocab.is_some() {
@@ -405,11 +423,14 @@ impl TinyEagle3 {
     }
 
     pub fn write_edited(&self, dir: &Path, target: &TinyLlama, weights: &Tensors, edit: impl FnOnce(&mut Tensors)) -> io::Result<()> {
-        std::fs::create_dir_all(dir)?;
         let mut t = self.tensors(target, weights);
         edit(&mut t);
-        write_json(&dir.join("config.json"), &self.config(target))?;
-        write_safetensors(&dir.join("model.safetensors"), &t, DiskDtype::F32)
+        write_folder(dir, &self.config(target), &t, DiskDtype::F32)
+    }
+
+    /// The drafter beside any target of `h` hidden: its final norm and lm_head given.
+    pub fn write_for(&self, dir: &Path, h: usize, norm: &[f32], head: &[f32]) -> io::Result<()> {
+        write_folder(dir, &self.config_for(h, head.len() / h), &self.tensors_for(h, norm, head), DiskDtype::F32)
     }
 }
 

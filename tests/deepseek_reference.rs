@@ -6,6 +6,7 @@
 //! step attends through the decompressed keys and values or the absorbed `kv_b_proj`, one
 //! token per decode step or a verify step of many query tokens.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,13 +18,16 @@ use specdeck::engine::kv::KvCache;
 use specdeck::engine::lifecycle::Engine;
 use specdeck::engine::llama::{Capacity, Family, Logits};
 use specdeck::engine::request::LaunchOutcome;
-use specdeck::engine::scheduler::SchedulerConfig;
+use specdeck::engine::sampling::SamplingParams;
+use specdeck::engine::scheduler::{SchedulerConfig, SeqRequest};
+use specdeck::engine::spec_decode::Generation;
 use specdeck::engine::weights::Loader;
 use specdeck::event::{Event, EventSink};
 use specdeck::model::checkpoint::Checkpoint;
 use specdeck::model::config::ModelConfig;
+use specdeck::phase::PhaseId;
 use specdeck::spec::{Algorithm, Device, LaunchSpec};
-use specdeck::testkit::{write_tokenizer, TinyLlama};
+use specdeck::testkit::{write_tokenizer, TinyEagle3, TinyLlama};
 
 /// Absolute, on logits of magnitude up to about 3 that reference.json rounds to 5 decimals:
 /// f32 on the CPU against f32 on the GPU measured within 8.4e-6.
@@ -50,7 +54,12 @@ struct Case {
 }
 
 fn cases(name: &str) -> Vec<Case> {
-    let text = std::fs::read_to_string(root().join("reference.json")).unwrap();
+    cases_in("reference.json", name)
+}
+
+/// The prompts of case `name` in one of testdata/deepseek's reference files.
+fn cases_in(file: &str, name: &str) -> Vec<Case> {
+    let text = std::fs::read_to_string(root().join(file)).unwrap();
     let json: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["transformers"], "5.17.0");
     let ints = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect::<Vec<_>>();
@@ -123,9 +132,13 @@ fn check(what: &str, c: &Case, tokens: &[u32], rows: &[Vec<f32>]) -> f32 {
 }
 
 fn matches_transformers(case: &str, reference: &str) {
+    matches_transformers_in("reference.json", case, reference)
+}
+
+fn matches_transformers_in(file: &str, case: &str, reference: &str) {
     let mut model = load(case);
     let mut worst = 0.0f32;
-    for (i, c) in cases(reference).iter().enumerate() {
+    for (i, c) in cases_in(file, reference).iter().enumerate() {
         for attend in [None, Some(Attend::Absorbed), Some(Attend::Decompressed)] {
             model.attend = attend;
             let (tokens, rows) = decode(&mut model, c);
@@ -156,6 +169,63 @@ fn the_kimi_k25_wrapper_matches_its_text_model() {
     matches_transformers("kimi-k25", "dsv3-qlora");
 }
 
+/// DeepSeek-V3's FP8 layout (float8_e4m3fn weights, 128x128 `weight_scale_inv` blocks, one
+/// block partial) as transformers' own fine-grained FP8 quantizer wrote it
+/// (scripts/gpu/deepseek_quantized.py): dequantized at load, the engine gives transformers'
+/// tokens and logits on the dequantized weights.
+#[test]
+fn fp8_block_scaled_weights_match_transformers_on_their_dequantized_weights() {
+    matches_transformers_in("quantized.json", "dsv3-fp8", "dsv3-fp8");
+}
+
+/// Kimi-K2.5's routed experts in compressed-tensors pack-quantized INT4 (group 32), packed by
+/// compressed-tensors' own compressor, the rest bf16, inside the Kimi-K2.5 wrapper.
+#[test]
+fn kimi_k25_int4_experts_match_transformers_on_their_dequantized_weights() {
+    matches_transformers_in("quantized.json", "kimi-int4", "kimi-int4");
+}
+
+/// Quantized tensors that contradict the config stop the launch in target-load with a
+/// finding that names the file and the tensor; the model files stay as they were.
+#[test]
+fn quantized_tensors_that_contradict_the_config_are_findings_that_name_file_and_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let edit = |case: &str, pointer: &str, value: Value| {
+        let folder = launchable(dir.path(), case);
+        let path = folder.join("config.json");
+        let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        *config.pointer_mut(pointer).unwrap() = value;
+        std::fs::write(&path, config.to_string()).unwrap();
+        folder
+    };
+    let failure = |folder: &Path| {
+        let (sink, _rx) = EventSink::channel();
+        let spec = LaunchSpec {
+            model_path: Some(folder.display().to_string()),
+            device: Device::Cpu,
+            speculative_algorithm: Some(Algorithm::None),
+            ..LaunchSpec::default()
+        };
+        match Engine::new(CpuBackend, sink).launch(&spec, &specdeck::preflight::check_spec) {
+            LaunchOutcome::Failed(f) => f,
+            other => panic!("launched: {other:?}"),
+        }
+    };
+    let fp8 = edit("dsv3-fp8", "/quantization_config/weight_block_size", serde_json::json!([64, 64]));
+    let f = failure(&fp8);
+    let file = fp8.join("model.safetensors").display().to_string();
+    let tensor = "model.layers.0.self_attn.q_a_proj.weight_scale_inv";
+    assert_eq!(f.message, format!("{file}: tensor {tensor} has shape [2, 2], expected [4, 4]"));
+    assert_eq!((f.phase, f.evidence[0].file.as_str(), f.evidence[0].key.as_str()), (PhaseId::TargetLoad, file.as_str(), tensor));
+
+    let int4 = edit("kimi-int4", "/text_config/moe_intermediate_size", serde_json::json!(64));
+    let f = failure(&int4);
+    let file = int4.join("model.safetensors").display().to_string();
+    let tensor = "language_model.model.layers.1.mlp.experts.0.gate_proj.weight_shape";
+    assert_eq!(f.message, format!("{file}: tensor {tensor} holds [128, 256], but the config makes the weight [64, 256]"));
+    assert_eq!((f.evidence[0].file.as_str(), f.evidence[0].key.as_str()), (file.as_str(), tensor));
+}
+
 /// The phases a target-only launch of the folder runs, with the full preflight, and the
 /// engine left ready.
 fn launch(dir: &Path) -> (Engine<CpuBackend>, Vec<String>) {
@@ -178,18 +248,32 @@ fn launch(dir: &Path) -> (Engine<CpuBackend>, Vec<String>) {
     (engine, phases)
 }
 
+/// A copy of testdata's `case` under `dir` with a word-level tokenizer beside it (a launch
+/// needs one; the fixtures ship weights only).
+fn launchable(dir: &Path, case: &str) -> PathBuf {
+    let folder = dir.join(case);
+    std::fs::create_dir(&folder).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join(case).join(file), folder.join(file)).unwrap();
+    }
+    write_tokenizer(&folder, 320).unwrap();
+    folder
+}
+
+/// Generate without stop tokens: transformers' 16 tokens were taken past any end-of-sequence id.
+fn greedy(engine: &mut Engine<CpuBackend>, c: &Case) -> Generation {
+    let mut decoding = engine.decoding(c.greedy.len(), None);
+    decoding.stop.clear();
+    engine.generate_ids(&c.prompt, &decoding).unwrap()
+}
+
 /// The Kimi-K2.5 checkpoint (with a word-level tokenizer beside it) launches through the
 /// phases a Llama target does, and the engine's target-only greedy decoding gives
 /// transformers' tokens on every prompt.
 #[test]
 fn the_engine_launches_the_kimi_k25_target_and_decodes_transformers_greedy() {
     let dir = tempfile::tempdir().unwrap();
-    let (kimi, llama) = (dir.path().join("kimi"), dir.path().join("llama"));
-    std::fs::create_dir(&kimi).unwrap();
-    for file in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("kimi-k25").join(file), kimi.join(file)).unwrap();
-    }
-    write_tokenizer(&kimi, 320).unwrap();
+    let (kimi, llama) = (launchable(dir.path(), "kimi-k25"), dir.path().join("llama"));
     TinyLlama::new(Family::Llama, 3).write(&llama).unwrap();
     let (mut engine, phases) = launch(&kimi);
     assert_eq!(phases, launch(&llama).1);
@@ -197,16 +281,112 @@ fn the_engine_launches_the_kimi_k25_target_and_decodes_transformers_greedy() {
     assert_eq!(phases.last().map(String::as_str), Some("ready:done"));
     let greedy_equals_transformers = |engine: &mut Engine<CpuBackend>| {
         for c in cases("dsv3-qlora") {
-            // No stop tokens: transformers' 16 tokens were taken past any end-of-sequence id.
-            let mut decoding = engine.decoding(c.greedy.len(), None);
-            decoding.stop.clear();
-            assert_eq!(engine.generate_ids(&c.prompt, &decoding).unwrap().tokens, c.greedy, "prompt {:?}", c.prompt);
+            assert_eq!(greedy(engine, &c).tokens, c.greedy, "prompt {:?}", c.prompt);
         }
     };
     greedy_equals_transformers(&mut engine);
-    // The scheduler cannot batch this family yet: it says why, and the engine keeps its target.
-    let refused = engine.serve_batch(SchedulerConfig { max_running: 8, chunk: 512 }, &mut |_| panic!("served batched"));
-    let why = refused.unwrap_err().to_string();
-    assert!(why.contains("the DeepSeek-V3 family's CPU reference runs batch 1 only"), "{why}");
+    // The continuous-batching scheduler runs every prompt at once (prefill chunks and decode
+    // steps of several sequences in one forward over the paged latent pool): transformers'
+    // tokens again, and the engine keeps its target for the batch-1 path afterwards.
+    assert_eq!(scheduled(&mut engine, &cases("dsv3-qlora")), cases("dsv3-qlora").iter().map(|c| c.greedy.clone()).collect::<Vec<_>>());
     greedy_equals_transformers(&mut engine);
+}
+
+/// Every case's greedy tokens through the scheduler, all submitted at once.
+fn scheduled(engine: &mut Engine<CpuBackend>, cases: &[Case]) -> Vec<Vec<u32>> {
+    let mut out = BTreeMap::<u64, Vec<u32>>::new();
+    let served = engine.serve_batch(SchedulerConfig { max_running: 8, chunk: 512 }, &mut |batch| {
+        for c in cases {
+            let req =
+                SeqRequest { prompt: c.prompt.clone(), max_tokens: c.greedy.len(), sampling: SamplingParams::default(), ignore_eos: true };
+            out.insert(batch.submit(req).unwrap(), Vec::new());
+        }
+        while !batch.is_idle() {
+            for u in batch.step().unwrap() {
+                out.get_mut(&u.id).unwrap().extend(u.tokens);
+            }
+        }
+    });
+    served.unwrap();
+    out.into_values().collect()
+}
+
+/// `--speculative-num-steps`, `--speculative-eagle-topk`, `--speculative-num-draft-tokens`.
+const CHAIN: (u32, u32, u32) = (3, 1, 4);
+const TREE: (u32, u32, u32) = (3, 2, 6);
+
+/// Launch `target` with `drafter` under `algorithm` in each shape; every prompt's greedy
+/// output, alone and served batched, must be transformers' target-only greedy. Returns the
+/// accepted draft tokens per shape (of the batch-1 runs).
+fn speculative_greedy_is_transformers(target: &Path, reference: &str, drafter: &Path, algorithm: Algorithm) -> [usize; 2] {
+    let (sink, _rx) = EventSink::channel();
+    let mut engine = Engine::new(CpuBackend, sink);
+    let mut accepted = [0; 2];
+    for (shape, (steps, topk, tokens)) in [CHAIN, TREE].into_iter().enumerate() {
+        let spec = LaunchSpec {
+            model_path: Some(target.display().to_string()),
+            draft_model_path: Some(drafter.display().to_string()),
+            device: Device::Cpu,
+            speculative_algorithm: Some(algorithm),
+            speculative_num_steps: Some(steps),
+            speculative_eagle_topk: Some(topk),
+            speculative_num_draft_tokens: Some(tokens),
+            // Every drafter here was trained (written) for 2048 positions.
+            context_length: Some(2048),
+            ..LaunchSpec::default()
+        };
+        let outcome = engine.launch(&spec, &specdeck::preflight::check_spec);
+        assert!(matches!(outcome, LaunchOutcome::Ready { .. }), "{algorithm:?} {drafter:?}: {outcome:?}");
+        for c in cases(reference) {
+            let g = greedy(&mut engine, &c);
+            assert_eq!(g.tokens, c.greedy, "{algorithm:?} {drafter:?} topk {topk}, prompt {:?}", c.prompt);
+            assert!(g.accept_lengths.iter().all(|&a| (1..=steps as usize + 1).contains(&a)));
+            accepted[shape] += g.drafted;
+        }
+        // Served by the scheduler, every prompt at once (a tree runs one sequence at a time).
+        let want: Vec<Vec<u32>> = cases(reference).iter().map(|c| c.greedy.clone()).collect();
+        assert_eq!(scheduled(&mut engine, &cases(reference)), want, "{algorithm:?} {drafter:?} topk {topk}, scheduled");
+    }
+    accepted
+}
+
+/// EAGLE-3 (chain and tree) beside a DeepSeek-V3 target: the drafter reads the inputs of the
+/// target's layers SGLang's convention names and shares its embeddings; greedy output stays
+/// transformers' target-only greedy.
+#[test]
+fn eagle3_speculation_on_a_deepseek_target_is_lossless() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = launchable(dir.path(), "dsv3-noqlora");
+    let ck = Checkpoint::open(&target).unwrap();
+    let (norm, head) = (ck.f32("model.norm.weight", None).unwrap(), ck.f32("lm_head.weight", None).unwrap());
+    let mut eagle = TinyEagle3::new(9);
+    eagle.max_positions = 2048;
+    // Captures the inputs of layers 1, 2 and 3 of the four.
+    eagle.aux_layer_ids = Some(vec![0, 1, 2]);
+    let drafter = dir.path().join("eagle3");
+    eagle.write_for(&drafter, 64, &norm, &head).unwrap();
+    let accepted = speculative_greedy_is_transformers(&target, "dsv3-noqlora", &drafter, Algorithm::Eagle3);
+    // A random drafter: few drafts accepted, but some, so both the accepted and the rejected
+    // paths ran.
+    assert!(accepted.iter().sum::<usize>() > 0, "no EAGLE-3 draft accepted: {accepted:?}");
+    eprintln!("EAGLE-3 beside dsv3-noqlora: {accepted:?} draft tokens accepted (chain, tree)");
+}
+
+/// STANDALONE drafters of the target's own family beside the Kimi-K2.5 target: its own text
+/// model (every draft accepted, so the accepted path is what runs) and another DeepSeek-V3
+/// checkpoint with other weights (drafts mostly rejected, so the rollback is what runs).
+#[test]
+fn standalone_speculation_on_the_kimi_k25_target_is_lossless() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = launchable(dir.path(), "kimi-k25");
+    let same = launchable(dir.path(), "dsv3-qlora");
+    let other = launchable(dir.path(), "dsv3-noqlora");
+    let prompts = cases("dsv3-qlora").len();
+    // The chain accepts all three drafts of every step: of the 15 tokens after each prompt's
+    // first, 12 are drafts (4 steps of 3 drafts + the target's own, the last one cut short).
+    let [chain, tree] = speculative_greedy_is_transformers(&target, "dsv3-qlora", &same, Algorithm::Standalone);
+    assert_eq!(chain, 12 * prompts);
+    assert!(tree >= 10 * prompts, "{tree} drafts of the tree accepted");
+    let [chain, tree] = speculative_greedy_is_transformers(&target, "dsv3-qlora", &other, Algorithm::Standalone);
+    assert!(chain + tree < 6 * prompts, "{chain} + {tree} drafts accepted from unrelated weights");
 }

@@ -11,6 +11,7 @@ use specdeck::backend::{AttnWindow, Backend, Mask};
 use specdeck::engine::drafter::{AuxRows, Candidate, Drafter};
 use specdeck::engine::eagle3::{Eagle3Config, Eagle3Drafter};
 use specdeck::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel, Logits};
+use specdeck::engine::target_model::TargetModel;
 use specdeck::engine::weights::Loader;
 use specdeck::model::checkpoint::Checkpoint;
 use specdeck::model::config::ModelConfig;
@@ -145,7 +146,7 @@ fn eagle3_forward_matches_the_spec_transcription() {
     eagle.write(&ddir, &target, &weights).unwrap();
 
     let b = Arc::new(CpuBackend);
-    let mut model = load_target(&tdir, &b);
+    let mut model = TargetModel::from(load_target(&tdir, &b));
     let cfg = Eagle3Config::from_config(&ModelConfig::load_dir(&ddir).unwrap()).unwrap();
     let capture = cfg.capture_layers(target.layers).unwrap();
     assert_eq!(capture, [2, 4, 5]);
@@ -153,16 +154,16 @@ fn eagle3_forward_matches_the_spec_transcription() {
     let seq = [7u32, 19, 3, 44, 28, 51];
     let committed = 5;
     let mut kv = model.new_kv(32).unwrap();
-    model.inputs.set(&*b, &seq[..committed], &(0..committed).collect::<Vec<_>>());
-    model.forward(&mut kv, AttnWindow { prefix: 0, region: committed, queries: committed }, Mask::Causal, Logits::None);
-    let aux_tensor = &model.capture.as_ref().unwrap().aux;
+    model.inputs().set(&*b, &seq[..committed], &(0..committed).collect::<Vec<_>>());
+    model.forward(&mut kv, AttnWindow { prefix: 0, region: committed, queries: committed }, Mask::Causal, Logits::None).unwrap();
+    let aux_tensor = model.aux().unwrap();
     let aux = b.read_rows(aux_tensor, 0, committed).unwrap();
 
     let ck = Checkpoint::open(&ddir).unwrap();
     let mut progress = |_| {};
     let mut ld = Loader::new(&*b, &ck, &mut progress);
     let cap = Capacity { rows: 16, logit_rows: 4, positions: 64 };
-    let mut drafter = Eagle3Drafter::load(cfg, &mut ld, &model, cap, 32, 3).unwrap();
+    let mut drafter = Eagle3Drafter::load(cfg, &mut ld, &model.head().unwrap(), cap, 32, 3).unwrap();
     let rows: Vec<usize> = (0..committed).collect();
     let head = drafter.extend(&seq, committed, Some(AuxRows { tensor: aux_tensor, rows: &rows })).unwrap().unwrap();
 

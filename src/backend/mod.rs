@@ -324,6 +324,12 @@ pub trait Backend: Send + Sync + 'static {
         1
     }
 
+    /// This backend's rank in that group, `0 .. tp_world()`: which shard of a split
+    /// dimension is its own when the model code splits on the host.
+    fn tp_rank(&self) -> usize {
+        0
+    }
+
     /// The GPU this backend runs on, for per-GPU progress events; `None` off the GPU.
     fn gpu_ordinal(&self) -> Option<u32> {
         None

@@ -1,14 +1,24 @@
-//! What the speculative loop needs from a drafter, and the STANDALONE drafter (any smaller
-//! Llama-family model with the target's tokenizer).
+//! What the speculative loop needs from a drafter, and what a drafter takes from its target.
 //!
 //! A drafter keeps its own KV cache in step with the target's committed sequence (`extend`),
 //! then grows a draft tree one level at a time (`step`) in scratch slots after its committed
 //! ones; the next `extend` overwrites those slots, which is all the rollback a drafter needs.
 
-use crate::backend::{AttnWindow, Backend, BackendError, Mask};
+use std::sync::Arc;
+
+use crate::backend::{Backend, BackendError};
 use crate::engine::kv::KvCache;
-use crate::engine::llama::{LlamaModel, Logits};
 use crate::engine::EngineError;
+
+/// What an EAGLE-3 drafter takes from its target: the backend, the target's sizes, and the
+/// embeddings and lm_head it shares when its checkpoint has none of its own.
+pub struct TargetHead<B: Backend> {
+    pub backend: Arc<B>,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub embed: Arc<B::Weight>,
+    pub lm_head: Arc<B::Weight>,
+}
 
 /// One proposal: a target token id with the drafter's probability for it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -110,136 +120,4 @@ pub fn graph_or_eager<B: Backend>(b: &B, graph_rows: usize, key: &str, rows: usi
 /// (the ops and their shapes repeat for equal keys; positions and lists are per-step values).
 pub fn draft_step_key(kind: &str, rows: usize, region: usize) -> String {
     format!("draft-step/{kind}/{rows}/{region}")
-}
-
-pub struct StandaloneDrafter<B: Backend> {
-    model: LlamaModel<B>,
-    kv: KvCache<B>,
-    top: TopK<B>,
-    mask: B::Ids,
-    /// Positions `[0, len)` are in the draft KV (the root included).
-    len: usize,
-    graph_rows: usize,
-}
-
-impl<B: Backend> StandaloneDrafter<B> {
-    pub fn new(model: LlamaModel<B>, target_vocab: usize, kv_slots: usize, topk: usize, file: &str) -> Result<Self, EngineError> {
-        if model.config.vocab > target_vocab {
-            return Err(EngineError::Invalid {
-                file: file.to_string(),
-                key: "/vocab_size".into(),
-                message: format!("{} is larger than the target's {target_vocab}: it must share the tokenizer", model.config.vocab),
-            });
-        }
-        let b = model.backend().clone();
-        let cap = model.capacity;
-        Ok(StandaloneDrafter {
-            kv: model.new_kv(kv_slots)?,
-            top: TopK::new(&*b, cap.logit_rows, topk)?,
-            mask: b.ids(cap.logit_rows * cap.rows)?,
-            len: 0,
-            graph_rows: 0,
-            model,
-        })
-    }
-}
-
-impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
-    fn reset(&mut self) {
-        self.len = 0;
-    }
-
-    fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
-        let b = self.model.backend().clone();
-        if self.kv.slots != kv_slots {
-            self.kv = self.model.new_kv(kv_slots)?;
-        }
-        self.model.ensure_positions(kv_slots)?;
-        self.top = TopK::new(&*b, self.model.capacity.logit_rows, topk)?;
-        self.len = 0;
-        Ok(())
-    }
-
-    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError> {
-        self.model.ensure_positions(kv_slots)?;
-        Ok(DraftState { kv: self.model.new_kv(kv_slots)?, len: 0 })
-    }
-
-    fn swap_state(&mut self, state: &mut DraftState<B>) {
-        std::mem::swap(&mut self.kv, &mut state.kv);
-        std::mem::swap(&mut self.len, &mut state.len);
-    }
-
-    fn wants_aux(&self) -> bool {
-        false
-    }
-
-    fn set_graph_rows(&mut self, rows: usize) {
-        self.graph_rows = rows;
-    }
-
-    fn weight_bytes(&self) -> u64 {
-        self.model.weight_bytes()
-    }
-
-    fn region_base(&self) -> usize {
-        self.len
-    }
-
-    fn extend(&mut self, seq: &[u32], committed: usize, _aux: Option<AuxRows<'_, B>>) -> Result<Option<Vec<Candidate>>, EngineError> {
-        // Tokens up to and including the root, at their own positions.
-        let end = committed + 1;
-        if end <= self.len {
-            return Ok(None);
-        }
-        let b = self.model.backend().clone();
-        let rows = self.model.capacity.rows;
-        while self.len < end {
-            let n = (end - self.len).min(rows);
-            let positions: Vec<usize> = (self.len..self.len + n).collect();
-            let last = self.len + n == end;
-            let window = AttnWindow { prefix: self.len, region: n, queries: n };
-            let (model, kv, top) = (&mut self.model, &mut self.kv, &mut self.top);
-            let mut ops = || {
-                model.inputs.set(&*b, &seq[window.prefix..window.prefix + n], &positions);
-                model.forward(kv, window, Mask::Causal, if last { Logits::Last } else { Logits::None });
-                if last {
-                    top.enqueue(&*b, &mut model.logits, 1);
-                }
-            };
-            // Every cycle ends here with the accepted tokens: as a graph, a small drafter's
-            // forward costs its kernels' time and not their launches'.
-            if last {
-                graph_or_eager(&*b, self.graph_rows, &format!("draft-extend/standalone/{n}"), n, &mut ops);
-            } else {
-                ops();
-            }
-            self.len += n;
-        }
-        let head = self.top.read(&*b, 1, |d| d as u32)?;
-        Ok(head.into_iter().next())
-    }
-
-    fn step(
-        &mut self,
-        tokens: &[u32],
-        _parents: &[usize],
-        position: usize,
-        region: usize,
-        mask: &[i32],
-    ) -> Result<Vec<Vec<Candidate>>, EngineError> {
-        let b = self.model.backend().clone();
-        let n = tokens.len();
-        let positions = vec![position; n];
-        let window = AttnWindow { prefix: self.len, region, queries: n };
-        let (model, kv, mask_ids, top) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.top);
-        let mut ops = || {
-            model.inputs.set(&*b, tokens, &positions);
-            b.write_ids(mask_ids, mask);
-            model.forward(kv, window, Mask::Explicit(&*mask_ids), Logits::All);
-            top.enqueue(&*b, &mut model.logits, n);
-        };
-        graph_or_eager(&*b, self.graph_rows, &draft_step_key("standalone", n, region), n, &mut ops);
-        Ok(self.top.read(&*b, n, |d| d as u32)?)
-    }
 }

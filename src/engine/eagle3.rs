@@ -10,11 +10,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeTable, Shard};
-use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, DraftState, Drafter, TopK};
+use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, DraftState, Drafter, TargetHead, TopK};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{
     check_tensor_size, head_dim, layer_bytes, required, rope_from_config, Attend, AttnInput, Capacity, Layer, LayerScratch, LayerShape,
-    LayerStep, LlamaModel, StepInputs,
+    LayerStep, StepInputs,
 };
 use crate::engine::weights::Loader;
 use crate::engine::EngineError;
@@ -208,31 +208,31 @@ impl<B: Backend> Eagle3Drafter<B> {
     pub fn load(
         config: Eagle3Config,
         ld: &mut Loader<'_, B>,
-        target: &LlamaModel<B>,
+        target: &TargetHead<B>,
         cap: Capacity,
         kv_slots: usize,
         topk: usize,
     ) -> Result<Self, EngineError> {
-        let backend = target.backend().clone();
+        let backend = target.backend.clone();
         let b = &*backend;
         let c = &config;
         let invalid = |key: &str, message: String| EngineError::Invalid { file: c.file.clone(), key: key.into(), message };
-        if c.vocab != target.config.vocab {
-            return Err(invalid("/vocab_size", format!("{} differs from the target's {}", c.vocab, target.config.vocab)));
+        if c.vocab != target.vocab {
+            return Err(invalid("/vocab_size", format!("{} differs from the target's {}", c.vocab, target.vocab)));
         }
-        if c.target_hidden != target.config.hidden {
+        if c.target_hidden != target.hidden {
             return Err(invalid(
                 "/target_hidden_size",
-                format!("{} differs from the target's hidden size {}", c.target_hidden, target.config.hidden),
+                format!("{} differs from the target's hidden size {}", c.target_hidden, target.hidden),
             ));
         }
         let embed = match ["embed_tokens.weight", "model.embed_tokens.weight"].into_iter().find(|n| ld.has(n)) {
             Some(name) => Arc::new(ld.weight(name, &[c.vocab, c.hidden], Shard::Replicated)?),
-            None if c.hidden == target.config.hidden => target.embed.clone(),
+            None if c.hidden == target.hidden => target.embed.clone(),
             None => {
                 return Err(invalid(
                     "embed_tokens.weight",
-                    format!("absent, and the target's embeddings are {} wide, not {}", target.config.hidden, c.hidden),
+                    format!("absent, and the target's embeddings are {} wide, not {}", target.hidden, c.hidden),
                 ))
             }
         };
@@ -255,7 +255,7 @@ impl<B: Backend> Eagle3Drafter<B> {
                 };
                 (head, hot)
             }
-            None if c.hidden == target.config.hidden => (target.lm_head.clone(), (0..c.vocab as u32).collect()),
+            None if c.hidden == target.hidden => (target.lm_head.clone(), (0..c.vocab as u32).collect()),
             None => return Err(invalid("/draft_vocab_size", "absent, and the target's lm_head has another width".into())),
         };
         let vd = hot.len();

@@ -14,11 +14,11 @@ use crate::backend::{Backend, BackendError};
 use crate::engine::capture::capture_phase;
 use crate::engine::compile::kernel_compile_phase;
 use crate::engine::context;
-use crate::engine::drafter::{Drafter, StandaloneDrafter};
+use crate::engine::drafter::Drafter;
 use crate::engine::eagle3::Eagle3Drafter;
 use crate::engine::findings::{error_finding, BACKEND_ERROR, DEVICE_UNAVAILABLE};
 use crate::engine::kv_budget::{self, KvMemory, KvRequest, KvSizing};
-use crate::engine::llama::{Capacity, LlamaModel};
+use crate::engine::llama::Capacity;
 use crate::engine::plan::{
     DraftPlan, DrafterKey, DrafterPlan, LaunchPlan, MemoryPlan, TargetKey, TargetPlan, MAX_TREE_TOKENS, PREFILL_CHUNK,
 };
@@ -26,6 +26,7 @@ use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome};
 use crate::engine::scheduler::{Batch, EngineParts, Scheduler, SchedulerConfig};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
+use crate::engine::standalone::StandaloneDrafter;
 use crate::engine::target_model::TargetModel;
 use crate::engine::tree::TreeShape;
 use crate::engine::verify;
@@ -437,20 +438,14 @@ impl<B: Backend> Engine<B> {
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: kv_slots };
         let drafter: Box<dyn Drafter<B>> = match &plan.key {
             DrafterKey::Eagle3(_, config) => {
-                let model = target.model.llama().ok_or_else(|| EngineError::Invalid {
-                    file: plan.on_disk.file_name(),
-                    key: "/architectures".into(),
-                    message:
-                        "an EAGLE-3 drafter runs beside a Llama-family target; a DeepSeek-V3-family target drafts with STANDALONE or none"
-                            .into(),
-                })?;
+                let head = target.model.head()?;
                 Box::new(
-                    self.load_weights(&ck, PhaseId::DrafterLoad, |ld| Eagle3Drafter::load(config.clone(), ld, model, cap, kv_slots, topk))?,
+                    self.load_weights(&ck, PhaseId::DrafterLoad, |ld| Eagle3Drafter::load(config.clone(), ld, &head, cap, kv_slots, topk))?,
                 )
             }
             DrafterKey::Standalone(_, config) => {
                 let model = self.load_weights(&ck, PhaseId::DrafterLoad, |ld| {
-                    LlamaModel::load(self.backend.clone(), config.clone(), ld, cap).map_err(EngineError::from)
+                    TargetModel::load(self.backend.clone(), config, ld, cap).map_err(EngineError::from)
                 })?;
                 let file = plan.on_disk.file_name();
                 Box::new(StandaloneDrafter::new(model, target.model.vocab(), kv_slots, topk, &file)?)

@@ -30,6 +30,7 @@ pub mod sampling;
 pub mod scheduler;
 pub mod serving;
 pub mod spec_decode;
+pub mod standalone;
 pub mod target_model;
 pub(crate) mod tp;
 #[cfg(test)]

@@ -15,7 +15,6 @@ use crate::engine::context::{self, TargetContext};
 use crate::engine::eagle3::Eagle3Config;
 use crate::engine::findings::{error_finding, missing_flag, UNSUPPORTED_ALGORITHM};
 use crate::engine::graph_sizes::DEFAULT_MAX_BS;
-use crate::engine::llama::LlamaConfig;
 use crate::engine::target_model::TargetConfig;
 use crate::engine::tree::TreeShape;
 use crate::engine::EngineError;
@@ -59,6 +58,8 @@ pub struct TargetKey {
     pub dir: PathBuf,
     pub dtype: Option<String>,
     pub tp: u32,
+    /// `--ep-size`: how the routed experts of an MoE target split over the `tp` ranks.
+    pub ep: u32,
     pub device: Device,
 }
 
@@ -111,7 +112,7 @@ pub enum DraftPlan {
 #[derive(Clone, Debug, PartialEq)]
 pub enum DrafterKey {
     Eagle3(PathBuf, Eagle3Config),
-    Standalone(PathBuf, LlamaConfig),
+    Standalone(PathBuf, TargetConfig),
 }
 
 #[derive(Debug)]
@@ -131,7 +132,7 @@ impl LaunchPlan {
     pub fn resolve(spec: &LaunchSpec) -> Result<LaunchPlan, Finding> {
         let given = spec.model_path.as_deref().ok_or_else(|| missing_flag("--model-path", "target model folder"))?;
         let dir = local_folder("--model-path", given, spec.revision.as_deref())?;
-        let key = TargetKey { dir, dtype: spec.dtype.clone(), tp: spec.tp(), device: spec.device };
+        let key = TargetKey { dir, dtype: spec.dtype.clone(), tp: spec.tp(), ep: spec.ep(), device: spec.device };
         let target = TargetPlan::read(key).map_err(|e| error_finding(Side::Target, PhaseId::TargetLoad, &e))?;
         let (shape, shape_warnings) = tree_shape(spec);
         let algorithm = spec.speculative_algorithm.unwrap_or(Algorithm::None);
@@ -171,7 +172,10 @@ fn local_folder(flag: &str, given: &str, revision: Option<&str>) -> Result<PathB
 impl TargetPlan {
     fn read(key: TargetKey) -> Result<TargetPlan, EngineError> {
         let config = ModelConfig::load_dir(&key.dir)?;
-        let model = TargetConfig::from_config(&config)?;
+        let mut model = TargetConfig::from_config(&config)?;
+        if let TargetConfig::Deepseek(c) = &mut model {
+            c.ep_size = key.ep as usize;
+        }
         Ok(TargetPlan { key, config, model })
     }
 }
@@ -216,19 +220,18 @@ impl DrafterPlan {
                     config.capture_layers(target_layers).map(Some).map_err(|e| error_finding(Side::Draft, PhaseId::DrafterInit, &e));
                 (DrafterKey::Eagle3(dir.to_path_buf(), config), layers)
             }
-            _ => (DrafterKey::Standalone(dir.to_path_buf(), LlamaConfig::from_config(&effective)?), Ok(None)),
+            _ => (DrafterKey::Standalone(dir.to_path_buf(), TargetConfig::from_config(&effective)?), Ok(None)),
         };
         Ok(DrafterPlan { key, on_disk, capture_layers })
     }
 
-    /// Bytes of KV one token takes in the drafter's cache on each of `tp` ranks (f32 K and V
-    /// per layer, as `kv::KvCache` holds them).
+    /// Bytes of KV one token takes in the drafter's cache on each of `tp` ranks (as
+    /// `kv::KvCache` holds them).
     pub fn kv_bytes_per_token(&self, tp: usize) -> u64 {
-        let (layers, kv_heads, head_dim) = match &self.key {
-            DrafterKey::Eagle3(_, c) => (1, c.kv_heads, c.head_dim),
-            DrafterKey::Standalone(_, c) => (c.layers, c.kv_heads, c.head_dim),
-        };
-        crate::engine::kv::bytes_per_token(layers, kv_heads.div_ceil(tp.max(1)) * head_dim)
+        match &self.key {
+            DrafterKey::Eagle3(_, c) => crate::engine::kv::bytes_per_token(1, c.kv_heads.div_ceil(tp.max(1)) * c.head_dim),
+            DrafterKey::Standalone(_, c) => c.kv_bytes_per_token(tp),
+        }
     }
 
     /// The drafter's weights as the files hold them: what a GPU must still fit beside the

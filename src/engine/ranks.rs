@@ -241,7 +241,7 @@ mod tests {
     use crate::model::checkpoint::Checkpoint;
     use crate::model::config::ModelConfig;
     use crate::spec::Algorithm;
-    use crate::testkit::{TinyEagle3, TinyLlama, TinyStandalone};
+    use crate::testkit::{TensorData, TinyDeepseek, TinyEagle3, TinyLlama, TinyStandalone};
 
     /// 8 query heads over 4 KV heads (GQA), splittable over 1, 2 and 4 ranks.
     fn target(kv_heads: usize) -> TinyLlama {
@@ -272,24 +272,86 @@ mod tests {
         let weights = t.write(&dir.path().join("target")).unwrap();
         TinyEagle3 { head_dim: 16, intermediate: 64, ..TinyEagle3::new(32) }.write(&dir.path().join("eagle3"), &t, &weights).unwrap();
         TinyStandalone::new(33).write(&dir.path().join("standalone"), &t, &weights).unwrap();
+        let reference = greedy_over_ranks_equals_one_rank(dir.path(), &[(2, 1), (4, 1)]);
+        assert!(reference[1].1 > 1.0, "the EAGLE-3 drafter must be accepted sometimes: {:?}", reference[1]);
+    }
+
+    /// Target-only, EAGLE-3 chain and STANDALONE tree launches of `dir`'s `target` (with its
+    /// `eagle3` and `standalone` drafters) over each `(ranks, --ep-size)` of `groups` give one
+    /// rank's tokens and accept lengths, which it returns.
+    fn greedy_over_ranks_equals_one_rank(dir: &Path, groups: &[(usize, u32)]) -> Vec<(Vec<u32>, f64)> {
         let specs = [
-            spec(dir.path(), None),
-            spec(dir.path(), Some(("eagle3", Algorithm::Eagle3, 3, 1, 4))),
-            spec(dir.path(), Some(("standalone", Algorithm::Standalone, 3, 2, 6))),
+            spec(dir, None),
+            spec(dir, Some(("eagle3", Algorithm::Eagle3, 3, 1, 4))),
+            spec(dir, Some(("standalone", Algorithm::Standalone, 3, 2, 6))),
         ];
         let (sink, _rx) = EventSink::channel();
         let mut one = Engine::new(CpuBackend, sink);
         let reference: Vec<(Vec<u32>, f64)> = specs.iter().map(|s| tokens(&mut one, s)).collect();
         assert!(reference[0].0.len() > 8, "{:?}", reference[0]);
-        assert!(reference[1].1 > 1.0, "the EAGLE-3 drafter must be accepted sometimes: {:?}", reference[1]);
-        for world in [2, 4] {
+        for &(world, ep) in groups {
             let (sink, _rx) = EventSink::channel();
             let mut ranks = RankGroup::start(group(world), sink, &Cancel::default());
             for (s, (want, accept)) in specs.iter().zip(&reference) {
-                let (got, got_accept) = tokens(&mut ranks, s);
-                assert_eq!(&got, want, "tp {world}, {:?}", s.speculative_algorithm);
-                assert_eq!(got_accept, *accept, "tp {world}, {:?}", s.speculative_algorithm);
+                let s = LaunchSpec { ep_size: Some(ep), ..s.clone() };
+                let (got, got_accept) = tokens(&mut ranks, &s);
+                assert_eq!(&got, want, "tp {world} ep {ep}, {:?}", s.speculative_algorithm);
+                assert_eq!(got_accept, *accept, "tp {world} ep {ep}, {:?}", s.speculative_algorithm);
             }
+        }
+        reference
+    }
+
+    /// A DeepSeek-V3 target over 2, 4 and 8 CPU ranks (its heads and MLP widths split, its
+    /// routed experts split as `--ep-size` says, partial sums all-reduced) chooses one rank's
+    /// greedy tokens: target-only, with an EAGLE-3 chain and with a STANDALONE tree of its family.
+    #[test]
+    fn deepseek_tensor_and_expert_parallel_greedy_equals_one_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = TinyDeepseek::new(41);
+        target.write(&dir.path().join("target")).unwrap();
+        let weights = target.tensors();
+        let f32s = |name: &str| match &weights[name].1 {
+            TensorData::F32(v) => v.clone(),
+            TensorData::I64(_) => unreachable!("{name} is a float tensor"),
+        };
+        let eagle = TinyEagle3 { head_dim: 8, aux_layer_ids: Some(vec![0, 1, 2]), ..TinyEagle3::new(43) };
+        eagle.write_for(&dir.path().join("eagle3"), target.hidden, &f32s("model.norm.weight"), &f32s("lm_head.weight")).unwrap();
+        TinyDeepseek { layers: 2, ..TinyDeepseek::new(42) }.write(&dir.path().join("standalone")).unwrap();
+        // Experts split by width over all ranks (ep 1), whole over all ranks (ep = tp), and
+        // both at once (8 ranks in 2 groups of 4).
+        greedy_over_ranks_equals_one_rank(dir.path(), &[(2, 1), (2, 2), (4, 1), (4, 4), (8, 1), (8, 8), (8, 2)]);
+    }
+
+    /// What a DeepSeek-V3 rank holds over 1, 2, 4 and 8 ranks: the embeddings, norms,
+    /// router, q LoRA down-projection and latent projection whole, every other weight (its
+    /// heads' q, kv_b and o, the MLP widths, its part of the routed experts, whichever way
+    /// `--ep-size` splits them) one world-th.
+    #[test]
+    fn a_deepseek_rank_holds_its_share_of_the_weights() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = TinyDeepseek::new(41);
+        target.write(dir.path()).unwrap();
+        let whole = ["embed_tokens", "lm_head", "norm.weight", "layernorm", "mlp.gate.", "q_a_proj", "kv_a_proj_with_mqa"];
+        let (mut replicated, mut split) = (0, 0);
+        for (name, (shape, _)) in target.tensors() {
+            let n: usize = shape.iter().product();
+            if whole.iter().any(|w| name.contains(w)) {
+                replicated += n;
+            } else {
+                split += n;
+            }
+        }
+        let mut config = crate::engine::deepseek::DeepseekTargetConfig::from_config(&ModelConfig::load_dir(dir.path()).unwrap()).unwrap();
+        let ck = Checkpoint::open(dir.path()).unwrap();
+        for (world, ep) in [(1, 1), (2, 1), (2, 2), (4, 4), (8, 1), (8, 2), (8, 8)] {
+            config.ep_size = ep;
+            let b = Arc::new(group(world).swap_remove(world - 1));
+            let mut progress = |_| {};
+            let mut ld = Loader::new(&*b, &ck, &mut progress);
+            let cap = Capacity { rows: 4, logit_rows: 4, positions: 16 };
+            let model = crate::engine::deepseek::DeepseekModel::load(b.clone(), &config, &mut ld, cap).unwrap();
+            assert_eq!(model.parameters(), (replicated + split / world) as u64, "tp {world} ep {ep}");
         }
     }
 

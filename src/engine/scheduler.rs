@@ -189,7 +189,7 @@ impl<B: Backend> Scheduler<B> {
         let b = target.model.backend().clone();
         let logit_rows = max_running * tree_rows;
         let positions = target.max_tokens() + tree_rows;
-        target.model.batched()?.set_batch_capacity(chunk + logit_rows, logit_rows, chunk.max(tree_rows), positions)?;
+        target.model.set_batch_capacity(chunk + logit_rows, logit_rows, chunk.max(tree_rows), positions)?;
         let masks = (0..max_running).map(|_| b.ids(tree_rows * tree_rows)).collect::<Result<Vec<_>, _>>()?;
         Ok(Buffers { argmax: b.ids(logit_rows)?, probs: b.tensor(tree_rows, target.model.vocab())?, masks })
     }
@@ -261,7 +261,7 @@ impl<B: Backend> Scheduler<B> {
             })
             .collect();
         let logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
-        self.target.model.batched()?.forward_batch(&mut self.target.kv, &batch, rows, &logit_rows);
+        self.target.model.forward_batch(&mut self.target.kv, &batch, rows, &logit_rows)?;
         drop(batch);
         let argmax = if logit_rows.is_empty() {
             Vec::new()

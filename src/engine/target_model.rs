@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::backend::{AttnWindow, Backend, BackendError, Mask};
+use crate::backend::{AttnWindow, Backend, BackendError, BatchSeq, Mask};
 use crate::engine::deepseek::{DeepseekModel, DeepseekTargetConfig};
-use crate::engine::kv::KvCache;
+use crate::engine::drafter::TargetHead;
+use crate::engine::kv::{self, KvCache};
 use crate::engine::llama::{Capacity, LlamaConfig, LlamaModel, Logits, StepInputs};
 use crate::engine::weights::Loader;
 use crate::model::config::{ConfigError, ModelConfig};
@@ -40,6 +41,15 @@ impl TargetConfig {
             TargetConfig::Deepseek(c) => c.text.layers,
         }
     }
+
+    /// Bytes of KV one token takes on each of `tp` ranks: f32 K and V per layer, or one
+    /// token's latent (`kv::KvCache::latent`), which no rank splits.
+    pub fn kv_bytes_per_token(&self, tp: usize) -> u64 {
+        match self {
+            TargetConfig::Llama(c) => kv::bytes_per_token(c.layers, c.kv_heads.div_ceil(tp.max(1)) * c.head_dim),
+            TargetConfig::Deepseek(c) => (c.text.layers * c.text.latent_width()) as u64 * 4,
+        }
+    }
 }
 
 // One target per engine, held for the engine's life: the size of the larger variant costs nothing.
@@ -59,20 +69,26 @@ impl<B: Backend> TargetModel<B> {
     pub fn load(backend: Arc<B>, config: &TargetConfig, ld: &mut Loader<'_, B>, cap: Capacity) -> Result<Self, BackendError> {
         match config {
             TargetConfig::Llama(c) => LlamaModel::load(backend, c.clone(), ld, cap).map(TargetModel::Llama),
-            // Its forward reads the KV cache to the host each layer: no graphs, no ranks.
-            TargetConfig::Deepseek(_) if backend.name() != "cpu" || backend.tp_world() > 1 => {
-                Err(BackendError::Device("the DeepSeek-V3 family runs on the CPU reference at --tp-size 1 (--device cpu)".into()))
+            // Its forward computes on the host: the CPU and its emulated ranks only, no graphs.
+            TargetConfig::Deepseek(_) if !backend.name().starts_with("cpu") => {
+                Err(BackendError::Device("the DeepSeek-V3 family runs on the CPU reference (--device cpu)".into()))
             }
             TargetConfig::Deepseek(c) => DeepseekModel::load(backend, c, ld, cap).map(TargetModel::Deepseek),
         }
     }
 
-    /// The Llama-family model, for what only it supports (an EAGLE-3 drafter shares its
-    /// embeddings and lm_head).
-    pub fn llama(&self) -> Option<&LlamaModel<B>> {
+    /// The embeddings and lm_head an EAGLE-3 drafter shares (the DeepSeek-V3 reference holds
+    /// its weights on the host: they go onto the backend when a drafter asks for them).
+    pub fn head(&self) -> Result<TargetHead<B>, BackendError> {
         match self {
-            TargetModel::Llama(m) => Some(m),
-            TargetModel::Deepseek(_) => None,
+            TargetModel::Llama(m) => Ok(TargetHead {
+                backend: m.backend().clone(),
+                vocab: m.config.vocab,
+                hidden: m.config.hidden,
+                embed: m.embed.clone(),
+                lm_head: m.lm_head.clone(),
+            }),
+            TargetModel::Deepseek(m) => m.head(),
         }
     }
 
@@ -178,14 +194,28 @@ impl<B: Backend> TargetModel<B> {
         }
     }
 
-    /// The Llama-family model, for the batched scheduler: the DeepSeek-V3 family's CPU
-    /// reference serves one sequence at a time.
-    pub fn batched(&mut self) -> Result<&mut LlamaModel<B>, BackendError> {
+    /// Size the buffers for the batched scheduler's forwards (`LlamaModel::set_batch_capacity`).
+    pub fn set_batch_capacity(&mut self, rows: usize, logit_rows: usize, seq_rows: usize, positions: usize) -> Result<(), BackendError> {
         match self {
-            TargetModel::Llama(m) => Ok(m),
-            TargetModel::Deepseek(_) => {
-                Err(BackendError::Device("the DeepSeek-V3 family's CPU reference runs batch 1 only; it cannot serve batched yet".into()))
+            TargetModel::Llama(m) => m.set_batch_capacity(rows, logit_rows, seq_rows, positions),
+            TargetModel::Deepseek(m) => m.set_batch_capacity(rows, logit_rows, positions),
+        }
+    }
+
+    /// One batched forward of the scheduler's sequences over the paged pool `kv`.
+    pub fn forward_batch(
+        &mut self,
+        kv: &mut KvCache<B>,
+        seqs: &[BatchSeq<'_, B>],
+        rows: usize,
+        logit_rows: &[usize],
+    ) -> Result<(), BackendError> {
+        match self {
+            TargetModel::Llama(m) => {
+                m.forward_batch(kv, seqs, rows, logit_rows);
+                Ok(())
             }
+            TargetModel::Deepseek(m) => m.forward_batch(kv, seqs, rows, logit_rows),
         }
     }
 }

@@ -56,6 +56,10 @@ impl Backend for RankCpu {
         self.rank.world
     }
 
+    fn tp_rank(&self) -> usize {
+        self.rank.rank
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CpuTensor, BackendError> {
         CpuBackend.tensor(rows, cols)
     }

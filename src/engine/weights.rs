@@ -2,6 +2,7 @@
 
 use crate::backend::{Backend, BackendError, Shard};
 use crate::model::checkpoint::{Checkpoint, CheckpointError};
+use crate::model::quantized::WeightFormats;
 
 /// Bytes of one checkpoint file read so far.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,6 +62,17 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(v)
     }
 
+    /// A linear layer's `[rows, cols]` weight as f32 values on the host, however `formats`
+    /// stores it (`model::quantized`); `name` ends in `.weight`.
+    pub fn host_linear(&mut self, name: &str, rows: usize, cols: usize, formats: &WeightFormats) -> Result<Vec<f32>, BackendError> {
+        let base = name.strip_suffix(".weight").unwrap_or(name);
+        let (w, read) = self.ck.linear_f32(base, rows, cols, formats)?;
+        for tensor in &read {
+            self.advance(tensor);
+        }
+        Ok(w)
+    }
+
     /// An integer tensor of `len` entries, read to the host (EAGLE-3's `d2t`).
     pub fn host_i64(&mut self, name: &str, len: usize) -> Result<Vec<i64>, BackendError> {
         let view = self.ck.view(name)?;
@@ -104,7 +116,8 @@ pub fn error_location(e: &BackendError) -> Option<(String, String)> {
             Some((dir.display().to_string(), name.clone()))
         }
         BackendError::Load(CheckpointError::WrongShape { file, name, .. })
-        | BackendError::Load(CheckpointError::WrongDtype { file, name, .. }) => Some((file.display().to_string(), name.clone())),
+        | BackendError::Load(CheckpointError::WrongDtype { file, name, .. })
+        | BackendError::Load(CheckpointError::BadValues { file, name, .. }) => Some((file.display().to_string(), name.clone())),
         _ => None,
     }
 }

@@ -27,6 +27,9 @@ pub enum CheckpointError {
     WrongDtype { file: PathBuf, name: String, dtype: String, expected: &'static str },
     #[error("{file}: tensor {name} has shape {actual:?}, expected {expected:?}")]
     WrongShape { file: PathBuf, name: String, actual: Vec<usize>, expected: Vec<usize> },
+    /// Values a tensor's format forbids, or that contradict the config.
+    #[error("{file}: tensor {name} {reason}")]
+    BadValues { file: PathBuf, name: String, reason: String },
     /// A config size that asks for more than the checkpoint has (checked before anything
     /// is allocated from it).
     #[error("{dir}: {key} {value} exceeds what this engine loads (the checkpoint holds {holds})")]
@@ -295,7 +298,7 @@ impl TensorView<'_> {
         self.shape.iter().product()
     }
 
-    fn wrong_dtype(&self, expected: &'static str) -> CheckpointError {
+    pub(crate) fn wrong_dtype(&self, expected: &'static str) -> CheckpointError {
         CheckpointError::WrongDtype {
             file: self.file.to_path_buf(),
             name: self.name.to_string(),

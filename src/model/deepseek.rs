@@ -10,6 +10,7 @@
 use serde_json::Value;
 
 use crate::model::config::{ConfigError, ModelConfig};
+use crate::model::quantized::WeightFormats;
 
 /// The wrapper class whose text model and weights sit one level down.
 pub const KIMI_K25: &str = "KimiK25ForConditionalGeneration";
@@ -60,6 +61,8 @@ pub struct DeepseekConfig {
     pub moe: MoeConfig,
     pub eps: f32,
     pub tie_embeddings: bool,
+    /// How quantized linear weights are laid out (`quantization_config`).
+    pub weights: WeightFormats,
 }
 
 impl DeepseekConfig {
@@ -119,6 +122,7 @@ impl DeepseekConfig {
             moe,
             eps: cfg.rms_norm_eps()? as f32,
             tie_embeddings: cfg.tie_word_embeddings(),
+            weights: WeightFormats::from_config(cfg)?,
         })
     }
 

@@ -1,5 +1,5 @@
-//! Model files: `config.json`, safetensors checkpoints, tokenizers, GGUF files and their
-//! conversion to HF folders.
+//! Model files: `config.json`, safetensors checkpoints (quantized ones included), tokenizers,
+//! GGUF files and their conversion to HF folders.
 
 pub mod checkpoint;
 pub mod config;
@@ -8,4 +8,5 @@ pub mod deepseek;
 pub mod gguf;
 pub mod hub;
 pub(crate) mod open;
+pub mod quantized;
 pub(crate) mod tokenizer;

@@ -49,7 +49,8 @@ impl InputError {
                 | CheckpointError::BadHeader { file, .. }
                 | CheckpointError::BadIndex { file, .. }
                 | CheckpointError::WrongDtype { file, .. }
-                | CheckpointError::WrongShape { file, .. } => file,
+                | CheckpointError::WrongShape { file, .. }
+                | CheckpointError::BadValues { file, .. } => file,
                 CheckpointError::MissingTensor { dir, .. } | CheckpointError::ExceedsCheckpoint { dir, .. } => dir,
             },
             InputError::Json { file, .. } | InputError::Io { file, .. } => file,
@@ -66,7 +67,8 @@ impl InputError {
             InputError::Checkpoint(
                 CheckpointError::MissingTensor { name, .. }
                 | CheckpointError::WrongDtype { name, .. }
-                | CheckpointError::WrongShape { name, .. },
+                | CheckpointError::WrongShape { name, .. }
+                | CheckpointError::BadValues { name, .. },
             ) => name.clone(),
             _ => String::new(),
         }

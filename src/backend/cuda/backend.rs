@@ -445,6 +445,10 @@ impl Backend for CudaBackend {
         self.rank.world
     }
 
+    fn tp_rank(&self) -> usize {
+        self.rank.rank
+    }
+
     fn gpu_ordinal(&self) -> Option<u32> {
         Some(self.gpu.ordinal as u32)
     }

@@ -1,10 +1,51 @@
 //! The host-side f32 pieces the DeepSeek-V3 reference is written in: a linear layer over the
 //! CPU backend's matmul (gemm + rayon), RMSNorm and SiLU as transformers computes them.
 
+use std::ops::Range;
+use std::path::Path;
+
+use safetensors::tensor::Dtype;
+
 use crate::backend::cpu::matmul::matmul;
-use crate::backend::Backend;
-use crate::backend::BackendError;
+use crate::backend::{Backend, BackendError, Shard};
 use crate::engine::weights::Loader;
+use crate::model::checkpoint::TensorView;
+use crate::model::quantized::WeightFormats;
+
+/// One rank's share of the dimensions a tensor-parallel group splits evenly (attention heads,
+/// MLP widths, routed experts): the whole of each at one rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Split {
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl Split {
+    pub(crate) fn of<B: Backend>(b: &B) -> Split {
+        Split { rank: b.tp_rank(), world: b.tp_world() }
+    }
+
+    /// SGLang's expert-parallel layout over this group: of `ep` groups of consecutive ranks,
+    /// this rank's group (which run of experts it holds) and its place in the group (which
+    /// part of each expert's width).
+    pub(crate) fn experts(&self, ep: usize) -> Result<(Split, Split), BackendError> {
+        if ep == 0 || self.world % ep != 0 {
+            return Err(BackendError::Device(format!("--tp-size {} is not divisible by --ep-size {ep}", self.world)));
+        }
+        let moe_tp = self.world / ep;
+        Ok((Split { rank: self.rank / moe_tp, world: ep }, Split { rank: self.rank % moe_tp, world: moe_tp }))
+    }
+
+    /// This rank's part of `len`, the value of config key `key` (an error when it does not
+    /// split evenly).
+    pub(crate) fn part(&self, len: usize, key: &str) -> Result<Range<usize>, BackendError> {
+        if len % self.world != 0 {
+            return Err(BackendError::Device(format!("--tp-size {} does not divide {key} {len}", self.world)));
+        }
+        let share = len / self.world;
+        Ok(self.rank * share..(self.rank + 1) * share)
+    }
+}
 
 /// `y = x · Wᵀ` with `W` `[outputs, inputs]` as the checkpoint stores it.
 pub(crate) struct Linear {
@@ -14,8 +55,30 @@ pub(crate) struct Linear {
 }
 
 impl Linear {
-    pub(crate) fn load<B: Backend>(ld: &mut Loader<'_, B>, name: &str, outputs: usize, inputs: usize) -> Result<Self, BackendError> {
-        Ok(Linear { w: ld.host_f32(name, &[outputs, inputs])?, outputs, inputs })
+    /// The `[outputs, inputs]` weight `name`, dequantized when `formats` stores it quantized.
+    pub(crate) fn load<B: Backend>(
+        ld: &mut Loader<'_, B>,
+        formats: &WeightFormats,
+        name: &str,
+        outputs: usize,
+        inputs: usize,
+    ) -> Result<Self, BackendError> {
+        Ok(Linear { w: ld.host_linear(name, outputs, inputs, formats)?, outputs, inputs })
+    }
+
+    /// Only the outputs `rows` (a column-parallel shard).
+    pub(crate) fn outputs_in(mut self, rows: Range<usize>) -> Linear {
+        self.w = self.w[rows.start * self.inputs..rows.end * self.inputs].to_vec();
+        self.outputs = rows.len();
+        self
+    }
+
+    /// Only the inputs `cols` (a row-parallel shard: its outputs are partial sums that the
+    /// group's all-reduce completes).
+    pub(crate) fn inputs_in(mut self, cols: Range<usize>) -> Linear {
+        self.w = self.w.chunks_exact(self.inputs).flat_map(|row| &row[cols.clone()]).copied().collect();
+        self.inputs = cols.len();
+        self
     }
 
     /// The first `n` rows of `x` (`[n, inputs]`) through the layer: `[n, outputs]`.
@@ -32,6 +95,14 @@ impl Linear {
 
     pub(crate) fn elements(&self) -> usize {
         self.w.len()
+    }
+
+    /// The weight on `backend` as the f32 values held here (`name` is what errors call it).
+    pub(crate) fn to_backend<B: Backend>(&self, backend: &B, name: &str) -> Result<B::Weight, BackendError> {
+        let bytes: Vec<u8> = self.w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let shape = [self.outputs, self.inputs];
+        let view = TensorView { name, file: Path::new("(the target's weights)"), dtype: Dtype::F32, shape: &shape, data: &bytes };
+        backend.load_weight(&view, Shard::Replicated)
     }
 }
 

@@ -15,6 +15,8 @@
 //!   query) and its value half applied once to the attention-weighted latent, so a decode or
 //!   verify step reads the cache as it is, with no decompression.
 
+use std::ops::Range;
+
 use crate::backend::{AttnWindow, Backend, BackendError};
 use crate::engine::deepseek::host::{rms_norm, Linear};
 use crate::engine::weights::Loader;
@@ -47,16 +49,9 @@ pub(crate) struct MlaShape {
 }
 
 impl MlaShape {
-    pub(crate) fn new(c: &DeepseekConfig, scale: f32) -> MlaShape {
-        MlaShape {
-            heads: c.heads,
-            nope: c.qk_nope_head_dim,
-            rope: c.qk_rope_head_dim,
-            v: c.v_head_dim,
-            kv_lora: c.kv_lora_rank,
-            eps: c.eps,
-            scale,
-        }
+    /// The shape of one rank's `heads` of the layer.
+    pub(crate) fn new(c: &DeepseekConfig, heads: usize, scale: f32) -> MlaShape {
+        MlaShape { heads, nope: c.qk_nope_head_dim, rope: c.qk_rope_head_dim, v: c.v_head_dim, kv_lora: c.kv_lora_rank, eps: c.eps, scale }
     }
 
     fn qk(&self) -> usize {
@@ -133,24 +128,32 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 impl Mla {
-    /// The attention of one layer, under `prefix` (`model.layers.{i}.self_attn.`).
-    pub(crate) fn load<B: Backend>(ld: &mut Loader<'_, B>, prefix: &str, c: &DeepseekConfig) -> Result<Self, BackendError> {
+    /// The attention of one layer, under `prefix` (`model.layers.{i}.self_attn.`): the
+    /// `heads` of this rank (q and `kv_b_proj` by their rows, `o_proj` by its inputs); the
+    /// latent projection whole, since every head reads the same latent.
+    pub(crate) fn load<B: Backend>(
+        ld: &mut Loader<'_, B>,
+        prefix: &str,
+        c: &DeepseekConfig,
+        heads: Range<usize>,
+    ) -> Result<Self, BackendError> {
         let name = |t: &str| format!("{prefix}{t}");
-        let (h, q_out) = (c.hidden, c.heads * c.qk_head_dim());
+        let (h, qk, kv_b, f) = (c.hidden, c.qk_head_dim(), c.qk_nope_head_dim + c.v_head_dim, &c.weights);
+        let of_heads = |per_head: usize| heads.start * per_head..heads.end * per_head;
         let q = match c.q_lora_rank {
-            None => QProj::Full(Linear::load(ld, &name("q_proj.weight"), q_out, h)?),
+            None => QProj::Full(Linear::load(ld, f, &name("q_proj.weight"), c.heads * qk, h)?.outputs_in(of_heads(qk))),
             Some(r) => QProj::Lora {
-                a: Linear::load(ld, &name("q_a_proj.weight"), r, h)?,
+                a: Linear::load(ld, f, &name("q_a_proj.weight"), r, h)?,
                 norm: ld.host_f32(&name("q_a_layernorm.weight"), &[r])?,
-                b: Linear::load(ld, &name("q_b_proj.weight"), q_out, r)?,
+                b: Linear::load(ld, f, &name("q_b_proj.weight"), c.heads * qk, r)?.outputs_in(of_heads(qk)),
             },
         };
         Ok(Mla {
             q,
-            kv_a: Linear::load(ld, &name("kv_a_proj_with_mqa.weight"), c.latent_width(), h)?,
+            kv_a: Linear::load(ld, f, &name("kv_a_proj_with_mqa.weight"), c.latent_width(), h)?,
             kv_a_norm: ld.host_f32(&name("kv_a_layernorm.weight"), &[c.kv_lora_rank])?,
-            kv_b: Linear::load(ld, &name("kv_b_proj.weight"), c.heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)?,
-            o: Linear::load(ld, &name("o_proj.weight"), h, c.heads * c.v_head_dim)?,
+            kv_b: Linear::load(ld, f, &name("kv_b_proj.weight"), c.heads * kv_b, c.kv_lora_rank)?.outputs_in(of_heads(kv_b)),
+            o: Linear::load(ld, f, &name("o_proj.weight"), h, c.heads * c.v_head_dim)?.inputs_in(of_heads(c.v_head_dim)),
         })
     }
 

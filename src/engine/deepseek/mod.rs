@@ -6,6 +6,14 @@
 //! The model speaks the target's side of the backend seam as `LlamaModel` does (token ids
 //! and positions in `inputs`, logits in `logits`, the KV cache a `KvCache`, here the latent
 //! one), so the engine's decoding loop drives either.
+//!
+//! Over a backend's tensor-parallel group (`Backend::tp_world`) each rank holds its share:
+//! its attention heads, its part of the dense and shared MLP widths, its part of the routed
+//! experts (`--ep-size` groups of ranks, each holding a run of experts, split by width over
+//! the group's ranks); the embeddings, norms, router and latent projection whole. After
+//! attention and after the feed-forward the ranks' partial sums meet in the backend's
+//! all-reduce. Every rank computes the same latent for its heads: the latent cache is whole
+//! on each rank.
 
 pub(crate) mod host;
 pub(crate) mod mla;
@@ -15,10 +23,11 @@ pub(crate) mod router;
 use std::sync::Arc;
 
 use crate::backend::rope::{yarn_mscale, RopeParams};
-use crate::backend::{AttnWindow, Backend, BackendError, Mask, RopeStyle};
-use crate::engine::deepseek::host::{add, rms_norm, Linear};
+use crate::backend::{AttnWindow, Backend, BackendError, BatchSeq, Mask, RopeStyle};
+use crate::engine::deepseek::host::{add, rms_norm, Linear, Split};
 use crate::engine::deepseek::mla::{Mla, MlaShape, RopeRows, Visibility};
 use crate::engine::deepseek::moe::FeedForward;
+use crate::engine::drafter::TargetHead;
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{rope_from_config, Capacity, Capture, Logits, StepInputs};
 use crate::engine::weights::Loader;
@@ -34,13 +43,16 @@ pub struct DeepseekTargetConfig {
     /// RoPE over `qk_rope_head_dim`, YaRN's mscale in its cos and sin.
     pub rope: RopeParams,
     pub softmax_scale: f32,
+    /// `--ep-size`: the routed experts split into this many groups of the tensor-parallel
+    /// ranks, each expert's width over the ranks of a group (SGLang's `moe_tp_size`).
+    pub ep_size: usize,
 }
 
 impl DeepseekTargetConfig {
     pub fn from_config(cfg: &ModelConfig) -> Result<DeepseekTargetConfig, ConfigError> {
         let text = DeepseekConfig::from_config(cfg)?;
         let rope = RopeParams { style: RopeStyle::Interleaved, ..rope_from_config(cfg, text.qk_rope_head_dim)? };
-        Ok(DeepseekTargetConfig { softmax_scale: softmax_scale(cfg, text.qk_head_dim()), rope, text })
+        Ok(DeepseekTargetConfig { softmax_scale: softmax_scale(cfg, text.qk_head_dim()), rope, text, ep_size: 1 })
     }
 }
 
@@ -72,7 +84,9 @@ pub struct DeepseekModel<B: Backend> {
     norm: Vec<f32>,
     /// None: tied to the embeddings.
     lm_head: Option<Linear>,
+    /// This rank's heads.
     shape: MlaShape,
+    split: Split,
     /// What `rope` was computed from, to extend it to a longer context.
     rope_params: RopeParams,
     rope: RopeRows,
@@ -91,26 +105,29 @@ impl<B: Backend> DeepseekModel<B> {
         let c = &config.text;
         let p = c.prefix();
         ld.check_layers(&format!("{p}model.layers."), "num_hidden_layers", c.layers)?;
-        let embed = Linear::load(ld, &format!("{p}model.embed_tokens.weight"), c.vocab, c.hidden)?;
+        let split = Split::of(&*backend);
+        let heads = split.part(c.heads, "num_attention_heads")?;
+        let embed = Linear::load(ld, &c.weights, &format!("{p}model.embed_tokens.weight"), c.vocab, c.hidden)?;
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let l = format!("{p}model.layers.{i}.");
             layers.push(DecoderLayer {
                 input_ln: ld.host_f32(&format!("{l}input_layernorm.weight"), &[c.hidden])?,
-                attn: Mla::load(ld, &format!("{l}self_attn."), c)?,
+                attn: Mla::load(ld, &format!("{l}self_attn."), c, heads.clone())?,
                 post_ln: ld.host_f32(&format!("{l}post_attention_layernorm.weight"), &[c.hidden])?,
-                ffn: FeedForward::load(ld, &format!("{l}mlp."), c, i)?,
+                ffn: FeedForward::load(ld, &format!("{l}mlp."), c, i, split, config.ep_size)?,
             });
         }
         let norm = ld.host_f32(&format!("{p}model.norm.weight"), &[c.hidden])?;
         let head = format!("{p}lm_head.weight");
-        let lm_head = if c.tie_embeddings && !ld.has(&head) { None } else { Some(Linear::load(ld, &head, c.vocab, c.hidden)?) };
+        let lm_head = if c.tie_embeddings && !ld.has(&head) { None } else { Some(Linear::load(ld, &c.weights, &head, c.vocab, c.hidden)?) };
         let (cos, sin) = config.rope.cos_sin(cap.positions);
         let b = &*backend;
         Ok(DeepseekModel {
             inputs: StepInputs::new(b, cap.rows)?,
             logits: b.tensor(cap.logit_rows, c.vocab)?,
-            shape: MlaShape::new(c, config.softmax_scale),
+            shape: MlaShape::new(c, heads.len(), config.softmax_scale),
+            split,
             rope_params: config.rope.clone(),
             rope: RopeRows { cos, sin, half: c.qk_rope_head_dim / 2 },
             capture: None,
@@ -146,6 +163,29 @@ impl<B: Backend> DeepseekModel<B> {
         (self.embed.elements() + layers + self.norm.len() + self.lm_head.as_ref().map_or(0, Linear::elements)) as u64
     }
 
+    /// The group's sum of every rank's partial `[n, hidden]` output (itself at one rank).
+    fn summed(&self, part: Vec<f32>, n: usize) -> Result<Vec<f32>, BackendError> {
+        if self.split.world == 1 {
+            return Ok(part);
+        }
+        let b = &*self.backend;
+        let mut t = b.tensor_from(self.config.hidden, &part)?;
+        b.all_reduce(&mut t, n);
+        b.read_rows(&t, 0, n)
+    }
+
+    /// What an EAGLE-3 drafter shares: the embeddings and the lm_head (the embeddings again
+    /// when tied), put on the backend when it asks for them.
+    pub fn head(&self) -> Result<TargetHead<B>, BackendError> {
+        let b = &*self.backend;
+        let embed = Arc::new(self.embed.to_backend(b, "model.embed_tokens.weight")?);
+        let lm_head = match &self.lm_head {
+            Some(head) => Arc::new(head.to_backend(b, "lm_head.weight")?),
+            None => embed.clone(),
+        };
+        Ok(TargetHead { backend: self.backend.clone(), vocab: self.config.vocab, hidden: self.config.hidden, embed, lm_head })
+    }
+
     /// f32 bytes of one token's latent over all layers.
     pub fn kv_bytes_per_token(&self) -> u64 {
         (self.config.layers * self.shape.width()) as u64 * 4
@@ -178,48 +218,136 @@ impl<B: Backend> DeepseekModel<B> {
     /// Run `window.queries` tokens (ids and positions already in `self.inputs`).
     pub fn forward(&mut self, kv: &mut KvCache<B>, window: AttnWindow, mask: Mask<'_, B>, logits: Logits) -> Result<(), BackendError> {
         let n = window.queries;
-        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
         let slots = window.prefix + window.region;
         assert!(slots <= kv.slots, "KV cache of {} slots is too small", kv.slots);
+        let mask = match mask {
+            Mask::Causal => None,
+            Mask::Explicit(m) => Some(self.backend.read_ids(m, n * window.region)?),
+        };
+        let h = self.run_layers(kv, &[SeqRows { row: 0, slots: (0..slots).collect(), window, mask }], n)?;
+        let hd = self.config.hidden;
+        match logits {
+            Logits::None => Ok(()),
+            Logits::Last => self.set_logits(&h[(n - 1) * hd..]),
+            Logits::All => self.set_logits(&h),
+        }
+    }
+
+    /// Run a batch of sequences over the paged pool `kv` (`LlamaModel::forward_batch`'s
+    /// contract): the ids and positions of all `rows` rows are in `self.inputs`, and the
+    /// logits of the rows `logit_rows` land in rows `0..` of `self.logits`, in that order.
+    pub fn forward_batch(
+        &mut self,
+        kv: &mut KvCache<B>,
+        seqs: &[BatchSeq<'_, B>],
+        rows: usize,
+        logit_rows: &[usize],
+    ) -> Result<(), BackendError> {
+        let b = self.backend.clone();
+        let seqs = seqs
+            .iter()
+            .map(|s| {
+                let q = s.seq.queries;
+                let mask = match s.mask {
+                    Mask::Causal => None,
+                    Mask::Explicit(m) => Some(b.read_ids(m, q * q)?),
+                };
+                Ok(SeqRows { row: s.seq.row, slots: s.seq.slots.to_vec(), window: s.seq.window(), mask })
+            })
+            .collect::<Result<Vec<_>, BackendError>>()?;
+        let h = self.run_layers(kv, &seqs, rows)?;
+        if logit_rows.is_empty() {
+            return Ok(());
+        }
+        let hd = self.config.hidden;
+        let picked: Vec<f32> = logit_rows.iter().flat_map(|&r| &h[r * hd..][..hd]).copied().collect();
+        self.set_logits(&picked)
+    }
+
+    /// Size the inputs for batched forwards of `rows` rows with logits for `logit_rows` of
+    /// them, over `positions` positions (`LlamaModel::set_batch_capacity`; the host reads
+    /// each sequence's slots as it goes, so `seq_rows` sizes nothing here).
+    pub fn set_batch_capacity(&mut self, rows: usize, logit_rows: usize, positions: usize) -> Result<(), BackendError> {
+        if rows > self.capacity.rows {
+            self.inputs = StepInputs::new(&*self.backend, rows)?;
+            self.capacity.rows = rows;
+            let layers = self.capture.as_ref().map(|c| c.layers.clone());
+            self.set_capture(layers)?;
+        }
+        self.capacity.logit_rows = self.capacity.logit_rows.max(logit_rows);
+        self.ensure_positions(positions);
+        Ok(())
+    }
+
+    /// Embed the `n` input rows and run every layer, each sequence's attention over its own
+    /// slots of `kv`, capturing the residual stream where asked; returns the final pre-norm
+    /// hidden states, `[n, hidden]`.
+    fn run_layers(&mut self, kv: &mut KvCache<B>, seqs: &[SeqRows], n: usize) -> Result<Vec<f32>, BackendError> {
+        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
         let b = &*self.backend;
         let (c, hd, width) = (&self.config, self.config.hidden, self.shape.width());
         let ids = b.read_ids(&self.inputs.ids, n)?;
         let positions: Vec<usize> = b.read_ids(&self.inputs.positions, n)?.into_iter().map(|p| p as usize).collect();
-        let mask = match mask {
-            Mask::Causal => None,
-            Mask::Explicit(m) => Some(b.read_ids(m, n * window.region)?),
-        };
-        let vis = Visibility { window, mask: mask.as_deref() };
-        let attend = self.attend.unwrap_or(if 2 * n >= slots { Attend::Decompressed } else { Attend::Absorbed });
         let mut h: Vec<f32> = ids.iter().flat_map(|&t| self.embed.row(t as usize)).copied().collect();
         let captured = self.capture.as_ref().map_or(0, |cap| cap.layers.len());
         let mut aux = vec![0.0; n * captured * hd];
-        let first = window.first_new_slot();
         for (i, layer) in self.layers.iter().enumerate() {
             if let Some(k) = self.capture.as_ref().and_then(|cap| cap.layers.iter().position(|&l| l == i)) {
                 for (row, out) in h.chunks_exact(hd).zip(aux.chunks_exact_mut(captured * hd)) {
                     out[k * hd..][..hd].copy_from_slice(row);
                 }
             }
-            let mut cache = b.read_rows(&kv.k[i], 0, slots)?;
             let x = rms_norm(&h, &layer.input_ln, c.eps);
-            add(&mut h, &layer.attn.forward(&self.shape, &self.rope, &x, &positions, &mut cache, &vis, attend));
-            let written = b.tensor_from(width, &cache[first * width..(first + n) * width])?;
-            b.copy_rows(&written, 0, &mut kv.k[i], first, n);
+            let mut attn = vec![0.0; n * hd];
+            for seq in seqs {
+                let (q, seen) = (seq.window.queries, seq.slots.len());
+                let rows = seq.row..seq.row + q;
+                let mut gathered = b.tensor(seen, width)?;
+                b.gather_rows(&kv.k[i], &seq.slots, &mut gathered);
+                let mut cache = b.read_rows(&gathered, 0, seen)?;
+                let vis = Visibility { window: seq.window, mask: seq.mask.as_deref() };
+                let attend = self.attend.unwrap_or(if 2 * q >= seen { Attend::Decompressed } else { Attend::Absorbed });
+                let out = layer.attn.forward(
+                    &self.shape,
+                    &self.rope,
+                    &x[rows.start * hd..rows.end * hd],
+                    &positions[rows.clone()],
+                    &mut cache,
+                    &vis,
+                    attend,
+                );
+                attn[rows.start * hd..rows.end * hd].copy_from_slice(&out);
+                let first = seq.window.first_new_slot();
+                let written = b.tensor_from(width, &cache[first * width..(first + q) * width])?;
+                for (j, &slot) in seq.slots[first..first + q].iter().enumerate() {
+                    b.copy_rows(&written, j, &mut kv.k[i], slot, 1);
+                }
+            }
+            add(&mut h, &self.summed(attn, n)?);
             let x = rms_norm(&h, &layer.post_ln, c.eps);
-            add(&mut h, &layer.ffn.forward(&c.moe, &x, n));
+            add(&mut h, &self.summed(layer.ffn.forward(&c.moe, &x, n), n)?);
         }
         if let Some(cap) = self.capture.as_mut() {
             cap.aux = b.tensor_from(captured * hd, &aux)?;
         }
-        let rows = match logits {
-            Logits::None => return Ok(()),
-            Logits::Last => &h[(n - 1) * hd..],
-            Logits::All => &h[..],
-        };
-        let normed = rms_norm(rows, &self.norm, c.eps);
-        let out = self.lm_head.as_ref().unwrap_or(&self.embed).apply(&normed, rows.len() / hd);
-        self.logits = b.tensor_from(c.vocab, &out)?;
+        Ok(h)
+    }
+
+    /// The logits of the final hidden `rows` (`[rows, hidden]`) into `self.logits`.
+    fn set_logits(&mut self, rows: &[f32]) -> Result<(), BackendError> {
+        let normed = rms_norm(rows, &self.norm, self.config.eps);
+        let out = self.lm_head.as_ref().unwrap_or(&self.embed).apply(&normed, rows.len() / self.config.hidden);
+        self.logits = self.backend.tensor_from(self.config.vocab, &out)?;
         Ok(())
     }
+}
+
+/// One sequence of a forward as the host computes it: its rows of the forward, the cache
+/// slots its queries see in position order (the new tokens' last), and which of them each
+/// query sees.
+struct SeqRows {
+    row: usize,
+    slots: Vec<usize>,
+    window: AttnWindow,
+    mask: Option<Vec<i32>>,
 }

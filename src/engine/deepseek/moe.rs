@@ -1,12 +1,21 @@
 //! The feed-forward half of a DeepSeek-V3 layer: a dense SwiGLU MLP in the first
 //! `first_k_dense_replace` layers, else the routed experts (each a small SwiGLU MLP, run on
 //! the tokens routed to it) plus the shared experts every token runs.
+//!
+//! Over a tensor-parallel group the dense and shared MLPs split their width (gate and up by
+//! rows, down by inputs) and the routed experts split as SGLang splits them for `--ep-size`:
+//! each of `ep` groups of ranks holds a contiguous run of experts, each expert's width split
+//! over the group's ranks; every rank routes every token as the others do. Each rank's output
+//! is its partial sum, which the model's all-reduce completes.
+
+use std::ops::Range;
 
 use crate::backend::{Backend, BackendError};
-use crate::engine::deepseek::host::{add, silu, Linear};
+use crate::engine::deepseek::host::{add, silu, Linear, Split};
 use crate::engine::deepseek::router::route;
 use crate::engine::weights::Loader;
 use crate::model::deepseek::{DeepseekConfig, MoeConfig};
+use crate::model::quantized::WeightFormats;
 
 /// `down(silu(gate(x)) * up(x))`.
 pub(crate) struct Mlp {
@@ -16,11 +25,18 @@ pub(crate) struct Mlp {
 }
 
 impl Mlp {
-    fn load<B: Backend>(ld: &mut Loader<'_, B>, prefix: &str, hidden: usize, inner: usize) -> Result<Self, BackendError> {
+    /// The MLP under `prefix`, only the `width` part of its `inner` hidden units.
+    fn load<B: Backend>(
+        ld: &mut Loader<'_, B>,
+        f: &WeightFormats,
+        prefix: &str,
+        [hidden, inner]: [usize; 2],
+        width: Range<usize>,
+    ) -> Result<Self, BackendError> {
         Ok(Mlp {
-            gate: Linear::load(ld, &format!("{prefix}gate_proj.weight"), inner, hidden)?,
-            up: Linear::load(ld, &format!("{prefix}up_proj.weight"), inner, hidden)?,
-            down: Linear::load(ld, &format!("{prefix}down_proj.weight"), hidden, inner)?,
+            gate: Linear::load(ld, f, &format!("{prefix}gate_proj.weight"), inner, hidden)?.outputs_in(width.clone()),
+            up: Linear::load(ld, f, &format!("{prefix}up_proj.weight"), inner, hidden)?.outputs_in(width.clone()),
+            down: Linear::load(ld, f, &format!("{prefix}down_proj.weight"), hidden, inner)?.inputs_in(width),
         })
     }
 
@@ -40,7 +56,9 @@ pub(crate) struct Moe {
     gate: Linear,
     /// `mlp.gate.e_score_correction_bias`.
     bias: Vec<f32>,
+    /// This rank's routed experts, `first` onwards.
     experts: Vec<Mlp>,
+    first: usize,
     shared: Option<Mlp>,
 }
 
@@ -50,23 +68,40 @@ pub(crate) enum FeedForward {
 }
 
 impl FeedForward {
-    /// Layer `i`'s feed-forward under `prefix` (`model.layers.{i}.mlp.`).
-    pub(crate) fn load<B: Backend>(ld: &mut Loader<'_, B>, prefix: &str, c: &DeepseekConfig, i: usize) -> Result<Self, BackendError> {
-        let h = c.hidden;
+    /// Layer `i`'s feed-forward under `prefix` (`model.layers.{i}.mlp.`), this rank's share.
+    pub(crate) fn load<B: Backend>(
+        ld: &mut Loader<'_, B>,
+        prefix: &str,
+        c: &DeepseekConfig,
+        i: usize,
+        split: Split,
+        ep: usize,
+    ) -> Result<Self, BackendError> {
+        let (h, f) = (c.hidden, &c.weights);
         if !c.is_moe_layer(i) {
-            return Ok(FeedForward::Dense(Mlp::load(ld, prefix, h, c.intermediate)?));
+            let width = split.part(c.intermediate, "intermediate_size")?;
+            return Ok(FeedForward::Dense(Mlp::load(ld, f, prefix, [h, c.intermediate], width)?));
         }
         let m = &c.moe;
-        let experts =
-            (0..m.experts).map(|e| Mlp::load(ld, &format!("{prefix}experts.{e}."), h, m.intermediate)).collect::<Result<_, _>>()?;
-        let shared = match m.shared_experts {
+        let (group, within) = split.experts(ep)?;
+        let own = group.part(m.experts, "n_routed_experts")?;
+        let width = within.part(m.intermediate, "moe_intermediate_size")?;
+        let experts = own
+            .clone()
+            .map(|e| Mlp::load(ld, f, &format!("{prefix}experts.{e}."), [h, m.intermediate], width.clone()))
+            .collect::<Result<_, _>>()?;
+        let shared = match m.shared_experts * m.intermediate {
             0 => None,
-            s => Some(Mlp::load(ld, &format!("{prefix}shared_experts."), h, s * m.intermediate)?),
+            inner => {
+                let width = split.part(inner, "n_shared_experts × moe_intermediate_size")?;
+                Some(Mlp::load(ld, f, &format!("{prefix}shared_experts."), [h, inner], width)?)
+            }
         };
         Ok(FeedForward::Moe(Moe {
-            gate: Linear::load(ld, &format!("{prefix}gate.weight"), m.experts, h)?,
+            gate: Linear::load(ld, f, &format!("{prefix}gate.weight"), m.experts, h)?,
             bias: ld.host_f32(&format!("{prefix}gate.e_score_correction_bias"), &[m.experts])?,
             experts,
+            first: own.start,
             shared,
         }))
     }
@@ -83,11 +118,14 @@ impl FeedForward {
             None => vec![0.0; n * hidden],
         };
         let logits = moe.gate.apply(x, n);
-        // Tokens grouped by expert, so each expert runs once over all the rows routed to it.
+        // Tokens grouped by expert, so each expert runs once over all the rows routed to it;
+        // experts of other ranks are theirs to run.
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.experts.len()];
-        for (t, row) in logits.chunks_exact(moe.experts.len()).enumerate() {
+        for (t, row) in logits.chunks_exact(m.experts).enumerate() {
             for (e, w) in route(m, row, &moe.bias) {
-                routed[e].push((t, w));
+                if let Some(own) = e.checked_sub(moe.first).and_then(|e| routed.get_mut(e)) {
+                    own.push((t, w));
+                }
             }
         }
         for (expert, tokens) in moe.experts.iter().zip(&routed).filter(|(_, t)| !t.is_empty()) {
@@ -101,15 +139,18 @@ impl FeedForward {
         out
     }
 
-    /// Weight elements a token reads when it runs `routed` of the routed experts (`None`:
-    /// all of them, which are the elements held).
+    /// Weight elements this rank reads for a token that runs `routed` of the routed
+    /// experts, this rank's share of them on average (`None`: all of this rank's, which are
+    /// the elements held).
     pub(crate) fn elements(&self, routed: Option<usize>) -> usize {
         match self {
             FeedForward::Dense(mlp) => mlp.elements(),
             FeedForward::Moe(moe) => {
                 let per_expert = moe.experts.first().map_or(0, Mlp::elements);
                 let shared = moe.shared.as_ref().map_or(0, Mlp::elements);
-                moe.gate.elements() + moe.bias.len() + shared + routed.unwrap_or(moe.experts.len()) * per_expert
+                let held = moe.experts.len();
+                let read = routed.map_or(held, |k| k * held / moe.gate.outputs);
+                moe.gate.elements() + moe.bias.len() + shared + read * per_expert
             }
         }
     }

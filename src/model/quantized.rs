@@ -1,0 +1,237 @@
+//! Linear weights as their producers quantize them, read back to f32: FP8 e4m3 with block
+//! scales (`weight_scale_inv`, DeepSeek-V3 and Kimi-K2) and compressed-tensors pack-quantized
+//! INT4 (`weight_packed`, `weight_scale`, `weight_shape`: Kimi-K2.5's routed experts).
+//!
+//! Which way one layer is stored is what its tensors say, since a checkpoint quantizes some
+//! layers and leaves others (Kimi-K2.5's attention and shared experts stay bf16); the config's
+//! `quantization_config` gives the block and group sizes.
+
+use safetensors::tensor::Dtype;
+use serde_json::Value;
+
+use crate::model::checkpoint::{Checkpoint, CheckpointError, TensorView};
+use crate::model::config::{ConfigError, ModelConfig};
+
+/// DeepSeek-V3's `weight_block_size`, for an fp8 config that gives none.
+const FP8_BLOCK: [usize; 2] = [128, 128];
+/// Kimi-K2.5's group size, for a compressed-tensors config that gives none.
+const INT4_GROUP: usize = 32;
+/// Signed 4-bit values are stored with this offset (compressed-tensors packs `q + 8`).
+const INT4_OFFSET: i32 = 8;
+
+/// How a checkpoint's quantized linear weights are laid out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightFormats {
+    /// Weight `[rows, cols]` per FP8 `weight_scale_inv` entry.
+    pub fp8_block: [usize; 2],
+    /// Weights of a row per INT4 `weight_scale` entry.
+    pub int4_group: usize,
+}
+
+impl Default for WeightFormats {
+    fn default() -> Self {
+        WeightFormats { fp8_block: FP8_BLOCK, int4_group: INT4_GROUP }
+    }
+}
+
+impl WeightFormats {
+    /// The formats `quantization_config` declares; a method or scheme this engine cannot read
+    /// is an error that names its key.
+    pub fn from_config(cfg: &ModelConfig) -> Result<WeightFormats, ConfigError> {
+        let mut formats = WeightFormats::default();
+        let Some(method) = cfg.quant_method()? else { return Ok(formats) };
+        let root = method.pointer.trim_end_matches("/quant_method").to_string();
+        match method.value.to_ascii_lowercase().replace('_', "-").as_str() {
+            "fp8" => {
+                let pointer = format!("{root}/weight_block_size");
+                if let Some(v) = cfg.at(&pointer) {
+                    formats.fp8_block = positive_pair(v).ok_or_else(|| cfg.wrong_type(&pointer, v, "two positive integers"))?;
+                }
+            }
+            "compressed-tensors" => formats.int4_group = int4_group(cfg, &root)?,
+            _ => {
+                return Err(cfg.wrong_type(
+                    &method.pointer,
+                    &Value::from(method.value),
+                    "fp8 or compressed-tensors (the quantized formats this engine reads)",
+                ))
+            }
+        }
+        Ok(formats)
+    }
+}
+
+fn positive_pair(v: &Value) -> Option<[usize; 2]> {
+    match v.as_array()?.as_slice() {
+        [a, b] => Some([a.as_u64().filter(|&a| a > 0)? as usize, b.as_u64().filter(|&b| b > 0)? as usize]),
+        _ => None,
+    }
+}
+
+/// The group size of a compressed-tensors config whose every group is what Kimi-K2.5 ships:
+/// pack-quantized symmetric 4-bit integers in groups along a row.
+fn int4_group(cfg: &ModelConfig, root: &str) -> Result<usize, ConfigError> {
+    let expect = |pointer: String, ok: &dyn Fn(&Value) -> bool, expected: &'static str| match cfg.at(&pointer) {
+        Some(v) if ok(v) => Ok(()),
+        v => Err(cfg.wrong_type(&pointer, v.unwrap_or(&Value::Null), expected)),
+    };
+    expect(format!("{root}/format"), &|v| v == "pack-quantized", "pack-quantized")?;
+    let groups_at = format!("{root}/config_groups");
+    let Some(groups) = cfg.at(&groups_at).and_then(Value::as_object) else {
+        return Err(cfg.wrong_type(&groups_at, cfg.at(&groups_at).unwrap_or(&Value::Null), "an object of quantization groups"));
+    };
+    let mut size = None;
+    for name in groups.keys() {
+        let w = format!("{groups_at}/{name}/weights");
+        expect(format!("{w}/num_bits"), &|v| v == 4, "4")?;
+        expect(format!("{w}/type"), &|v| v == "int", "int")?;
+        expect(format!("{w}/symmetric"), &|v| v == true, "true")?;
+        expect(format!("{w}/strategy"), &|v| v == "group", "group")?;
+        let at = format!("{w}/group_size");
+        let g = cfg.at(&at).and_then(Value::as_u64).filter(|&g| g > 0 && size.is_none_or(|s| s == g));
+        size = Some(g.ok_or_else(|| cfg.wrong_type(&at, cfg.at(&at).unwrap_or(&Value::Null), "a positive integer, one for every group"))?);
+    }
+    Ok(size.map_or(INT4_GROUP, |g| g as usize))
+}
+
+/// The value of a float8_e4m3fn byte (bias 7, no infinities; `None` for its NaN).
+pub fn e4m3_to_f32(byte: u8) -> Option<f32> {
+    let (exponent, mantissa) = ((byte >> 3) & 0xf, (byte & 7) as f32);
+    let magnitude = match exponent {
+        0xf if byte & 7 == 7 => return None,
+        0 => mantissa / 8.0 * (-6f32).exp2(),
+        e => (1.0 + mantissa / 8.0) * (e as f32 - 7.0).exp2(),
+    };
+    Some(if byte & 0x80 != 0 { -magnitude } else { magnitude })
+}
+
+impl Checkpoint {
+    /// The `[rows, cols]` weight of the linear layer `base` (its name without `.weight`) in
+    /// f32, however it is stored: `base.weight` in F32, F16 or BF16; FP8 e4m3 with
+    /// `base.weight_scale_inv`; or `base.weight_packed` INT4 with `weight_scale` and
+    /// `weight_shape`. Also returns the tensors it read.
+    pub fn linear_f32(&self, base: &str, rows: usize, cols: usize, f: &WeightFormats) -> Result<(Vec<f32>, Vec<String>), CheckpointError> {
+        let weight = format!("{base}.weight");
+        let packed = format!("{base}.weight_packed");
+        if !self.contains(&weight) && self.contains(&packed) {
+            let (scale, shape) = (format!("{base}.weight_scale"), format!("{base}.weight_shape"));
+            let w = int4_packed(&self.view(&packed)?, &self.view(&scale)?, &self.view(&shape)?, [rows, cols], f.int4_group)?;
+            return Ok((w, vec![packed, scale, shape]));
+        }
+        let view = self.view(&weight)?;
+        view.expect_shape(&[rows, cols])?;
+        if view.dtype != Dtype::F8_E4M3 {
+            return Ok((view.to_f32()?, vec![weight]));
+        }
+        let scale = format!("{base}.weight_scale_inv");
+        let w = fp8_blocks(&view, &self.view(&scale)?, [rows, cols], f.fp8_block)?;
+        Ok((w, vec![weight, scale]))
+    }
+}
+
+fn bad_values(view: &TensorView<'_>, reason: String) -> CheckpointError {
+    CheckpointError::BadValues { file: view.file.to_path_buf(), name: view.name.to_string(), reason }
+}
+
+/// `w · scale_inv` of the weight's block, the scale grid rounded up as DeepSeek's files
+/// round it (576 rows of kv_a_proj_with_mqa over 128-row blocks make 5).
+fn fp8_blocks(w: &TensorView<'_>, s: &TensorView<'_>, [rows, cols]: [usize; 2], [br, bc]: [usize; 2]) -> Result<Vec<f32>, CheckpointError> {
+    let grid_cols = cols.div_ceil(bc);
+    s.expect_shape(&[rows.div_ceil(br), grid_cols])?;
+    let scales = s.to_f32()?;
+    let values: Vec<Option<f32>> = (0..=255u8).map(e4m3_to_f32).collect();
+    let mut out = Vec::with_capacity(rows * cols);
+    for (r, row) in w.data.chunks_exact(cols).enumerate() {
+        let row_scales = &scales[(r / br) * grid_cols..][..grid_cols];
+        for (c, &byte) in row.iter().enumerate() {
+            let v = values[byte as usize]
+                .ok_or_else(|| bad_values(w, format!("holds an FP8 NaN (byte {byte:#04x}) at row {r}, column {c}")))?;
+            out.push(v * row_scales[c / bc]);
+        }
+    }
+    Ok(out)
+}
+
+/// compressed-tensors' pack-quantized layout: element `c` of a row sits in bits `4c..4c+4` of
+/// the row's little-endian int32 words (so the low nibble of byte `c / 2` for even `c`), as
+/// `q + 8`; its value is `q · weight_scale[row, c / group]`, in the scale's dtype as
+/// compressed-tensors' own dequantizer gives it back.
+fn int4_packed(
+    packed: &TensorView<'_>,
+    scale: &TensorView<'_>,
+    shape: &TensorView<'_>,
+    [rows, cols]: [usize; 2],
+    group: usize,
+) -> Result<Vec<f32>, CheckpointError> {
+    let declared = shape.to_i64()?;
+    if declared != [rows as i64, cols as i64] {
+        return Err(bad_values(shape, format!("holds {declared:?}, but the config makes the weight [{rows}, {cols}]")));
+    }
+    if packed.dtype != Dtype::I32 {
+        return Err(packed.wrong_dtype("I32 (compressed-tensors packs eight 4-bit values per int32)"));
+    }
+    let words = (cols * 4).div_ceil(32);
+    packed.expect_shape(&[rows, words])?;
+    let groups = cols.div_ceil(group);
+    scale.expect_shape(&[rows, groups])?;
+    let scales = scale.to_f32()?;
+    let in_scale_dtype: fn(f32) -> f32 = match scale.dtype {
+        Dtype::BF16 => |x| half::bf16::from_f32(x).to_f32(),
+        Dtype::F16 => |x| half::f16::from_f32(x).to_f32(),
+        _ => |x| x,
+    };
+    let mut out = Vec::with_capacity(rows * cols);
+    for (row, row_scales) in packed.data.chunks_exact(words * 4).zip(scales.chunks_exact(groups)) {
+        for c in 0..cols {
+            let byte = row[c / 2];
+            let nibble = if c % 2 == 0 { byte & 0xf } else { byte >> 4 };
+            out.push(in_scale_dtype((nibble as i32 - INT4_OFFSET) as f32 * row_scales[c / group]));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn e4m3_bytes_decode_as_torch_float8_e4m3fn() {
+        // Values torch gives for these bytes: normals, the largest finite, a subnormal, signs.
+        let cases =
+            [(0x00, 0.0), (0x38, 1.0), (0x40, 2.0), (0x3c, 1.5), (0x7e, 448.0), (0xfe, -448.0), (0x01, 2f32.powi(-9)), (0xb8, -1.0)];
+        for (byte, want) in cases {
+            assert_eq!(e4m3_to_f32(byte), Some(want), "byte {byte:#04x}");
+        }
+        assert_eq!(e4m3_to_f32(0x7f), None);
+        assert_eq!(e4m3_to_f32(0xff), None);
+    }
+
+    fn cfg(v: Value) -> ModelConfig {
+        ModelConfig::from_value("config.json", v)
+    }
+
+    #[test]
+    fn formats_come_from_the_quantization_config_and_name_what_they_cannot_read() {
+        assert_eq!(WeightFormats::from_config(&cfg(json!({}))).unwrap(), WeightFormats::default());
+        let fp8 = cfg(json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [64, 32]}}));
+        assert_eq!(WeightFormats::from_config(&fp8).unwrap().fp8_block, [64, 32]);
+        let int4 = |weights: Value| {
+            cfg(json!({"text_config": {"quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}}}}))
+        };
+        let kimi = json!({"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 16});
+        assert_eq!(WeightFormats::from_config(&int4(kimi.clone())).unwrap().int4_group, 16);
+        let mut eight = kimi;
+        eight["num_bits"] = json!(8);
+        let err = WeightFormats::from_config(&int4(eight)).unwrap_err().to_string();
+        assert_eq!(err, "config.json: /text_config/quantization_config/config_groups/group_0/weights/num_bits = 8 is not 4");
+        let awq = cfg(json!({"quantization_config": {"quant_method": "awq"}}));
+        let err = WeightFormats::from_config(&awq).unwrap_err().to_string();
+        assert!(err.starts_with("config.json: /quantization_config/quant_method = \"awq\" is not fp8 or compressed-tensors"), "{err}");
+        let bad_block = cfg(json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}}));
+        let err = WeightFormats::from_config(&bad_block).unwrap_err().to_string();
+        assert_eq!(err, "config.json: /quantization_config/weight_block_size = [128] is not two positive integers");
+    }
+}
