@@ -1,6 +1,8 @@
-//! The embedded demo pair: a tiny Llama-style target (context 262144) and its EAGLE-3
-//! drafter (max_position_embeddings 131072), built into the binary and extracted once to a
-//! cache folder named by the content hash, so `specdeck` works from any directory.
+//! The embedded demo pair, the seed's story in miniature: a tiny Kimi-K2.5-architecture target
+//! (`KimiK25ForConditionalGeneration`: MLA, routed experts in INT4, yarn to context 262144) and
+//! its Llama-architecture EAGLE-3 drafter (max_position_embeddings 131072), built into the
+//! binary and extracted once to a cache folder named by the content hash, so `specdeck` works
+//! from any directory.
 
 use std::io;
 use std::path::{Path, PathBuf};

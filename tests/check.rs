@@ -137,8 +137,8 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             "deepseek-v3__eagle3",
             0,
             vec![
-                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("DeepseekV3ForCausalLM")),
                 ("dtype-mismatch", "warning", "target", "/torch_dtype", json!("bfloat16")),
+                ("target-no-capture-support", "info", "target", "/architectures/0", json!("DeepseekV3ForCausalLM")),
             ],
         ),
         (
@@ -154,16 +154,16 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             "kimi-k2-instruct__aq-medai-eagle3",
             0,
             vec![
-                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("DeepseekV3ForCausalLM")),
                 ("rope-mismatch", "warning", "draft", "/rope_theta", json!(1000000.0)),
+                ("target-no-capture-support", "info", "target", "/architectures/0", json!("DeepseekV3ForCausalLM")),
             ],
         ),
         (
             "kimi-k2.5__aq-medai-eagle3",
             0,
             vec![
-                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
                 ("rope-mismatch", "warning", "target", "/text_config/rope_theta", json!(50000.0)),
+                ("target-no-capture-support", "info", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
             ],
         ),
         (
@@ -171,7 +171,7 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             1,
             vec![
                 ("draft-architecture", "error", "draft", "/architectures/0", json!("Eagle3DeepseekV2ForCausalLM")),
-                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
+                ("target-no-capture-support", "info", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
             ],
         ),
         (
@@ -179,8 +179,8 @@ fn expected_pairs() -> Vec<(&'static str, i32, Vec<(&'static str, &'static str, 
             1,
             vec![
                 ("context-length-exceeds-draft", "error", "draft", "/max_position_embeddings", json!(131072)),
-                ("target-no-capture-support", "warning", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
                 ("rope-mismatch", "warning", "draft", "/rope_theta", json!(1000000.0)),
+                ("target-no-capture-support", "info", "target", "/architectures/0", json!("KimiK25ForConditionalGeneration")),
             ],
         ),
     ]
@@ -279,7 +279,7 @@ fn story_case_text_output() {
     assert_eq!(o.status.code(), Some(0));
     let text = stdout(&o);
     assert!(text.contains("  applied clamp-context-length: --context-length 131072\n"), "{text}");
-    assert!(text.ends_with("0 errors, 2 warnings: exit 0\n"), "{text}");
+    assert!(text.ends_with("0 errors, 1 warning, 1 note: exit 0\n"), "{text}");
 }
 
 #[test]
@@ -381,9 +381,9 @@ fn a_quantization_flag_against_the_checkpoints_is_sglangs_error_until_removed() 
     assert_eq!(code, 1, "{v}");
     let want = [
         ("quantization-mismatch", "error"),
-        ("target-no-capture-support", "warning"),
         ("dtype-mismatch", "warning"),
         ("quantization-mismatch", "warning"),
+        ("target-no-capture-support", "info"),
     ];
     assert_eq!(ids_of(&v), want.map(|(id, s)| (id.to_string(), s.to_string())));
     let error = &v["findings"][0];
@@ -396,7 +396,7 @@ fn a_quantization_flag_against_the_checkpoints_is_sglangs_error_until_removed() 
     assert!(has_evidence(error, "launch", "--quantization", &json!("awq")), "{error}");
     assert_eq!(error["remedies"][0]["changes"], json!([{"op": "unset-flag", "flag": "--quantization"}]));
     // The bf16 drafter would load as awq too.
-    let draft = &v["findings"][3];
+    let draft = &v["findings"][2];
     assert!(has_evidence(draft, "draft", "/quantization_config", &Value::Null), "{draft}");
     assert_eq!(draft["remedies"][0]["id"], "set-draft-quantization-unquant");
     // The flags the rules now read are no longer listed as not checked.
@@ -422,8 +422,8 @@ fn kimi_with_an_mla_backend_and_uneven_ep_and_dp_groups_is_fixed_on_three_flags(
         ("draft-attention-backend", "error"),
         ("tp-divisibility", "error"),
         ("tp-divisibility", "error"),
-        ("target-no-capture-support", "warning"),
         ("rope-mismatch", "warning"),
+        ("target-no-capture-support", "info"),
         ("tp-divisibility", "info"),
     ];
     assert_eq!(ids_of(&v), want.map(|(id, s)| (id.to_string(), s.to_string())));

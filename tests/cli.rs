@@ -134,11 +134,11 @@ fn strict_fails_on_warnings_and_leaves_a_clean_check_at_0() {
     let fixed = with(&["check"], &story, &["--apply", "clamp-context-length"]);
     let o = specdeck(&fixed, &[]);
     assert_eq!(o.status.code(), Some(0));
-    assert!(text(&o.stdout).ends_with("0 errors, 2 warnings: exit 0\n"));
+    assert!(text(&o.stdout).ends_with("0 errors, 1 warning, 1 note: exit 0\n"));
     let strict: Vec<&str> = fixed.iter().copied().chain(["--strict"]).collect();
     let o = specdeck(&strict, &[]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o.stdout).ends_with("0 errors, 2 warnings: exit 1\n"), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).ends_with("0 errors, 1 warning, 1 note: exit 1\n"), "{}", text(&o.stdout));
     let json: Vec<&str> = strict.iter().copied().chain(["--json"]).collect();
     let o = specdeck(&json, &[]);
     assert_eq!(o.status.code(), Some(1));
@@ -219,7 +219,7 @@ fn generate_and_bench_print_a_json_error_object_with_the_exit_status_of_the_text
         assert_eq!(text(&o.stderr), text(&text_run.stderr), "stderr is the same with --json");
         let e = json_error(&o);
         assert_eq!(e["kind"], "preflight");
-        let ids = "context-length-exceeds-draft, target-no-capture-support, rope-mismatch";
+        let ids = "context-length-exceeds-draft, rope-mismatch, target-no-capture-support";
         assert_eq!(e["message"], format!("the launch stopped at 3 findings: {ids}"));
         assert_eq!(e["findings"][0]["id"], "context-length-exceeds-draft");
         assert_eq!(e["findings"][0]["remedies"][0]["id"], "clamp-context-length");

@@ -157,6 +157,13 @@ fn demo_diagnosis_fix_relaunch_generate_and_quit_in_tmux() {
 
     let events = std::fs::read_to_string(&log).unwrap();
     assert!(events.contains(r#""type":"remedy-applied","id":"clamp-context-length""#), "{events}");
+    // The seed's story: a Kimi-K2.5 target (its context under text_config) with a drafter
+    // trained for half of it, caught before any weight moved, so the fixed relaunch loads the
+    // target once; its EAGLE-3 drafter then reads the inputs of target layers 1, 3 and 5.
+    assert!(events.contains(r#""key":"/text_config/max_position_embeddings","value":262144"#), "{events}");
+    assert!(events.contains(r#""key":"/architectures/0","value":"KimiK25ForConditionalGeneration""#), "{events}");
+    assert_eq!(events.matches(r#""phase":"target-load","state":"started""#).count(), 1, "{events}");
+    assert!(events.contains("EAGLE-3 capture: inputs of target layers [1, 3, 5]"), "{events}");
     assert!(events.contains(r#""text":"q r 12""#), "the typed prompt was sent: {events}");
     assert!(events.lines().last().unwrap().contains(r#""type":"exit""#), "the engine shut down cleanly");
 }

@@ -4,6 +4,8 @@
 //! ranks do not open). The set `SPECDECK_*` knobs are recorded here too, as the engine
 //! starts.
 
+use std::path::Path;
+
 use crate::backend::cuda::peer::MAX_VALUES;
 use crate::backend::cuda::probe::{probe, CudaInventory, ProbeError};
 use crate::backend::cuda::tp::{open_ranks, StartError};
@@ -11,6 +13,8 @@ use crate::backend::cuda::CudaBackend;
 use crate::event::{EventSink, LogLevel};
 use crate::finding::{Evidence, Finding, Remedy, Severity, Side};
 use crate::knobs::Knobs;
+use crate::model::config::ModelConfig;
+use crate::model::deepseek::DeepseekConfig;
 use crate::phase::PhaseId;
 use crate::spec::SpecChange;
 use crate::spec::{Device, LaunchSpec};
@@ -23,6 +27,10 @@ pub const CUDA_START_FAILED: &str = "cuda-start-failed";
 /// `--device cuda` without a usable GPU is a `cuda-unavailable` finding.
 pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<CudaBackend>>, Finding> {
     record_knobs(Knobs::get(), events);
+    if let Some(why) = cpu_only_target(spec).filter(|_| spec.device == Device::Auto) {
+        events.log(LogLevel::Warning, "cuda", format!("device: cpu — {why}"));
+        return Ok(None);
+    }
     match choose_device(spec.device, probe())? {
         DeviceChoice::Cpu { fallback } => {
             let level = if fallback.is_some() { LogLevel::Warning } else { LogLevel::Info };
@@ -38,6 +46,14 @@ pub fn backends_for(spec: &LaunchSpec, events: &EventSink) -> Result<Option<Vec<
             Ok(Some(ranks))
         }
     }
+}
+
+/// Why `--device auto` takes the CPU whatever the probe finds: a target of a family that only
+/// the CPU reference runs (the DeepSeek-V3 family, `engine::target_model`).
+fn cpu_only_target(spec: &LaunchSpec) -> Option<String> {
+    let config = ModelConfig::load_dir(Path::new(spec.model_path.as_deref()?)).ok()?;
+    DeepseekConfig::is_family(&config)
+        .then(|| format!("{} is a DeepSeek-V3-family target, which this engine runs on the CPU reference", config.file_name()))
 }
 
 /// The `SPECDECK_*` knobs that are set, as one log line from source `knobs`, so the

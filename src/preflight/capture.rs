@@ -15,8 +15,10 @@ use crate::preflight::{RuleContext, RuleResult};
 pub const ID: &str = "target-no-capture-support";
 
 /// Target classes whose aux-hidden-state capture specdeck's engine implements (the Llama,
-/// Qwen2 and Qwen3 targets of src/engine). Keep in step with the engine's target list.
-pub const ENGINE_CAPTURE_CLASSES: &[&str] = &["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"];
+/// Qwen2 and Qwen3 targets and the DeepSeek-V3 family of src/engine). Keep in step with the
+/// engine's target list (`engine::target_model`).
+pub const ENGINE_CAPTURE_CLASSES: &[&str] =
+    &["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"];
 
 /// The SGLang releases read, oldest first.
 const SGLANG_RELEASES_READ: &[&str] = &["0.4.10", "0.5.2", "0.5.9", "0.5.23"];

@@ -432,7 +432,7 @@ mod tests {
         use crate::engine::llama::Capacity;
         use crate::engine::weights::Loader;
         use crate::model::checkpoint::Checkpoint;
-        for case in ["dsv3-qlora", "dsv3-noqlora", "kimi-k25"] {
+        for case in ["dsv3-qlora", "dsv3-noqlora", "kimi-k25", "dsv3-fp8", "kimi-int4"] {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/deepseek").join(case);
             let cfg = ModelConfig::load_dir(&dir).unwrap();
             let ck = Checkpoint::open(&dir).unwrap();

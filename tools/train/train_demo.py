@@ -1,7 +1,14 @@
-"""Train specdeck's demo pair: a tiny Llama on Shakespeare and its EAGLE-3 drafter.
+"""Train specdeck's demo pair: a tiny target on Shakespeare and its EAGLE-3 drafter.
 
     python3 train_demo.py --bundle BUNDLE --out OUT            (GPU, ~7 minutes on an H200)
     python3 train_demo.py --bundle BUNDLE --out OUT --placeholder   (untrained, CPU, seconds)
+    python3 train_demo.py --family kimi [--int4] ...           (the Kimi-K2.5-architecture target)
+
+`--family llama` (the first pair) trains sdtrain/llama.py's Llama; `--family kimi` trains
+transformers' own DeepseekV3ForCausalLM as a tiny Kimi-K2.5 (MLA, 8 routed experts + 1
+shared, yarn to 262144 positions) and writes it in the Kimi-K2.5 wrapper (sdtrain/kimi.py);
+`--int4` then ships its routed experts in compressed-tensors INT4, as Kimi-K2.5's are, and the
+drafter learns from the target as the engine will run it (the dequantized INT4 experts).
 
 BUNDLE is what `prepare.py demo` wrote (train.npy, heldout.npy, tokenizer.json,
 heldout_prompts.jsonl). OUT receives target/ (LlamaForCausalLM HF folder), draft/
@@ -26,8 +33,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sdtrain import llama
 from sdtrain.eagle3 import drafter_config, simulated_accept_length, start_drafter, ttt_loss
-from sdtrain.llama import Llama, LlamaConfig, generate, save_hf_folder
+from sdtrain.llama import Llama, LlamaConfig, save_hf_folder
 from sdtrain.loop import optimise, start_run
 
 BOS, EOS = 0, 1
@@ -35,6 +43,19 @@ TARGET = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, nu
                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, rope_theta=10000.0,
                      rms_norm_eps=1e-5, max_position_embeddings=262144, tie_word_embeddings=False,
                      bos_token_id=BOS, eos_token_id=EOS)
+# Kimi-K2.5's text model, scaled down: MLA (q LoRA, latent 128 + rope 32), 8 routed experts in
+# 4 groups choosing 2 (2 per token) + 1 shared, the first layer dense, yarn x64 to 262144.
+KIMI_TEXT = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, moe_intermediate_size=256,
+                 num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+                 num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+                 moe_layer_freq=1, routed_scaling_factor=2.5, norm_topk_prob=True, topk_method="noaux_tc",
+                 scoring_func="sigmoid", q_lora_rank=128, kv_lora_rank=128, qk_nope_head_dim=32,
+                 qk_rope_head_dim=32, v_head_dim=64, hidden_act="silu", rms_norm_eps=1e-5, rope_theta=50000.0,
+                 rope_scaling={"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
+                               "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+                 max_position_embeddings=262144, num_nextn_predict_layers=0, attention_bias=False,
+                 attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=BOS, eos_token_id=EOS,
+                 initializer_range=0.02, torch_dtype="bfloat16")
 AUX_LAYER_IDS = (0, 2, 4)
 DRAFT_VOCAB = 2048
 # The drafter claims half the target's context: the demo's context-length-exceeds-draft story.
@@ -67,8 +88,47 @@ def heldout_loss(model, windows, autocast):
     return loss.item()
 
 
+def new_target(args):
+    if args.family == "kimi":
+        from sdtrain.kimi import KimiTarget
+        return KimiTarget(KIMI_TEXT, dropout=args.dropout)
+    return Llama(TARGET, dropout=args.dropout)
+
+
+def generate(target, prompts, new_tokens, **kw):
+    if hasattr(target, "hf"):
+        from sdtrain import kimi
+        return kimi.generate(target, prompts, new_tokens, **kw)
+    return llama.generate(target, prompts, new_tokens, **kw)
+
+
+def save_target(args, target, target_dir, sample_ids, log):
+    """The target folder as its family ships; for an INT4 Kimi target, the target then holds
+    the dequantized INT4 experts (what the engine runs) for the drafter to learn from."""
+    tokenizer_config = json.dumps(TOKENIZER_CONFIG, indent=2) + "\n"
+    if args.family == "llama":
+        save_hf_folder(target, target_dir, {"tokenizer_config.json": tokenizer_config})
+        return {}
+    from sdtrain import kimi
+    tensors = target.original_layout()
+    stats = {"layout_check_max_logit_diff": kimi.check_layout(target, tensors, sample_ids)}
+    log(f"target: the original layout reloads in transformers within {stats['layout_check_max_logit_diff']:.3g}")
+    quant = None
+    if args.int4:
+        packed, dequantized, quant = kimi.int4_experts(tensors)
+        with torch.no_grad():
+            before = target.logits(target(sample_ids)[0]).float()
+            kimi.load_weights(target, {**tensors, **dequantized})
+            after = target.logits(target(sample_ids)[0]).float()
+        stats["int4_argmax_agreement"] = (before.argmax(-1) == after.argmax(-1)).float().mean().item()
+        log(f"target: INT4 experts keep {stats['int4_argmax_agreement']:.4f} of the bf16 argmaxes")
+        tensors = packed
+    kimi.save_wrapped(target_dir, target, tensors, quant, tokenizer_config, BOS, EOS)
+    return stats
+
+
 def train_target(args, train, heldout, log, autocast):
-    model = Llama(TARGET, dropout=args.dropout)
+    model = new_target(args)
     model.init_weights(args.seed)
     model.to(args.device).train()
     params = [p for p in model.parameters()]
@@ -185,6 +245,8 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--placeholder", action="store_true", help="untrained weights in the final format")
+    ap.add_argument("--family", choices=["llama", "kimi"], default="llama")
+    ap.add_argument("--int4", action="store_true", help="kimi: routed experts in compressed-tensors INT4")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -219,7 +281,7 @@ def main():
 
     target, target_stats = train_target(args, train, heldout, log, autocast)
     target_dir = os.path.join(args.out, "target")
-    save_hf_folder(target, target_dir, {"tokenizer_config.json": json.dumps(TOKENIZER_CONFIG, indent=2) + "\n"})
+    target_stats.update(save_target(args, target, target_dir, heldout[:2048].reshape(8, 256), log))
     shutil.copy(os.path.join(args.bundle, "tokenizer.json"), target_dir)
     texts, prompts = encode_prompts(args.bundle, tokenizer)
     write_samples(os.path.join(args.out, "samples.txt"), target, tokenizer, texts, prompts,
