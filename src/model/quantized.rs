@@ -194,7 +194,82 @@ fn int4_packed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use safetensors::tensor::TensorView as StView;
     use serde_json::json;
+
+    /// A checkpoint folder of one file holding `tensors`.
+    fn checkpoint(tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) -> (tempfile::TempDir, Checkpoint) {
+        let dir = tempfile::tempdir().unwrap();
+        let views: Vec<(String, StView)> =
+            tensors.iter().map(|(n, d, s, b)| (n.to_string(), StView::new(*d, s.clone(), b).unwrap())).collect();
+        safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+        let ck = Checkpoint::open(dir.path()).unwrap();
+        (dir, ck)
+    }
+
+    fn bytes<T: Copy, const N: usize>(xs: &[T], to: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        xs.iter().flat_map(|&x| to(x)).collect()
+    }
+
+    /// One row of 8 values in groups of 4, packed by hand as compressed-tensors packs them:
+    /// element c in bits 4c..4c+4 of the little-endian word, as q + 8.
+    #[test]
+    fn int4_elements_unpack_in_compressed_tensors_bit_order() {
+        let q: [i32; 8] = [-8, -1, 0, 1, 7, 3, -5, 2];
+        let word = q.iter().enumerate().fold(0u32, |w, (c, &v)| w | (((v + 8) as u32) << (4 * c)));
+        let scales = [0.5f32, 2.0];
+        let (_dir, ck) = checkpoint(&[
+            ("l.weight_packed", Dtype::I32, vec![1, 1], word.to_le_bytes().to_vec()),
+            ("l.weight_scale", Dtype::F32, vec![1, 2], bytes(&scales, f32::to_le_bytes)),
+            ("l.weight_shape", Dtype::I64, vec![2], bytes(&[1i64, 8], i64::to_le_bytes)),
+        ]);
+        let formats = WeightFormats { int4_group: 4, ..WeightFormats::default() };
+        let (w, read) = ck.linear_f32("l", 1, 8, &formats).unwrap();
+        assert_eq!(w, [-4.0, -0.5, 0.0, 0.5, 14.0, 6.0, -10.0, 4.0]);
+        assert_eq!(read, ["l.weight_packed", "l.weight_scale", "l.weight_shape"]);
+    }
+
+    /// FP8 blocks rounded up: a 3 × 2 weight over 2 × 1 blocks has a 2 × 2 scale grid.
+    #[test]
+    fn fp8_blocks_scale_their_own_rows_and_columns() {
+        // 1.0, 2.0, 1.5 and -1.0 in e4m3.
+        let weight = [0x38u8, 0x40, 0x3c, 0xb8, 0x38, 0x38];
+        let scales = [1.0f32, 10.0, 100.0, 1000.0];
+        let (_dir, ck) = checkpoint(&[
+            ("l.weight", Dtype::F8_E4M3, vec![3, 2], weight.to_vec()),
+            ("l.weight_scale_inv", Dtype::F32, vec![2, 2], bytes(&scales, f32::to_le_bytes)),
+        ]);
+        let formats = WeightFormats { fp8_block: [2, 1], ..WeightFormats::default() };
+        let (w, _) = ck.linear_f32("l", 3, 2, &formats).unwrap();
+        assert_eq!(w, [1.0, 20.0, 1.5, -10.0, 100.0, 1000.0]);
+    }
+
+    /// Hostile quantized tensors are errors that name the file and the tensor.
+    #[test]
+    fn bad_quantized_tensors_name_the_tensor() {
+        let scale = bytes(&[1.0f32], f32::to_le_bytes);
+        let (dir, ck) = checkpoint(&[
+            ("l.weight", Dtype::F8_E4M3, vec![1, 2], vec![0x38, 0x7f]),
+            ("l.weight_scale_inv", Dtype::F32, vec![1, 1], scale),
+        ]);
+        let file = dir.path().join("model.safetensors").display().to_string();
+        let err = ck.linear_f32("l", 1, 2, &WeightFormats::default()).unwrap_err().to_string();
+        assert_eq!(err, format!("{file}: tensor l.weight holds an FP8 NaN (byte 0x7f) at row 0, column 1"));
+
+        let (dir, ck) = checkpoint(&[
+            ("l.weight_packed", Dtype::I64, vec![1, 1], vec![0; 8]),
+            ("l.weight_scale", Dtype::F32, vec![1, 1], bytes(&[1.0f32], f32::to_le_bytes)),
+            ("l.weight_shape", Dtype::I64, vec![2], bytes(&[1i64, 8], i64::to_le_bytes)),
+        ]);
+        let file = dir.path().join("model.safetensors").display().to_string();
+        let err = ck.linear_f32("l", 1, 8, &WeightFormats::default()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("{file}: tensor l.weight_packed has dtype I64, expected I32 (compressed-tensors packs eight 4-bit values per int32)")
+        );
+        let err = ck.linear_f32("l", 2, 8, &WeightFormats::default()).unwrap_err().to_string();
+        assert_eq!(err, format!("{file}: tensor l.weight_shape holds [1, 8], but the config makes the weight [2, 8]"));
+    }
 
     #[test]
     fn e4m3_bytes_decode_as_torch_float8_e4m3fn() {
