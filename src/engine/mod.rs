@@ -23,6 +23,7 @@ pub mod llama;
 pub(crate) mod memory;
 pub mod paged;
 pub(crate) mod plan;
+pub(crate) mod rank_batch;
 pub(crate) mod rank_vote;
 pub(crate) mod ranks;
 pub mod request;

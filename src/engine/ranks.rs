@@ -14,6 +14,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::engine::findings::BACKEND_ERROR;
 use crate::engine::lifecycle::Engine;
+use crate::engine::rank_batch::{serve_calls, BatchJob, GroupBatch};
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
 use crate::engine::scheduler::{Batch, SchedulerConfig};
@@ -222,9 +223,37 @@ impl<B: Backend> Serve for RankGroup<B> {
         (name, self.world())
     }
 
-    /// The scheduler batches on one rank; a group's ranks would have to step together.
-    fn serve_batch(&mut self, _cfg: SchedulerConfig, _serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
-        Err(EngineError::Request(format!("serving runs at --tp-size 1 for now, not {}", self.world())))
+    /// Every rank serves its own scheduler over its shard, called in lockstep through one
+    /// `GroupBatch` (`engine::rank_batch`); the ranks keep their parts afterwards. A rank that
+    /// cannot serve is the error, whatever the others said.
+    fn serve_batch(&mut self, cfg: SchedulerConfig, serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
+        let (done_tx, done) = mpsc::channel();
+        let mut calls = Vec::with_capacity(self.ranks.len());
+        for (rank, r) in self.ranks.iter().enumerate() {
+            let (tx, rx) = mpsc::channel::<BatchJob>();
+            let done_tx = done_tx.clone();
+            let job: Job<B> = Box::new(move |e: &mut Engine<B>| {
+                let mut rx = Some(rx);
+                let served = e.serve_batch(cfg, &mut |batch| rx.take().into_iter().for_each(|rx| serve_calls(batch, rx)));
+                let _ = done_tx.send((rank, served));
+            });
+            if r.send(job).is_err() {
+                return Err(EngineError::Request(format!("tensor-parallel rank {rank} stopped")));
+            }
+            calls.push(tx);
+        }
+        drop(done_tx);
+        // Dropping the group (its senders) ends every rank's serving.
+        let grouped = GroupBatch::new(calls).map(|mut group| serve(&mut group));
+        let mut served: Vec<(usize, Result<(), EngineError>)> = done.iter().collect();
+        served.sort_by_key(|(rank, _)| *rank);
+        if let Some((_, Err(e))) = served.iter_mut().find(|(_, r)| r.is_err()).map(|(rank, r)| (*rank, std::mem::replace(r, Ok(())))) {
+            return Err(e);
+        }
+        if served.len() < self.ranks.len() {
+            return Err(EngineError::Request("a tensor-parallel rank stopped while serving".into()));
+        }
+        grouped
     }
 }
 
@@ -236,6 +265,7 @@ mod tests {
     use crate::backend::Shard;
     use crate::cudacheck::modelcheck::spec_for;
     use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel};
+    use crate::engine::scheduler::SeqRequest;
     use crate::engine::tp_emulation::{group, RankCpu};
     use crate::engine::weights::Loader;
     use crate::model::checkpoint::Checkpoint;
@@ -321,6 +351,62 @@ mod tests {
         // Experts split by width over all ranks (ep 1), whole over all ranks (ep = tp), and
         // both at once (8 ranks in 2 groups of 4).
         greedy_over_ranks_equals_one_rank(dir.path(), &[(2, 1), (2, 2), (4, 1), (4, 4), (8, 1), (8, 8), (8, 2)]);
+    }
+
+    /// Every prompt's tokens from the scheduler over the launched `engine`, all submitted at once.
+    fn served(engine: &mut dyn Serve, spec: &LaunchSpec) -> Vec<Vec<u32>> {
+        let preflight: PreflightFn = Arc::new(|_: &LaunchSpec| Vec::new());
+        let outcome = engine.launch(spec, &preflight);
+        assert!(matches!(outcome, LaunchOutcome::Ready { .. }), "{outcome:?}");
+        let prompts: Vec<Vec<u32>> = (0..6u32).map(|i| (0..3 + 5 * i).map(|j| 3 + (i * 13 + j * 7) % 60).collect()).collect();
+        let mut out = std::collections::BTreeMap::<u64, Vec<u32>>::new();
+        let cfg = SchedulerConfig { max_running: 4, chunk: 16 };
+        engine
+            .serve_batch(cfg, &mut |batch| {
+                for p in &prompts {
+                    let req = SeqRequest { prompt: p.clone(), max_tokens: 12, sampling: Default::default(), ignore_eos: true };
+                    out.insert(batch.submit(req).unwrap(), Vec::new());
+                }
+                while !batch.is_idle() {
+                    for u in batch.step().unwrap() {
+                        out.get_mut(&u.id).unwrap().extend(u.tokens);
+                    }
+                }
+                assert_eq!(batch.blocks().0, batch.blocks().1, "every block freed");
+            })
+            .unwrap();
+        out.into_values().collect()
+    }
+
+    /// The scheduler over 2 and 4 CPU ranks (each rank's own scheduler over its shard, called
+    /// in lockstep) serves every request one rank's scheduler serves, with more requests than
+    /// places and prefill in chunks: a Llama target alone and with its EAGLE-3 drafter, and a
+    /// DeepSeek-V3 target with expert parallel.
+    #[test]
+    fn serving_over_ranks_equals_one_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let (llama, deepseek) = (dir.path().join("llama"), dir.path().join("deepseek"));
+        let t = target(4);
+        let weights = t.write(&llama.join("target")).unwrap();
+        TinyEagle3 { head_dim: 16, intermediate: 64, ..TinyEagle3::new(32) }.write(&llama.join("eagle3"), &t, &weights).unwrap();
+        TinyDeepseek::new(41).write(&deepseek.join("target")).unwrap();
+        // (the launch, whether its routed experts go whole to the ranks: --ep-size = tp)
+        let specs = [
+            (spec(&llama, None), false),
+            (spec(&llama, Some(("eagle3", Algorithm::Eagle3, 3, 1, 4))), false),
+            (spec(&deepseek, None), true),
+        ];
+        for (s, expert_parallel) in &specs {
+            let (sink, _rx) = EventSink::channel();
+            let want = served(&mut Engine::new(CpuBackend, sink), s);
+            assert!(want.iter().all(|t| t.len() == 12), "{want:?}");
+            for world in [2, 4] {
+                let (sink, _rx) = EventSink::channel();
+                let mut ranks = RankGroup::start(group(world), sink, &Cancel::default());
+                let s = LaunchSpec { ep_size: expert_parallel.then_some(world as u32), ..s.clone() };
+                assert_eq!(served(&mut ranks, &s), want, "tp {world}, {:?}", s.model_path);
+            }
+        }
     }
 
     /// What a DeepSeek-V3 rank holds over 1, 2, 4 and 8 ranks: the embeddings, norms,
