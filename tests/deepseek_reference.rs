@@ -14,6 +14,7 @@ use serde_json::Value;
 use specdeck::backend::cpu::CpuBackend;
 use specdeck::backend::{AttnWindow, Backend, Mask};
 use specdeck::engine::deepseek::{Attend, DeepseekModel, DeepseekTargetConfig};
+use specdeck::engine::eagle3::Eagle3Config;
 use specdeck::engine::kv::KvCache;
 use specdeck::engine::lifecycle::Engine;
 use specdeck::engine::llama::{Capacity, Family, Logits};
@@ -21,6 +22,7 @@ use specdeck::engine::request::LaunchOutcome;
 use specdeck::engine::sampling::SamplingParams;
 use specdeck::engine::scheduler::{SchedulerConfig, SeqRequest};
 use specdeck::engine::spec_decode::Generation;
+use specdeck::engine::target_model::TargetConfig;
 use specdeck::engine::weights::Loader;
 use specdeck::event::{Event, EventSink};
 use specdeck::model::checkpoint::Checkpoint;
@@ -389,4 +391,24 @@ fn standalone_speculation_on_the_kimi_k25_target_is_lossless() {
     assert!(tree >= 10 * prompts, "{tree} drafts of the tree accepted");
     let [chain, tree] = speculative_greedy_is_transformers(&target, "dsv3-qlora", &other, Algorithm::Standalone);
     assert!(chain + tree < 6 * prompts, "{chain} + {tree} drafts accepted from unrelated weights");
+}
+
+/// The EAGLE-3 drafters real DeepSeek-V3 and Kimi checkpoints ship (testdata/check/pairs):
+/// Llama-architecture with their target's hidden size (7168) and 32000 draft ids. The engine
+/// reads each beside its target's config and captures the layers SGLang's convention names.
+#[test]
+fn the_real_deepseek_and_kimi_drafters_read_beside_their_targets() {
+    let pairs = [
+        ("deepseek-v3__eagle3", [2, 30, 58]),
+        ("kimi-k2-instruct__aq-medai-eagle3", [3, 31, 59]),
+        ("kimi-k2.5__aq-medai-eagle3", [3, 31, 59]),
+    ];
+    for (pair, capture) in pairs {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/check/pairs").join(pair);
+        let target = TargetConfig::from_config(&ModelConfig::load_dir(&dir.join("target")).unwrap()).unwrap();
+        let TargetConfig::Deepseek(t) = &target else { panic!("{pair}: not read as the DeepSeek-V3 family") };
+        let draft = Eagle3Config::from_config(&ModelConfig::load_dir(&dir.join("draft")).unwrap()).unwrap();
+        assert_eq!((draft.hidden, draft.target_hidden, draft.draft_vocab), (7168, t.text.hidden, Some(32000)), "{pair}");
+        assert_eq!(draft.capture_layers(t.text.layers).unwrap(), capture, "{pair}");
+    }
 }
