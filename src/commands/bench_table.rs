@@ -1,6 +1,7 @@
 //! `bench` without `--json`: the figures of the JSON object as a table a person reads, the
-//! speculative run beside the target-only one when both ran. Token ids are left out unless
-//! asked for (`--verbose`); `--json` always has them.
+//! speculative run beside the target-only one when both ran, or the load run's serving figures
+//! (`--concurrency`). Token ids are left out unless asked for (`--verbose`); `--json` always
+//! has them.
 
 use std::fmt::Write as _;
 
@@ -39,6 +40,45 @@ fn histogram(v: &Value) -> String {
 
 /// The table for `out`, the object `bench --json` prints.
 pub fn render(out: &Value, verbose: bool) -> String {
+    let mut s = if out.get("concurrency").is_some() { render_load(out) } else { render_runs(out) };
+    if verbose {
+        for (i, ids) in out["token_ids"].as_array().into_iter().flatten().enumerate() {
+            let _ = writeln!(s, "  token ids, prompt {}: {ids}", i + 1);
+        }
+    }
+    s
+}
+
+/// A load run through the scheduler: throughput, and TTFT and ITL percentiles.
+fn render_load(out: &Value) -> String {
+    let mut s = String::new();
+    let arrivals = match out["request_rate"].as_f64() {
+        Some(rate) => format!("arriving at {rate} a second"),
+        None => "all at once".to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "bench: {} prompts at concurrency {}, {arrivals}, in {} s",
+        out["prompts"],
+        out["concurrency"],
+        figure(out, "seconds", 2)
+    );
+    for (label, key, decimals) in [
+        ("output tokens", "output_tokens", 0),
+        ("output tokens/s", "output_tokens_per_s", 2),
+        ("prompt tokens", "prompt_tokens", 0),
+        ("mean accept length", "mean_accept_length", 2),
+    ] {
+        let _ = writeln!(s, "  {label:<LABEL$}{:>COLUMN$}", figure(out, key, decimals));
+    }
+    for (label, key) in [("TTFT ms p50 / p99", "ttft_ms"), ("ITL ms p50 / p99", "itl_ms")] {
+        let _ = writeln!(s, "  {label:<LABEL$}{:>COLUMN$}", format!("{} / {}", figure(&out[key], "p50", 1), figure(&out[key], "p99", 1)));
+    }
+    s
+}
+
+/// Batch-1 runs: the speculative one beside target-only when both ran.
+fn render_runs(out: &Value) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -82,11 +122,6 @@ pub fn render(out: &Value, verbose: bool) -> String {
         }
         s.push('\n');
     }
-    if verbose {
-        for (i, ids) in out["token_ids"].as_array().into_iter().flatten().enumerate() {
-            let _ = writeln!(s, "  token ids, prompt {}: {ids}", i + 1);
-        }
-    }
     s
 }
 
@@ -129,6 +164,31 @@ bench: 2 prompts on cpu, tp 1
   memory bandwidth      12.3 GB/s, target-only floor 60.00 tokens/s, target-only at 75.8 % of it
 ";
         assert_eq!(render(&out(), false), expected);
+    }
+
+    /// `bench --concurrency`'s object (bench_load.rs) as its own table, not the batch-1 rows.
+    #[test]
+    fn a_load_run_shows_throughput_and_latency_percentiles() {
+        let out = json!({
+            "concurrency": 4, "request_rate": null, "prompts": 48, "seconds": 6.46733, "output_tokens": 1536,
+            "output_tokens_per_s": 237.5014, "prompt_tokens": 1624, "mean_accept_length": 2.953125,
+            "ttft_ms": {"p50": 124.7103, "p99": 210.3351}, "itl_ms": {"p50": 11.2514, "p99": 94.826},
+            "token_ids": [[5, 9]],
+        });
+        let expected = "\
+bench: 48 prompts at concurrency 4, all at once, in 6.47 s
+  output tokens                   1536
+  output tokens/s               237.50
+  prompt tokens                   1624
+  mean accept length              2.95
+  TTFT ms p50 / p99      124.7 / 210.3
+  ITL ms p50 / p99         11.3 / 94.8
+";
+        assert_eq!(render(&out, false), expected);
+        let mut paced = out;
+        paced["request_rate"] = json!(2.5);
+        assert!(render(&paced, true).starts_with("bench: 48 prompts at concurrency 4, arriving at 2.5 a second, in 6.47 s\n"));
+        assert!(render(&paced, true).ends_with("  token ids, prompt 1: [5,9]\n"));
     }
 
     #[test]
