@@ -157,8 +157,10 @@ impl<B: Backend> Scheduler<B> {
     pub fn new(mut parts: EngineParts<B>, cfg: SchedulerConfig) -> Result<Scheduler<B>, Box<(EngineError, EngineParts<B>)>> {
         let tree_rows = if parts.drafter.is_some() { parts.shape.draft_tokens } else { 1 };
         let max_running = if parts.drafter.is_some() && !parts.shape.is_chain() { 1 } else { cfg.max_running };
-        // The drafter reads a prefill chunk in one forward of its own capacity.
-        let chunk = if parts.drafter.is_some() { cfg.chunk.min(PREFILL_CHUNK) } else { cfg.chunk };
+        // The drafter reads a prefill chunk in one forward of its own capacity; without chunking
+        // (SGLang's -1) a whole prompt, which the context bounds, is one chunk.
+        let whole = cfg.chunk.min(parts.target.max_tokens()).max(1);
+        let chunk = if parts.drafter.is_some() { whole.min(PREFILL_CHUNK) } else { whole };
         let buffers = match Self::buffers(&mut parts.target, tree_rows, max_running, chunk) {
             Ok(b) => b,
             Err(e) => return Err(Box::new((e, parts))),

@@ -122,6 +122,21 @@ fn chunked_prefill_equals_unchunked() {
     assert_eq!(chunked, unchunked);
 }
 
+/// `--chunked-prefill-size -1` (SGLang's "no chunking") prefills each prompt whole: the
+/// buffers are sized by the context, not by an unbounded chunk.
+#[test]
+fn prefill_without_chunking_is_sized_by_the_context() {
+    for algorithm in [Algorithm::None, Algorithm::Eagle3] {
+        let mut l = launched(algorithm, |s| s.chunked_prefill_size = Some(-1));
+        let want = sequential(&mut l.engine, &prompts());
+        let cfg = SchedulerConfig::from_spec(&LaunchSpec { chunked_prefill_size: Some(-1), ..LaunchSpec::default() });
+        assert_eq!(cfg.chunk, usize::MAX);
+        let (got, _, served) = batched(&mut l.engine, cfg, &prompts());
+        assert_eq!(got, want, "{algorithm:?}");
+        assert!(served.chunk <= 512, "{algorithm:?}: a chunk of {} tokens", served.chunk);
+    }
+}
+
 #[test]
 fn finished_and_cancelled_requests_free_their_blocks_at_once() {
     let mut l = launched(Algorithm::Eagle3, |_| {});
