@@ -88,6 +88,25 @@ def tokenizer(vocab):
             "decoder": None, "model": {"type": "WordLevel", "vocab": words, "unk_token": "<unk>"}}
 
 
+def finish(out, shards, weight_map, total, cfg):
+    """Rename the shards with the final count in their names, as HF writes them, and write the
+    index, the config and the word-level tokenizer beside them."""
+    final = {}
+    for i, name in enumerate(shards):
+        new = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        os.rename(os.path.join(out, name), os.path.join(out, new))
+        final[name] = new
+    index = {"metadata": {"total_size": total}, "weight_map": {k: final[v] for k, v in weight_map.items()}}
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer(cfg["vocab_size"]), f)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -126,23 +145,9 @@ def main():
         size += nbytes
         total += nbytes
     flush()
-    # Shard names need the final count in them, as HF writes them.
-    final = {}
-    for i, name in enumerate(shards):
-        new = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        os.rename(os.path.join(args.out, name), os.path.join(args.out, new))
-        final[name] = new
-    index = {"metadata": {"total_size": total}, "weight_map": {k: final[v] for k, v in weight_map.items()}}
-    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
-        json.dump(index, f)
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
+    finish(args.out, shards, weight_map, total, cfg)
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "do_sample": False}, f)
-    with open(os.path.join(args.out, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer(cfg["vocab_size"]), f)
-    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
-        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
     print(json.dumps({"dir": args.out, "bytes": total, "shards": len(shards), "seconds": time.time() - t0}))
 
 

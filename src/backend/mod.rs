@@ -54,11 +54,13 @@ pub(crate) mod conformance;
 pub mod cpu;
 pub mod cuda;
 pub(crate) mod kernels;
+pub mod latent;
 pub(crate) mod nvml;
 pub(crate) mod rope;
 
 use crate::model::checkpoint::{CheckpointError, TensorView};
 use kernels::{CompileProgress, KernelCompileError, KernelsReady};
+use latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -349,6 +351,12 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// The dtype this backend keeps weights in (`load_weight` converts to it): a loader that
+    /// stages many host tensors into one weight stages them in it, not in f32.
+    fn weight_dtype(&self) -> safetensors::tensor::Dtype {
+        safetensors::tensor::Dtype::F32
+    }
+
     /// Run a whole step loop (a generation) where this backend issues work best. The CPU
     /// backend runs it on a rayon worker, so each parallel op is split with the calling thread
     /// rather than handed to the pool and waited for; a GPU backend runs it in place.
@@ -469,6 +477,57 @@ pub trait Backend: Send + Sync + 'static {
             i += run;
         }
     }
+
+    // ---- the DeepSeek-V3 family (`latent`) ----------------------------------------------
+
+    /// Per head `h < heads`: `out[:n, h·b ..][..b] = x[:n, h·a ..][..a] · W_hᵀ`, where `w` is
+    /// `[heads · b, a]` and `W_h` its rows `[h·b, (h+1)·b)` (MLA's absorbed key and value
+    /// halves of `kv_b_proj`).
+    fn head_matmul(&self, x: &Self::Tensor, w: &Self::Weight, heads: usize, n: usize, out: &mut Self::Tensor);
+
+    /// Absorbed MLA over the latent pool: every row's new latent (`new.0` the normed `c`,
+    /// `new.1` the rotated rope key) into its own slot of `cache`, then each head's
+    /// `softmax(scale · (q_lat·c + q_pe·k_pe))`-weighted sum of the `c` of the slots the row
+    /// sees (`table`), into `out` (`[rows, heads · kv_lora]`).
+    #[allow(clippy::too_many_arguments)]
+    fn mla_attention(
+        &self,
+        q_lat: &Self::Tensor,
+        q_pe: &Self::Tensor,
+        new: (&Self::Tensor, &Self::Tensor),
+        cache: (&mut Self::Tensor, &mut Self::Tensor),
+        geometry: &MlaGeometry,
+        table: &SlotTable,
+        out: &mut Self::Tensor,
+    );
+
+    /// Route the first `n` rows of router `logits` (`[n, experts]`) with the correction
+    /// `bias` (one f32 row: it only chooses, and a rounding of it could choose otherwise): each row's `per_token` experts, best first, into `experts[i · per_token ..]`
+    /// and their weights into row `i` of `weights`.
+    fn moe_route(
+        &self,
+        logits: &Self::Tensor,
+        bias: &Self::Tensor,
+        routing: &Routing,
+        n: usize,
+        experts: &mut Self::Ids,
+        weights: &mut Self::Tensor,
+    );
+
+    /// `out[:n] = Σ_j weights[i][j] · expert_j(x[i])` over the routed experts of each row that
+    /// `w` holds (the other ranks' experts are theirs to add), each expert a SwiGLU MLP.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_experts(
+        &self,
+        x: &Self::Tensor,
+        experts: &Self::Ids,
+        weights: &Self::Tensor,
+        per_token: usize,
+        w: &Experts<'_, Self>,
+        n: usize,
+        scratch: &mut MoeScratch<Self>,
+        out: &mut Self::Tensor,
+    );
 
     // ---- data movement -----------------------------------------------------------------------
 

@@ -14,6 +14,9 @@ pub struct CudaCheckArgs {
     /// A large checkpoint folder for decode, start-up and step-cost figures.
     #[arg(long, value_name = "DIR")]
     large_model: Option<PathBuf>,
+    /// A folder of DeepSeek-V3-family checkpoints (testdata/deepseek) for CUDA against the CPU.
+    #[arg(long, value_name = "DIR")]
+    deepseek_models: Option<PathBuf>,
     /// Tokens to decode in the timed runs.
     #[arg(long, default_value_t = 128)]
     new_tokens: usize,
@@ -26,6 +29,7 @@ pub fn run(args: &CudaCheckArgs) -> anyhow::Result<i32> {
     cudacheck::command(&Options {
         out: args.out.clone(),
         large_model: args.large_model.clone(),
+        deepseek_models: args.deepseek_models.clone(),
         new_tokens: args.new_tokens,
         sections: args.sections.clone(),
     })

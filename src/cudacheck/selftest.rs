@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+use super::deepseekcheck::deepseek_check;
 use super::modelcheck::{large_model_engine, large_model_steps, logits_check, spec_equality, write_small_models, Verdict};
 use super::skinnycheck::skinny_bits;
 use super::step::{Dims, ToyStep};
@@ -101,6 +102,9 @@ pub struct Options {
     /// A large checkpoint (the GPU script writes an 8B-shaped one) for the decode, start-up
     /// and step-cost figures.
     pub large_model: Option<PathBuf>,
+    /// A folder of DeepSeek-V3-family checkpoints (testdata/deepseek) to run on CUDA
+    /// against the CPU reference.
+    pub deepseek_models: Option<PathBuf>,
     pub new_tokens: usize,
     /// Run only these sections (besides probe, kernel-compile and teardown).
     pub sections: Option<Vec<String>>,
@@ -315,6 +319,15 @@ fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledMo
         verdicts(r, spec_equality(engine_backend, &small, 48)?)
     });
     let _ = std::fs::remove_dir_all(&small);
+    if let Some(root) = opts.deepseek_models.as_deref() {
+        r.section("deepseek-logits", |r| {
+            let mut dirs: Vec<std::path::PathBuf> =
+                std::fs::read_dir(root)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("config.json").is_file()).collect();
+            dirs.sort();
+            let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+            verdicts(r, deepseek_check(backend.clone(), &dirs)?)
+        });
+    }
     if let Some(dir) = opts.large_model.as_deref() {
         let floor_gbps = gbps;
         r.section("large-model-steps", |r| {

@@ -13,7 +13,8 @@ pub struct KvCache<B: Backend> {
     pub k: Vec<B::Tensor>,
     pub v: Vec<B::Tensor>,
     pub slots: usize,
-    width: usize,
+    /// Bytes one slot takes over all the buffers.
+    slot_bytes: u64,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -24,18 +25,27 @@ impl<B: Backend> KvCache<B> {
             k.push(backend.tensor(slots, width)?);
             v.push(backend.tensor(slots, width)?);
         }
-        Ok(KvCache { k, v, slots, width })
+        Ok(KvCache { k, v, slots, slot_bytes: bytes_per_token(layers, width) })
     }
 
     /// One buffer per layer and no V: an MLA target's latent (`kv_lora_rank +
     /// qk_rope_head_dim` per token), from which attention reads both keys and values.
     pub fn latent(backend: &B, layers: usize, slots: usize, width: usize) -> Result<Self, BackendError> {
         let k = (0..layers).map(|_| backend.tensor(slots, width)).collect::<Result<Vec<_>, _>>()?;
-        Ok(KvCache { k, v: Vec::new(), slots, width })
+        Ok(KvCache { k, v: Vec::new(), slots, slot_bytes: (layers * width) as u64 * 4 })
+    }
+
+    /// The latent in two buffers per layer, as `Backend::mla_attention` reads it: the normed
+    /// latent `c` (`kv_lora_rank`) as K and the rotated rope key (`qk_rope_head_dim`) as V.
+    pub fn latent_split(backend: &B, layers: usize, slots: usize, (c, rope): (usize, usize)) -> Result<Self, BackendError> {
+        let mut kv = KvCache::latent(backend, layers, slots, c)?;
+        kv.v = (0..layers).map(|_| backend.tensor(slots, rope)).collect::<Result<Vec<_>, _>>()?;
+        kv.slot_bytes = (layers * (c + rope)) as u64 * 4;
+        Ok(kv)
     }
 
     pub fn bytes(&self) -> u64 {
-        ((self.k.len() + self.v.len()) * self.slots * self.width) as u64 * 4
+        self.slots as u64 * self.slot_bytes
     }
 
     /// Keep one root-to-leaf path of a verify tree written at `base + node`: the slot of

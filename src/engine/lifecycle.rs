@@ -257,6 +257,10 @@ impl<B: Backend> Engine<B> {
             phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
             return Ok(());
         }
+        if self.target.as_ref().and_then(|t| t.target.as_ref()).is_some_and(|t| !t.model.graphs_capture()) {
+            phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("this target's forward runs eagerly".into()));
+            return Ok(());
+        }
         let mut sizes = vec![1u32];
         if plan.algorithm != Algorithm::None && self.shape.draft_tokens > 1 {
             sizes.push(self.shape.draft_tokens as u32);
@@ -410,7 +414,7 @@ impl<B: Backend> Engine<B> {
         };
         target.context = Some(memory.kv_tokens);
         target.model.ensure_positions(memory.target_slots())?;
-        if self.backend.uses_graphs() {
+        if self.backend.uses_graphs() && target.model.graphs_capture() {
             target.graph_rows = graph_max_bs as usize;
         }
         self.events.log(LogLevel::Info, SOURCE, sizing.describe());

@@ -69,10 +69,6 @@ impl<B: Backend> TargetModel<B> {
     pub fn load(backend: Arc<B>, config: &TargetConfig, ld: &mut Loader<'_, B>, cap: Capacity) -> Result<Self, BackendError> {
         match config {
             TargetConfig::Llama(c) => LlamaModel::load(backend, c.clone(), ld, cap).map(TargetModel::Llama),
-            // Its forward computes on the host: the CPU and its emulated ranks only, no graphs.
-            TargetConfig::Deepseek(_) if !backend.name().starts_with("cpu") => {
-                Err(BackendError::Device("the DeepSeek-V3 family runs on the CPU reference (--device cpu)".into()))
-            }
             TargetConfig::Deepseek(c) => DeepseekModel::load(backend, c, ld, cap).map(TargetModel::Deepseek),
         }
     }
@@ -90,6 +86,12 @@ impl<B: Backend> TargetModel<B> {
             }),
             TargetModel::Deepseek(m) => m.head(),
         }
+    }
+
+    /// Whether a forward only enqueues work, so a step can be captured as a graph: the
+    /// DeepSeek-V3 family's uploads each forward's slot table (or computes on the host).
+    pub fn graphs_capture(&self) -> bool {
+        matches!(self, TargetModel::Llama(_))
     }
 
     pub fn backend(&self) -> &Arc<B> {
@@ -187,10 +189,7 @@ impl<B: Backend> TargetModel<B> {
     pub fn ensure_positions(&mut self, positions: usize) -> Result<(), BackendError> {
         match self {
             TargetModel::Llama(m) => m.ensure_positions(positions),
-            TargetModel::Deepseek(m) => {
-                m.ensure_positions(positions);
-                Ok(())
-            }
+            TargetModel::Deepseek(m) => m.ensure_positions(positions),
         }
     }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use crate::backend::cpu::{CpuBackend, CpuIds, CpuTensor, CpuWeight};
 use crate::backend::cuda::shard::{shard_values, RankInfo};
+use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
@@ -149,6 +150,37 @@ impl Backend for RankCpu {
         }
         // Nobody writes the next round's part before every rank has read this one.
         r.barrier.wait();
+    }
+    fn head_matmul(&self, x: &CpuTensor, w: &CpuWeight, heads: usize, n: usize, out: &mut CpuTensor) {
+        CpuBackend.head_matmul(x, w, heads, n, out)
+    }
+    fn mla_attention(
+        &self,
+        q_lat: &CpuTensor,
+        q_pe: &CpuTensor,
+        new: (&CpuTensor, &CpuTensor),
+        cache: (&mut CpuTensor, &mut CpuTensor),
+        geometry: &MlaGeometry,
+        table: &SlotTable,
+        out: &mut CpuTensor,
+    ) {
+        CpuBackend.mla_attention(q_lat, q_pe, new, cache, geometry, table, out)
+    }
+    fn moe_route(&self, logits: &CpuTensor, bias: &CpuTensor, routing: &Routing, n: usize, experts: &mut CpuIds, weights: &mut CpuTensor) {
+        CpuBackend.moe_route(logits, bias, routing, n, experts, weights)
+    }
+    fn moe_experts(
+        &self,
+        x: &CpuTensor,
+        experts: &CpuIds,
+        weights: &CpuTensor,
+        per_token: usize,
+        w: &Experts<'_, Self>,
+        n: usize,
+        _scratch: &mut MoeScratch<Self>,
+        out: &mut CpuTensor,
+    ) {
+        crate::backend::cpu::latent::moe_experts(x, (experts, weights, per_token), w, n, out)
     }
     fn copy_rows(&self, src: &CpuTensor, src_start: usize, dst: &mut CpuTensor, dst_start: usize, n: usize) {
         CpuBackend.copy_rows(src, src_start, dst, dst_start, n)

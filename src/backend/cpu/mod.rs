@@ -3,46 +3,23 @@
 //! checked against it.
 
 mod attention;
+mod buffers;
+pub(crate) mod latent;
 pub(crate) mod matmul;
 mod par;
+pub mod route;
 #[cfg(target_arch = "x86_64")]
 mod skinny;
 
+use super::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, PagedScratch, PagedSeq, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 pub use attention::dot;
+pub use buffers::{CpuIds, CpuTensor, CpuWeight};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
-
-/// A row-major `[rows, cols]` f32 buffer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CpuTensor {
-    pub data: Vec<f32>,
-    pub cols: usize,
-}
-
-impl CpuTensor {
-    pub fn rows(&self) -> usize {
-        self.data.len().checked_div(self.cols).unwrap_or(0)
-    }
-
-    fn row(&self, r: usize) -> &[f32] {
-        &self.data[r * self.cols..][..self.cols]
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct CpuWeight {
-    pub data: Vec<f32>,
-    pub shape: Vec<usize>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct CpuIds {
-    pub data: Vec<i32>,
-}
 
 /// Zeroed memory straight from the allocator: a large buffer (a KV cache) then comes as
 /// untouched zero pages, and costs its page faults only where it is written, rather than a
@@ -239,6 +216,41 @@ impl Backend for CpuBackend {
     }
 
     fn all_reduce(&self, _x: &mut CpuTensor, _n: usize) {}
+
+    fn head_matmul(&self, x: &CpuTensor, w: &CpuWeight, heads: usize, n: usize, out: &mut CpuTensor) {
+        latent::head_matmul(x, w, heads, n, out);
+    }
+
+    fn mla_attention(
+        &self,
+        q_lat: &CpuTensor,
+        q_pe: &CpuTensor,
+        new: (&CpuTensor, &CpuTensor),
+        cache: (&mut CpuTensor, &mut CpuTensor),
+        geometry: &MlaGeometry,
+        table: &SlotTable,
+        out: &mut CpuTensor,
+    ) {
+        latent::mla_attention(q_lat, q_pe, new, cache, geometry, table, out);
+    }
+
+    fn moe_route(&self, logits: &CpuTensor, bias: &CpuTensor, routing: &Routing, n: usize, experts: &mut CpuIds, weights: &mut CpuTensor) {
+        latent::moe_route(logits, bias, routing, n, experts, weights);
+    }
+
+    fn moe_experts(
+        &self,
+        x: &CpuTensor,
+        experts: &CpuIds,
+        weights: &CpuTensor,
+        per_token: usize,
+        w: &Experts<'_, Self>,
+        n: usize,
+        _scratch: &mut MoeScratch<Self>,
+        out: &mut CpuTensor,
+    ) {
+        latent::moe_experts(x, (experts, weights, per_token), w, n, out);
+    }
 
     fn copy_rows(&self, src: &CpuTensor, src_start: usize, dst: &mut CpuTensor, dst_start: usize, n: usize) {
         assert_eq!(src.cols, dst.cols, "copy_rows: widths differ");

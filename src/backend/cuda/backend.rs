@@ -17,6 +17,7 @@ use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::sources::{attention_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
 use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
+use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{
     paged_attention_per_seq, residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedBatch, PagedScratch,
     Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
@@ -55,9 +56,9 @@ const CHUNK_THREADS: u32 = 256;
 const MAX_LIST: usize = 4096;
 
 pub struct CudaTensor {
-    buf: DeviceBuf<f32>,
+    pub(super) buf: DeviceBuf<f32>,
     rows: usize,
-    cols: usize,
+    pub(super) cols: usize,
 }
 
 impl CudaTensor {
@@ -76,15 +77,15 @@ impl CudaTensor {
 }
 
 pub struct CudaWeight {
-    buf: DeviceBuf<bf16>,
-    shape: Vec<usize>,
+    pub(super) buf: DeviceBuf<bf16>,
+    pub(super) shape: Vec<usize>,
     /// Columns of the unsharded tensor (a row-parallel shard keeps 1 / world of them):
     /// the skinny matmuls cut K by it.
     k_full: usize,
 }
 
 pub struct CudaIds {
-    buf: DeviceBuf<i32>,
+    pub(super) buf: DeviceBuf<i32>,
 }
 
 /// Fields drop in this order, and it matters: the CUDA graphs go first, while the NCCL
@@ -115,6 +116,8 @@ pub struct CudaBackend {
     /// The paged table of the batched forward under way (`PagedBatch`): every layer of the
     /// forward reads the same upload.
     paged_table: std::sync::Mutex<PagedTable>,
+    /// The same for an MLA forward's `SlotTable`.
+    slot_table: std::sync::Mutex<PagedTable>,
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
     fused_residual: bool,
@@ -161,6 +164,7 @@ impl CudaBackend {
             split_states,
             split_counters,
             paged_table: Default::default(),
+            slot_table: Default::default(),
             fused_residual,
         };
         b.reset_bad_id();
@@ -296,25 +300,42 @@ impl CudaBackend {
 
     /// The device address of `batch`'s table, uploaded by the first layer of its forward.
     fn upload_paged_table(&self, batch: &PagedBatch<'_, Self>) -> Option<u64> {
-        let mut t = self.paged_table.lock().unwrap_or_else(|e| e.into_inner());
-        if t.batch != Some(batch.id) {
-            if t.buf.as_ref().is_none_or(|b| b.len() < batch.table.len()) {
+        self.upload_table(&self.paged_table, batch.id, &batch.table)
+    }
+
+    /// The device address of an MLA forward's slot table, uploaded by its first layer.
+    pub(super) fn upload_slot_table(&self, table: &SlotTable) -> Option<u64> {
+        self.upload_table(&self.slot_table, table.id, &table.table)
+    }
+
+    fn upload_table(&self, cache: &std::sync::Mutex<PagedTable>, id: u64, table: &[i32]) -> Option<u64> {
+        let mut t = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if t.batch != Some(id) {
+            if t.buf.as_ref().is_none_or(|b| b.len() < table.len()) {
                 t.buf = Some(
                     self.gpu
-                        .alloc::<i32>(batch.table.len().next_power_of_two(), "paged attention table")
+                        .alloc::<i32>(table.len().next_power_of_two(), "paged attention table")
                         .map_err(|e| self.gpu.record(|| e.to_string()))
                         .ok()?,
                 );
             }
-            self.gpu.upload(&batch.table, t.buf.as_ref()?.ptr());
-            t.batch = Some(batch.id);
+            self.gpu.upload(table, t.buf.as_ref()?.ptr());
+            t.batch = Some(id);
         }
         t.buf.as_ref().map(|b| b.ptr())
     }
 
     /// Launch a kernel through the graph gate: in a replayed step it only stages its
     /// per-step values; in a captured one it reads them from the graph arena.
-    fn kernel(&self, name: &'static str, grid: (u32, u32), block: u32, shared: u32, args: &mut [Arg], dynamic: Option<Dynamic<'_>>) {
+    pub(super) fn kernel(
+        &self,
+        name: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        shared: u32,
+        args: &mut [Arg],
+        dynamic: Option<Dynamic<'_>>,
+    ) {
         let (values, skip): (&[i32], &[usize]) = match &dynamic {
             Some(d) => (d.values, d.value_args),
             None => (&[], &[]),
@@ -388,7 +409,7 @@ enum Ranked {
 /// (or, when that is empty, a list uploaded and passed at `ptr_arg`); in a graph they are
 /// read from the arena through the pointer argument at `ptr_arg`.
 #[derive(Clone, Copy)]
-struct Dynamic<'a> {
+pub(super) struct Dynamic<'a> {
     values: &'a [i32],
     value_args: &'a [usize],
     ptr_arg: usize,
@@ -876,6 +897,53 @@ impl Backend for CudaBackend {
         if self.rank.world > 1 {
             self.reduce(x, None, n);
         }
+    }
+
+    fn weight_dtype(&self) -> safetensors::tensor::Dtype {
+        safetensors::tensor::Dtype::BF16
+    }
+
+    fn head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
+        self.launch_head_matmul(x, w, heads, n, out);
+    }
+
+    fn mla_attention(
+        &self,
+        q_lat: &CudaTensor,
+        q_pe: &CudaTensor,
+        new: (&CudaTensor, &CudaTensor),
+        cache: (&mut CudaTensor, &mut CudaTensor),
+        geometry: &MlaGeometry,
+        table: &SlotTable,
+        out: &mut CudaTensor,
+    ) {
+        self.launch_mla_attention(q_lat, q_pe, new, cache, geometry, table, out);
+    }
+
+    fn moe_route(
+        &self,
+        logits: &CudaTensor,
+        bias: &CudaTensor,
+        routing: &Routing,
+        n: usize,
+        experts: &mut CudaIds,
+        weights: &mut CudaTensor,
+    ) {
+        self.launch_moe_route(logits, bias, routing, n, experts, weights);
+    }
+
+    fn moe_experts(
+        &self,
+        x: &CudaTensor,
+        experts: &CudaIds,
+        weights: &CudaTensor,
+        per_token: usize,
+        w: &Experts<'_, Self>,
+        n: usize,
+        scratch: &mut MoeScratch<Self>,
+        out: &mut CudaTensor,
+    ) {
+        self.launch_moe_experts(x, experts, weights, per_token, w, n, scratch, out);
     }
 
     fn copy_rows(&self, src: &CudaTensor, src_start: usize, dst: &mut CudaTensor, dst_start: usize, n: usize) {

@@ -20,6 +20,7 @@ pub(crate) mod gemm;
 pub(crate) mod gpu;
 pub(crate) mod graph;
 pub(crate) mod graph_book;
+mod latent_ops;
 pub(crate) mod nccl;
 pub(crate) mod peer;
 pub mod probe;

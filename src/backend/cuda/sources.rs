@@ -76,6 +76,19 @@ pub const SOURCES: &[KernelSource] = &[
     ),
     kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
     kernel_source!(
+        "latent.cu",
+        [
+            "head_matmul_bf16",
+            "mla_store_f32",
+            "mla_attention_f32",
+            "moe_route_f32",
+            "moe_plan_i32",
+            "moe_gate_up_bf16",
+            "moe_down_bf16",
+            "moe_combine_f32"
+        ]
+    ),
+    kernel_source!(
         "sampling.cu",
         [
             "topk_chunks_f32",

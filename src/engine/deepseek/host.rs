@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::path::Path;
 
+use half::bf16;
 use safetensors::tensor::Dtype;
 
 use crate::backend::cpu::matmul::matmul;
@@ -97,12 +98,41 @@ impl Linear {
         self.w.len()
     }
 
-    /// The weight on `backend` as the f32 values held here (`name` is what errors call it).
+    /// The weight on `backend` as the values held here (`name` is what errors call it).
     pub(crate) fn to_backend<B: Backend>(&self, backend: &B, name: &str) -> Result<B::Weight, BackendError> {
-        let bytes: Vec<u8> = self.w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let shape = [self.outputs, self.inputs];
-        let view = TensorView { name, file: Path::new("(the target's weights)"), dtype: Dtype::F32, shape: &shape, data: &bytes };
-        backend.load_weight(&view, Shard::Replicated)
+        Staged::new(backend, self.inputs).push(&self.w).upload(backend, name)
+    }
+}
+
+/// Rows of f32 values gathered into one weight, held in the backend's weight dtype.
+pub(crate) struct Staged {
+    dtype: Dtype,
+    bytes: Vec<u8>,
+    rows: usize,
+    cols: usize,
+}
+
+impl Staged {
+    pub(crate) fn new<B: Backend>(b: &B, cols: usize) -> Staged {
+        Staged { dtype: b.weight_dtype(), bytes: Vec::new(), rows: 0, cols }
+    }
+
+    /// Append whole rows (`values.len()` a multiple of the width).
+    pub(crate) fn push(&mut self, values: &[f32]) -> &mut Self {
+        match self.dtype {
+            Dtype::BF16 => self.bytes.extend(values.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes())),
+            _ => self.bytes.extend(values.iter().flat_map(|v| v.to_le_bytes())),
+        }
+        self.rows += values.len() / self.cols;
+        self
+    }
+
+    /// The rows so far as one `[rows, cols]` weight (`name` is what errors call it).
+    pub(crate) fn upload<B: Backend>(&self, b: &B, name: &str) -> Result<B::Weight, BackendError> {
+        let dtype = if self.dtype == Dtype::BF16 { Dtype::BF16 } else { Dtype::F32 };
+        let shape = [self.rows, self.cols];
+        let view = TensorView { name, file: Path::new("(the target's weights)"), dtype, shape: &shape, data: &self.bytes };
+        b.load_weight(&view, Shard::Replicated)
     }
 }
 
@@ -123,12 +153,4 @@ pub(crate) fn silu(x: f32) -> f32 {
 
 pub(crate) fn add(dst: &mut [f32], src: &[f32]) {
     dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-}
-
-/// The indices of the `k` largest values, largest first (ties to the lower index).
-pub(crate) fn top_k(values: &[f32], k: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
-    order.truncate(k);
-    order
 }

@@ -22,17 +22,17 @@ use crate::engine::deepseek::host::{rms_norm, Linear};
 use crate::engine::weights::Loader;
 use crate::model::deepseek::DeepseekConfig;
 
-enum QProj {
+pub(crate) enum QProj {
     Full(Linear),
     Lora { a: Linear, norm: Vec<f32>, b: Linear },
 }
 
 pub(crate) struct Mla {
-    q: QProj,
-    kv_a: Linear,
-    kv_a_norm: Vec<f32>,
-    kv_b: Linear,
-    o: Linear,
+    pub q: QProj,
+    pub kv_a: Linear,
+    pub kv_a_norm: Vec<f32>,
+    pub kv_b: Linear,
+    pub o: Linear,
 }
 
 /// The sizes and constants every layer shares.

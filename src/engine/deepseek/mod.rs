@@ -15,15 +15,17 @@
 //! all-reduce. Every rank computes the same latent for its heads: the latent cache is whole
 //! on each rank.
 
+pub(crate) mod device;
 pub(crate) mod host;
 pub(crate) mod mla;
 pub(crate) mod moe;
-pub(crate) mod router;
 
 use std::sync::Arc;
 
+use crate::backend::latent::{SeqSlots, SlotTable};
 use crate::backend::rope::{yarn_mscale, RopeParams};
 use crate::backend::{AttnWindow, Backend, BackendError, BatchSeq, Mask, RopeStyle};
+use crate::engine::deepseek::device::DeviceStack;
 use crate::engine::deepseek::host::{add, rms_norm, Linear, Split};
 use crate::engine::deepseek::mla::{Mla, MlaShape, RopeRows, Visibility};
 use crate::engine::deepseek::moe::FeedForward;
@@ -46,13 +48,26 @@ pub struct DeepseekTargetConfig {
     /// `--ep-size`: the routed experts split into this many groups of the tensor-parallel
     /// ranks, each expert's width over the ranks of a group (SGLang's `moe_tp_size`).
     pub ep_size: usize,
+    pub compute: Compute,
+}
+
+/// Where a DeepSeek-V3 target's forward computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compute {
+    /// The host reference on the CPU backends (and their emulated ranks), the backend's ops
+    /// on any other.
+    Auto,
+    /// The host reference (`mla`, `moe`): f32, written out plainly.
+    Host,
+    /// The backend's ops (`device`).
+    Backend,
 }
 
 impl DeepseekTargetConfig {
     pub fn from_config(cfg: &ModelConfig) -> Result<DeepseekTargetConfig, ConfigError> {
         let text = DeepseekConfig::from_config(cfg)?;
         let rope = RopeParams { style: RopeStyle::Interleaved, ..rope_from_config(cfg, text.qk_rope_head_dim)? };
-        Ok(DeepseekTargetConfig { softmax_scale: softmax_scale(cfg, text.qk_head_dim()), rope, text, ep_size: 1 })
+        Ok(DeepseekTargetConfig { softmax_scale: softmax_scale(cfg, text.qk_head_dim()), rope, text, ep_size: 1, compute: Compute::Auto })
     }
 }
 
@@ -74,16 +89,28 @@ struct DecoderLayer {
     ffn: FeedForward,
 }
 
-pub struct DeepseekModel<B: Backend> {
-    pub config: DeepseekConfig,
-    pub capacity: Capacity,
-    backend: Arc<B>,
+/// The weights, where the forward computes with them.
+// One per engine: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Stack<B: Backend> {
+    Host(HostStack),
+    Device(DeviceStack<B>),
+}
+
+struct HostStack {
     /// `[vocab, hidden]`: gathered by token, and the lm_head when tied.
     embed: Linear,
     layers: Vec<DecoderLayer>,
     norm: Vec<f32>,
     /// None: tied to the embeddings.
     lm_head: Option<Linear>,
+}
+
+pub struct DeepseekModel<B: Backend> {
+    pub config: DeepseekConfig,
+    pub capacity: Capacity,
+    backend: Arc<B>,
+    stack: Stack<B>,
     /// This rank's heads.
     shape: MlaShape,
     split: Split,
@@ -107,26 +134,49 @@ impl<B: Backend> DeepseekModel<B> {
         ld.check_layers(&format!("{p}model.layers."), "num_hidden_layers", c.layers)?;
         let split = Split::of(&*backend);
         let heads = split.part(c.heads, "num_attention_heads")?;
+        let shape = MlaShape::new(c, heads.len(), config.softmax_scale);
+        let on_backend = match config.compute {
+            Compute::Auto => !backend.name().starts_with("cpu"),
+            Compute::Host => false,
+            Compute::Backend => true,
+        };
         let embed = Linear::load(ld, &c.weights, &format!("{p}model.embed_tokens.weight"), c.vocab, c.hidden)?;
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let l = format!("{p}model.layers.{i}.");
-            layers.push(DecoderLayer {
-                input_ln: ld.host_f32(&format!("{l}input_layernorm.weight"), &[c.hidden])?,
-                attn: Mla::load(ld, &format!("{l}self_attn."), c, heads.clone())?,
-                post_ln: ld.host_f32(&format!("{l}post_attention_layernorm.weight"), &[c.hidden])?,
-                ffn: FeedForward::load(ld, &format!("{l}mlp."), c, i, split, config.ep_size)?,
-            });
-        }
+        let host_layers = if on_backend {
+            None
+        } else {
+            let mut layers = Vec::with_capacity(c.layers);
+            for i in 0..c.layers {
+                let l = format!("{p}model.layers.{i}.");
+                layers.push(DecoderLayer {
+                    input_ln: ld.host_f32(&format!("{l}input_layernorm.weight"), &[c.hidden])?,
+                    attn: Mla::load(ld, &format!("{l}self_attn."), c, heads.clone())?,
+                    post_ln: ld.host_f32(&format!("{l}post_attention_layernorm.weight"), &[c.hidden])?,
+                    ffn: FeedForward::load(ld, &format!("{l}mlp."), c, i, split, config.ep_size)?,
+                });
+            }
+            Some(layers)
+        };
         let norm = ld.host_f32(&format!("{p}model.norm.weight"), &[c.hidden])?;
         let head = format!("{p}lm_head.weight");
         let lm_head = if c.tie_embeddings && !ld.has(&head) { None } else { Some(Linear::load(ld, &c.weights, &head, c.vocab, c.hidden)?) };
-        let (cos, sin) = config.rope.cos_sin(cap.positions);
         let b = &*backend;
+        let stack = match host_layers {
+            Some(layers) => Stack::Host(HostStack { embed, layers, norm, lm_head }),
+            None => Stack::Device(DeviceStack::load(
+                b,
+                ld,
+                c,
+                (shape, heads, split, config.ep_size),
+                (&embed, lm_head.as_ref(), &norm),
+                config.rope.table(b, cap.positions)?,
+                (cap.rows, cap.logit_rows),
+            )?),
+        };
+        let (cos, sin) = config.rope.cos_sin(cap.positions);
         Ok(DeepseekModel {
             inputs: StepInputs::new(b, cap.rows)?,
             logits: b.tensor(cap.logit_rows, c.vocab)?,
-            shape: MlaShape::new(c, heads.len(), config.softmax_scale),
+            shape,
             split,
             rope_params: config.rope.clone(),
             rope: RopeRows { cos, sin, half: c.qk_rope_head_dim / 2 },
@@ -134,10 +184,7 @@ impl<B: Backend> DeepseekModel<B> {
             attend: None,
             config: c.clone(),
             capacity: cap,
-            embed,
-            layers,
-            norm,
-            lm_head,
+            stack,
             backend,
         })
     }
@@ -148,19 +195,31 @@ impl<B: Backend> DeepseekModel<B> {
 
     /// Weight elements as loaded: the text model's, all experts counted.
     pub fn parameters(&self) -> u64 {
-        self.elements(None)
+        self.elements().0
     }
 
     /// Bytes of weights one decode step reads: each MoE layer's router, shared experts and
-    /// `num_experts_per_tok` routed experts, in f32.
+    /// `num_experts_per_tok` routed experts, in the dtype they are kept in.
     pub fn weight_bytes(&self) -> u64 {
-        4 * self.elements(Some(self.config.moe.per_token))
+        let per_element = match &self.stack {
+            Stack::Host(_) => 4,
+            Stack::Device(_) => self.backend.weight_dtype().bitsize() as u64 / 8,
+        };
+        per_element * self.elements().1
     }
 
-    fn elements(&self, routed: Option<usize>) -> u64 {
-        let layers: usize =
-            self.layers.iter().map(|l| l.input_ln.len() + l.attn.elements() + l.post_ln.len() + l.ffn.elements(routed)).sum();
-        (self.embed.elements() + layers + self.norm.len() + self.lm_head.as_ref().map_or(0, Linear::elements)) as u64
+    /// Weight elements held, and read by one token.
+    fn elements(&self) -> (u64, u64) {
+        let host = match &self.stack {
+            Stack::Host(host) => host,
+            Stack::Device(d) => return d.elements,
+        };
+        let k = self.config.moe.per_token;
+        let layers = |routed: Option<usize>| -> usize {
+            host.layers.iter().map(|l| l.input_ln.len() + l.attn.elements() + l.post_ln.len() + l.ffn.elements(routed)).sum()
+        };
+        let fixed = host.embed.elements() + host.norm.len() + host.lm_head.as_ref().map_or(0, Linear::elements);
+        ((fixed + layers(None)) as u64, (fixed + layers(Some(k))) as u64)
     }
 
     /// The group's sum of every rank's partial `[n, hidden]` output (itself at one rank).
@@ -178,10 +237,16 @@ impl<B: Backend> DeepseekModel<B> {
     /// when tied), put on the backend when it asks for them.
     pub fn head(&self) -> Result<TargetHead<B>, BackendError> {
         let b = &*self.backend;
-        let embed = Arc::new(self.embed.to_backend(b, "model.embed_tokens.weight")?);
-        let lm_head = match &self.lm_head {
-            Some(head) => Arc::new(head.to_backend(b, "lm_head.weight")?),
-            None => embed.clone(),
+        let (embed, lm_head) = match &self.stack {
+            Stack::Device(d) => (d.embed.clone(), d.lm_head.clone()),
+            Stack::Host(host) => {
+                let embed = Arc::new(host.embed.to_backend(b, "model.embed_tokens.weight")?);
+                let lm_head = match &host.lm_head {
+                    Some(head) => Arc::new(head.to_backend(b, "lm_head.weight")?),
+                    None => embed.clone(),
+                };
+                (embed, lm_head)
+            }
         };
         Ok(TargetHead { backend: self.backend.clone(), vocab: self.config.vocab, hidden: self.config.hidden, embed, lm_head })
     }
@@ -192,18 +257,27 @@ impl<B: Backend> DeepseekModel<B> {
     }
 
     /// Cover positions `0 .. positions` with cos and sin; a table that covers them stays.
-    pub fn ensure_positions(&mut self, positions: usize) {
+    pub fn ensure_positions(&mut self, positions: usize) -> Result<(), BackendError> {
         if positions > self.capacity.positions {
             let (cos, sin) = self.rope_params.cos_sin(positions);
+            if let Stack::Device(d) = &mut self.stack {
+                d.set_rope(self.rope_params.table(&*self.backend, positions)?);
+            }
             self.rope.cos = cos;
             self.rope.sin = sin;
             self.capacity.positions = positions;
         }
+        Ok(())
     }
 
-    /// The latent cache: `kv_lora_rank + qk_rope_head_dim` values per token per layer.
+    /// The latent cache: `kv_lora_rank + qk_rope_head_dim` values per token per layer, in
+    /// one buffer per layer for the host reference and two for the backend's ops.
     pub fn new_kv(&self, slots: usize) -> Result<KvCache<B>, BackendError> {
-        KvCache::latent(&*self.backend, self.config.layers, slots, self.shape.width())
+        let (b, layers) = (&*self.backend, self.config.layers);
+        match &self.stack {
+            Stack::Host(_) => KvCache::latent(b, layers, slots, self.shape.width()),
+            Stack::Device(_) => KvCache::latent_split(b, layers, slots, (self.shape.kv_lora, self.shape.rope)),
+        }
     }
 
     /// Capture the inputs of `layers` (ascending) from now on; `None` stops capturing.
@@ -224,13 +298,12 @@ impl<B: Backend> DeepseekModel<B> {
             Mask::Causal => None,
             Mask::Explicit(m) => Some(self.backend.read_ids(m, n * window.region)?),
         };
-        let h = self.run_layers(kv, &[SeqRows { row: 0, slots: (0..slots).collect(), window, mask }], n)?;
-        let hd = self.config.hidden;
-        match logits {
-            Logits::None => Ok(()),
-            Logits::Last => self.set_logits(&h[(n - 1) * hd..]),
-            Logits::All => self.set_logits(&h),
-        }
+        let logit_rows: Vec<usize> = match logits {
+            Logits::None => Vec::new(),
+            Logits::Last => vec![n - 1],
+            Logits::All => (0..n).collect(),
+        };
+        self.run(kv, &[SeqRows { row: 0, slots: (0..slots).collect(), window, mask }], n, &logit_rows)
     }
 
     /// Run a batch of sequences over the paged pool `kv` (`LlamaModel::forward_batch`'s
@@ -255,13 +328,36 @@ impl<B: Backend> DeepseekModel<B> {
                 Ok(SeqRows { row: s.seq.row, slots: s.seq.slots.to_vec(), window: s.seq.window(), mask })
             })
             .collect::<Result<Vec<_>, BackendError>>()?;
-        let h = self.run_layers(kv, &seqs, rows)?;
-        if logit_rows.is_empty() {
-            return Ok(());
+        self.run(kv, &seqs, rows, logit_rows)
+    }
+
+    /// The forward of `seqs` (`n` rows), on the host or on the backend, with the logits of
+    /// `logit_rows` into `self.logits`.
+    fn run(&mut self, kv: &mut KvCache<B>, seqs: &[SeqRows], n: usize, logit_rows: &[usize]) -> Result<(), BackendError> {
+        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
+        let b = self.backend.clone();
+        match &mut self.stack {
+            Stack::Device(d) => {
+                let views: Vec<SeqSlots<'_>> =
+                    seqs.iter().map(|s| SeqSlots { row: s.row, slots: &s.slots, window: s.window, mask: s.mask.as_deref() }).collect();
+                let table = SlotTable::new(&views, n);
+                d.forward(&*b, &self.inputs, (&mut kv.k, &mut kv.v), &table, n, self.capture.as_mut(), logit_rows, &mut self.logits);
+                Ok(())
+            }
+            Stack::Host(_) => {
+                let (h, aux) = self.run_layers(kv, seqs, n)?;
+                if let Some(cap) = self.capture.as_mut() {
+                    cap.aux = b.tensor_from(cap.layers.len() * self.config.hidden, &aux)?;
+                }
+                if logit_rows.is_empty() {
+                    return Ok(());
+                }
+                let hd = self.config.hidden;
+                let picked: Vec<f32> = logit_rows.iter().flat_map(|&r| &h[r * hd..][..hd]).copied().collect();
+                self.logits = self.host_logits(&picked)?;
+                Ok(())
+            }
         }
-        let hd = self.config.hidden;
-        let picked: Vec<f32> = logit_rows.iter().flat_map(|&r| &h[r * hd..][..hd]).copied().collect();
-        self.set_logits(&picked)
     }
 
     /// Size the inputs for batched forwards of `rows` rows with logits for `logit_rows` of
@@ -274,24 +370,29 @@ impl<B: Backend> DeepseekModel<B> {
             let layers = self.capture.as_ref().map(|c| c.layers.clone());
             self.set_capture(layers)?;
         }
-        self.capacity.logit_rows = self.capacity.logit_rows.max(logit_rows);
-        self.ensure_positions(positions);
-        Ok(())
+        if logit_rows > self.capacity.logit_rows {
+            self.logits = self.backend.tensor(logit_rows, self.config.vocab)?;
+            self.capacity.logit_rows = logit_rows;
+        }
+        if let Stack::Device(d) = &mut self.stack {
+            d.ensure_rows(&*self.backend, self.capacity.rows, self.capacity.logit_rows)?;
+        }
+        self.ensure_positions(positions)
     }
 
-    /// Embed the `n` input rows and run every layer, each sequence's attention over its own
-    /// slots of `kv`, capturing the residual stream where asked; returns the final pre-norm
-    /// hidden states, `[n, hidden]`.
-    fn run_layers(&mut self, kv: &mut KvCache<B>, seqs: &[SeqRows], n: usize) -> Result<Vec<f32>, BackendError> {
-        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
+    /// The host reference: embed the `n` input rows and run every layer, each sequence's
+    /// attention over its own slots of `kv`; returns the final pre-norm hidden states,
+    /// `[n, hidden]`, and the captured layer inputs, `[n, captured · hidden]`.
+    fn run_layers(&self, kv: &mut KvCache<B>, seqs: &[SeqRows], n: usize) -> Result<(Vec<f32>, Vec<f32>), BackendError> {
+        let Stack::Host(host) = &self.stack else { unreachable!("the host forward of a model loaded onto the backend") };
         let b = &*self.backend;
         let (c, hd, width) = (&self.config, self.config.hidden, self.shape.width());
         let ids = b.read_ids(&self.inputs.ids, n)?;
         let positions: Vec<usize> = b.read_ids(&self.inputs.positions, n)?.into_iter().map(|p| p as usize).collect();
-        let mut h: Vec<f32> = ids.iter().flat_map(|&t| self.embed.row(t as usize)).copied().collect();
+        let mut h: Vec<f32> = ids.iter().flat_map(|&t| host.embed.row(t as usize)).copied().collect();
         let captured = self.capture.as_ref().map_or(0, |cap| cap.layers.len());
         let mut aux = vec![0.0; n * captured * hd];
-        for (i, layer) in self.layers.iter().enumerate() {
+        for (i, layer) in host.layers.iter().enumerate() {
             if let Some(k) = self.capture.as_ref().and_then(|cap| cap.layers.iter().position(|&l| l == i)) {
                 for (row, out) in h.chunks_exact(hd).zip(aux.chunks_exact_mut(captured * hd)) {
                     out[k * hd..][..hd].copy_from_slice(row);
@@ -327,18 +428,15 @@ impl<B: Backend> DeepseekModel<B> {
             let x = rms_norm(&h, &layer.post_ln, c.eps);
             add(&mut h, &self.summed(layer.ffn.forward(&c.moe, &x, n), n)?);
         }
-        if let Some(cap) = self.capture.as_mut() {
-            cap.aux = b.tensor_from(captured * hd, &aux)?;
-        }
-        Ok(h)
+        Ok((h, aux))
     }
 
-    /// The logits of the final hidden `rows` (`[rows, hidden]`) into `self.logits`.
-    fn set_logits(&mut self, rows: &[f32]) -> Result<(), BackendError> {
-        let normed = rms_norm(rows, &self.norm, self.config.eps);
-        let out = self.lm_head.as_ref().unwrap_or(&self.embed).apply(&normed, rows.len() / self.config.hidden);
-        self.logits = self.backend.tensor_from(self.config.vocab, &out)?;
-        Ok(())
+    /// The host reference's logits of the final hidden `rows` (`[rows, hidden]`).
+    fn host_logits(&self, rows: &[f32]) -> Result<B::Tensor, BackendError> {
+        let Stack::Host(host) = &self.stack else { unreachable!("the host logits of a model loaded onto the backend") };
+        let normed = rms_norm(rows, &host.norm, self.config.eps);
+        let out = host.lm_head.as_ref().unwrap_or(&host.embed).apply(&normed, rows.len() / self.config.hidden);
+        self.backend.tensor_from(self.config.vocab, &out)
     }
 }
 

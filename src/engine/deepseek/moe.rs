@@ -10,23 +10,24 @@
 
 use std::ops::Range;
 
+use crate::backend::cpu::route::route;
+use crate::backend::latent::Routing;
 use crate::backend::{Backend, BackendError};
 use crate::engine::deepseek::host::{add, silu, Linear, Split};
-use crate::engine::deepseek::router::route;
 use crate::engine::weights::Loader;
 use crate::model::deepseek::{DeepseekConfig, MoeConfig};
 use crate::model::quantized::WeightFormats;
 
 /// `down(silu(gate(x)) * up(x))`.
 pub(crate) struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
 }
 
 impl Mlp {
     /// The MLP under `prefix`, only the `width` part of its `inner` hidden units.
-    fn load<B: Backend>(
+    pub(crate) fn load<B: Backend>(
         ld: &mut Loader<'_, B>,
         f: &WeightFormats,
         prefix: &str,
@@ -46,8 +47,20 @@ impl Mlp {
         self.down.apply(&act, n)
     }
 
-    fn elements(&self) -> usize {
+    pub(crate) fn elements(&self) -> usize {
         self.gate.elements() + self.up.elements() + self.down.elements()
+    }
+}
+
+/// What the router reads of the config.
+pub(crate) fn routing(m: &MoeConfig) -> Routing {
+    Routing {
+        experts: m.experts,
+        per_token: m.per_token,
+        groups: m.groups,
+        topk_groups: m.topk_groups,
+        norm_topk_prob: m.norm_topk_prob,
+        routed_scaling_factor: m.routed_scaling_factor,
     }
 }
 
@@ -60,6 +73,37 @@ pub(crate) struct Moe {
     experts: Vec<Mlp>,
     first: usize,
     shared: Option<Mlp>,
+}
+
+/// This rank's share of a MoE layer: its run of routed experts, its part of each one's
+/// width, and its part of the shared experts' width.
+pub(crate) struct MoeShare {
+    pub own: Range<usize>,
+    pub width: Range<usize>,
+    shared_width: Option<Range<usize>>,
+}
+
+impl MoeShare {
+    pub(crate) fn of(c: &DeepseekConfig, split: Split, ep: usize) -> Result<MoeShare, BackendError> {
+        let m = &c.moe;
+        let (group, within) = split.experts(ep)?;
+        let shared_width = match m.shared_experts * m.intermediate {
+            0 => None,
+            inner => Some(split.part(inner, "n_shared_experts × moe_intermediate_size")?),
+        };
+        Ok(MoeShare {
+            own: group.part(m.experts, "n_routed_experts")?,
+            width: within.part(m.intermediate, "moe_intermediate_size")?,
+            shared_width,
+        })
+    }
+
+    /// The shared experts under `prefix` (`model.layers.{i}.mlp.`), this rank's part.
+    pub(crate) fn shared<B: Backend>(&self, ld: &mut Loader<'_, B>, prefix: &str, c: &DeepseekConfig) -> Result<Option<Mlp>, BackendError> {
+        let Some(width) = self.shared_width.clone() else { return Ok(None) };
+        let inner = c.moe.shared_experts * c.moe.intermediate;
+        Mlp::load(ld, &c.weights, &format!("{prefix}shared_experts."), [c.hidden, inner], width).map(Some)
+    }
 }
 
 pub(crate) enum FeedForward {
@@ -82,26 +126,19 @@ impl FeedForward {
             let width = split.part(c.intermediate, "intermediate_size")?;
             return Ok(FeedForward::Dense(Mlp::load(ld, f, prefix, [h, c.intermediate], width)?));
         }
-        let m = &c.moe;
-        let (group, within) = split.experts(ep)?;
-        let own = group.part(m.experts, "n_routed_experts")?;
-        let width = within.part(m.intermediate, "moe_intermediate_size")?;
-        let experts = own
+        let share = MoeShare::of(c, split, ep)?;
+        let experts = share
+            .own
             .clone()
-            .map(|e| Mlp::load(ld, f, &format!("{prefix}experts.{e}."), [h, m.intermediate], width.clone()))
+            .map(|e| Mlp::load(ld, f, &format!("{prefix}experts.{e}."), [h, c.moe.intermediate], share.width.clone()))
             .collect::<Result<_, _>>()?;
-        let shared = match m.shared_experts * m.intermediate {
-            0 => None,
-            inner => {
-                let width = split.part(inner, "n_shared_experts × moe_intermediate_size")?;
-                Some(Mlp::load(ld, f, &format!("{prefix}shared_experts."), [h, inner], width)?)
-            }
-        };
+        let shared = share.shared(ld, prefix, c)?;
+        let m = &c.moe;
         Ok(FeedForward::Moe(Moe {
             gate: Linear::load(ld, f, &format!("{prefix}gate.weight"), m.experts, h)?,
             bias: ld.host_f32(&format!("{prefix}gate.e_score_correction_bias"), &[m.experts])?,
             experts,
-            first: own.start,
+            first: share.own.start,
             shared,
         }))
     }
@@ -122,7 +159,7 @@ impl FeedForward {
         // experts of other ranks are theirs to run.
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.experts.len()];
         for (t, row) in logits.chunks_exact(m.experts).enumerate() {
-            for (e, w) in route(m, row, &moe.bias) {
+            for (e, w) in route(&routing(m), row, &moe.bias) {
                 if let Some(own) = e.checked_sub(moe.first).and_then(|e| routed.get_mut(e)) {
                     own.push((t, w));
                 }

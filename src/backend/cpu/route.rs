@@ -5,11 +5,10 @@
 //! those; their weights the unbiased scores, normalised when `norm_topk_prob`, times
 //! `routed_scaling_factor`.
 
-use crate::engine::deepseek::host::top_k;
-use crate::model::deepseek::MoeConfig;
+use crate::backend::latent::Routing;
 
 /// One token's experts and their weights, best first.
-pub(crate) fn route(m: &MoeConfig, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> {
+pub fn route(m: &Routing, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> {
     let scores: Vec<f32> = logits.iter().map(|l| 1.0 / (1.0 + (-l).exp())).collect();
     let choice: Vec<f32> = scores.iter().zip(bias).map(|(s, b)| s + b).collect();
     let group_size = m.experts / m.groups;
@@ -22,23 +21,20 @@ pub(crate) fn route(m: &MoeConfig, logits: &[f32], bias: &[f32]) -> Vec<(usize, 
     chosen.into_iter().map(|e| (e, scores[e] / norm * m.routed_scaling_factor)).collect()
 }
 
+/// The indices of the `k` largest values, largest first (ties to the lower index).
+fn top_k(values: &[f32], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
+    order.truncate(k);
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn moe(groups: usize, topk_groups: usize, norm: bool) -> MoeConfig {
-        MoeConfig {
-            experts: 8,
-            per_token: 2,
-            groups,
-            topk_groups,
-            norm_topk_prob: norm,
-            routed_scaling_factor: 2.0,
-            shared_experts: 1,
-            intermediate: 4,
-            first_dense: 0,
-            layer_freq: 1,
-        }
+    fn moe(groups: usize, topk_groups: usize, norm: bool) -> Routing {
+        Routing { experts: 8, per_token: 2, groups, topk_groups, norm_topk_prob: norm, routed_scaling_factor: 2.0 }
     }
 
     fn logit(p: f32) -> f32 {

@@ -1,0 +1,316 @@
+// The DeepSeek-V3 family's ops (src/backend/latent.rs): per-head products, absorbed MLA over
+// the paged latent pool, and the routed experts. Activations f32, weights bf16, as the rest.
+// Each row's result depends only on that row's inputs, so a sequence decodes the same bits
+// alone or batched.
+
+#define LATENT_WARPS 8
+// kv_lora_rank up to 512 and qk_rope_head_dim up to 64: a lane's share of each.
+#define MLA_LORA_PER 16
+#define MLA_ROPE_PER 2
+// Rows of a slot table's header (SLOT_TABLE_HEADER in src/backend/latent.rs).
+#define SLOT_HEADER 3
+// Experts one router block scores, and groups (n_group) it keeps.
+#define ROUTE_MAX_EXPERTS 1024
+#define ROUTE_MAX_GROUPS 64
+// (token, expert) pairs an expert block accumulates at once; output rows a warp takes.
+#define MOE_PAIRS 8
+#define MOE_ROWS_PER_WARP 4
+
+// out[r, h*b + j] = x[r, h*a ..][..a] · w[h*b + j] for r < n. Grid: (heads, ceil(b /
+// LATENT_WARPS)); a warp per output column, over every row.
+extern "C" __global__ void head_matmul_bf16(const float* x, const bf16* w, float* out, int a, int b, int n) {
+    pdl_enter();
+    const int h = blockIdx.x, heads = gridDim.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.y * LATENT_WARPS + warp;
+    if (j >= b) return;
+    const bf16* wr = w + ((long long)h * b + j) * a;
+    for (int r = 0; r < n; ++r) {
+        const float* xr = x + ((long long)r * heads + h) * a;
+        float acc = 0.f;
+        for (int d = lane; d < a; d += 32) acc += xr[d] * __bfloat162float(wr[d]);
+        acc = warp_sum(acc);
+        if (lane == 0) out[((long long)r * heads + h) * b + j] = acc;
+    }
+}
+
+// Row r's new latent (normed c, rotated rope key) into its own pool slot. Grid: rows.
+extern "C" __global__ void mla_store_f32(const float* c_new, const float* pe_new, float* c_cache, float* pe_cache, int lora,
+                                         int rope, const int* table) {
+    pdl_enter();
+    const int r = blockIdx.x;
+    const long long own = table[SLOT_HEADER * r + 2];
+    for (int i = threadIdx.x; i < lora; i += blockDim.x) c_cache[own * lora + i] = c_new[(long long)r * lora + i];
+    for (int i = threadIdx.x; i < rope; i += blockDim.x) pe_cache[own * rope + i] = pe_new[(long long)r * rope + i];
+}
+
+// Absorbed attention of head h of row r over the slots the table lists for it: each warp
+// walks a strided share of the keys with an online softmax, then the warps' states merge.
+// Grid: (heads, rows), LATENT_WARPS warps.
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    mla_attention_f32(const float* q_lat, const float* q_pe, const float* c_cache, const float* pe_cache, float* out, int lora,
+                      int rope, float scale, const int* table) {
+    __shared__ float part_m[LATENT_WARPS], part_l[LATENT_WARPS];
+    __shared__ float part_o[LATENT_WARPS][MLA_LORA_PER * 32];
+    pdl_enter();
+    const int h = blockIdx.x, heads = gridDim.x, r = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int visible = table[SLOT_HEADER * r];
+    const int* slots = table + table[SLOT_HEADER * r + 1];
+    const float* ql = q_lat + ((long long)r * heads + h) * lora;
+    const float* qp = q_pe + ((long long)r * heads + h) * rope;
+    float q1[MLA_LORA_PER], q2[MLA_ROPE_PER], acc[MLA_LORA_PER];
+#pragma unroll
+    for (int i = 0; i < MLA_LORA_PER; ++i) {
+        const int d = lane + 32 * i;
+        q1[i] = d < lora ? ql[d] * scale : 0.f;
+        acc[i] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < MLA_ROPE_PER; ++i) {
+        const int d = lane + 32 * i;
+        q2[i] = d < rope ? qp[d] * scale : 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    for (int k = warp; k < visible; k += LATENT_WARPS) {
+        const long long s = slots[k];
+        const float* c = c_cache + s * lora;
+        const float* p = pe_cache + s * rope;
+        float cv[MLA_LORA_PER];
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < MLA_LORA_PER; ++i) {
+            const int d = lane + 32 * i;
+            cv[i] = d < lora ? c[d] : 0.f;
+            dot += q1[i] * cv[i];
+        }
+#pragma unroll
+        for (int i = 0; i < MLA_ROPE_PER; ++i) {
+            const int d = lane + 32 * i;
+            if (d < rope) dot += q2[i] * p[d];
+        }
+        dot = warp_sum(dot);
+        const float m_new = fmaxf(m, dot);
+        const float keep = __expf(m - m_new), weight = __expf(dot - m_new);
+        l = l * keep + weight;
+#pragma unroll
+        for (int i = 0; i < MLA_LORA_PER; ++i) acc[i] = acc[i] * keep + weight * cv[i];
+        m = m_new;
+    }
+    if (lane == 0) {
+        part_m[warp] = m;
+        part_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < MLA_LORA_PER; ++i) part_o[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+    float top = -INFINITY;
+    for (int w = 0; w < LATENT_WARPS; ++w) top = fmaxf(top, part_m[w]);
+    float total = 0.f;
+    for (int w = 0; w < LATENT_WARPS; ++w) total += part_m[w] == -INFINITY ? 0.f : part_l[w] * __expf(part_m[w] - top);
+    for (int d = threadIdx.x; d < lora; d += blockDim.x) {
+        float o = 0.f;
+        for (int w = 0; w < LATENT_WARPS; ++w)
+            if (part_m[w] != -INFINITY) o += part_o[w][d] * __expf(part_m[w] - top);
+        out[((long long)r * heads + h) * lora + d] = o / total;
+    }
+}
+
+// The best of `v[0..len)` not yet taken, ties to the lower index (as the CPU router's
+// stable sort); every lane gets it, and it is marked taken.
+__device__ __forceinline__ int take_best(const float* v, int* taken, int len) {
+    const int lane = threadIdx.x & 31;
+    float best = -INFINITY;
+    int at = 0x7fffffff;
+    for (int i = lane; i < len; i += 32)
+        if (!taken[i] && ranks_before(v[i], i, best, at)) {
+            best = v[i];
+            at = i;
+        }
+    warp_best(best, at);
+    __syncwarp();
+    if (lane == 0) taken[at] = 1;
+    __syncwarp();
+    return at;
+}
+
+// DeepSeek-V3's noaux_tc routing of row r (src/backend/cpu/route.rs): sigmoid scores, the
+// bias only to choose, groups by their top-2 sum, the best topk_groups groups, the top
+// per_token experts of those, weighed by the unbiased scores. Grid: rows, one warp.
+extern "C" __global__ void moe_route_f32(const float* logits, int logit_cols, const float* bias, int experts, int groups,
+                                         int topk_groups, int per_token, int norm_topk, float scaling, int* chosen,
+                                         float* weights, int weight_cols) {
+    __shared__ float scores[ROUTE_MAX_EXPERTS], choice[ROUTE_MAX_EXPERTS], group_score[ROUTE_MAX_GROUPS];
+    __shared__ int taken[ROUTE_MAX_EXPERTS], picked[ROUTE_MAX_EXPERTS];
+    pdl_enter();
+    const int r = blockIdx.x, lane = threadIdx.x;
+    const int group_size = experts / groups;
+    for (int e = lane; e < experts; e += 32) {
+        const float s = 1.f / (1.f + expf(-logits[(long long)r * logit_cols + e]));
+        scores[e] = s;
+        choice[e] = s + bias[e];
+    }
+    __syncwarp();
+    for (int g = lane; g < groups; g += 32) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int i = 0; i < group_size; ++i) {
+            const float v = choice[g * group_size + i];
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        group_score[g] = group_size > 1 ? a + b : a;
+        taken[g] = 0;
+    }
+    __syncwarp();
+    for (int e = lane; e < experts; e += 32) picked[e] = 0;
+    __syncwarp();
+    for (int k = 0; k < topk_groups; ++k) {
+        const int g = take_best(group_score, taken, groups);
+        for (int e = lane; e < group_size; e += 32) picked[g * group_size + e] = 1;
+    }
+    __syncwarp();
+    for (int e = lane; e < experts; e += 32) {
+        if (!picked[e]) choice[e] = 0.f;
+        taken[e] = 0;
+    }
+    __syncwarp();
+    float total = 0.f;
+    for (int k = 0; k < per_token; ++k) {
+        const int e = take_best(choice, taken, experts);
+        total += scores[e];
+        if (lane == 0) picked[k] = e;
+    }
+    __syncwarp();
+    const float norm = norm_topk ? total + 1e-20f : 1.f;
+    for (int k = lane; k < per_token; k += 32) {
+        chosen[(long long)r * per_token + k] = picked[k];
+        weights[(long long)r * weight_cols + k] = scores[picked[k]] / norm * scaling;
+    }
+}
+
+// The pairs (row i, slot j) = i * per_token + j grouped by this rank's expert, in pair order
+// within each (src/backend/latent.rs moe_plan_len): plan[0] the active experts, then
+// (expert, run start, run length) for each, then the pairs from plan[1 + 3 * min(count,
+// pairs)]. One thread: the pairs of a step are few.
+extern "C" __global__ void moe_plan_i32(const int* chosen, int pairs, int first, int count, int* plan) {
+    pdl_enter();
+    if (threadIdx.x != 0) return;
+    const int list = 1 + 3 * min(count, pairs);
+    int active = 0, placed = 0;
+    for (int e = 0; e < count; ++e) {
+        int run = 0;
+        for (int p = 0; p < pairs; ++p)
+            if (chosen[p] - first == e) plan[list + placed + run++] = p;
+        if (run > 0) {
+            plan[1 + 3 * active] = e;
+            plan[2 + 3 * active] = placed;
+            plan[3 + 3 * active] = run;
+            ++active;
+            placed += run;
+        }
+    }
+    plan[0] = active;
+}
+
+// One active expert's gate and up rows over its pairs: act[p, o] = silu(gate_o · x) * (up_o ·
+// x), x the pair's token row. Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS *
+// MOE_ROWS_PER_WARP))).
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    moe_gate_up_bf16(const float* x, const bf16* gate_up, const int* plan, int per_token, int hidden, int inner, int list,
+                     float* act) {
+    pdl_enter();
+    if (blockIdx.x >= plan[0]) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
+    const int* pairs = plan + list + start;
+    const __nv_bfloat162* w = (const __nv_bfloat162*)(gate_up + (long long)e * 2 * inner * hidden);
+    const int half = hidden / 2;
+    for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
+        const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
+        if (o >= inner) return;
+        const __nv_bfloat162* g = w + (long long)o * half;
+        const __nv_bfloat162* u = w + (long long)(inner + o) * half;
+        for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
+            const int np = min(MOE_PAIRS, run - p0);
+            float ag[MOE_PAIRS], au[MOE_PAIRS];
+#pragma unroll
+            for (int q = 0; q < MOE_PAIRS; ++q) ag[q] = au[q] = 0.f;
+            for (int d = lane; d < half; d += 32) {
+                const float2 wg = __bfloat1622float2(g[d]), wu = __bfloat1622float2(u[d]);
+#pragma unroll
+                for (int q = 0; q < MOE_PAIRS; ++q) {
+                    if (q >= np) break;
+                    const float2 xv = ((const float2*)(x + (long long)(pairs[p0 + q] / per_token) * hidden))[d];
+                    ag[q] += wg.x * xv.x + wg.y * xv.y;
+                    au[q] += wu.x * xv.x + wu.y * xv.y;
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < MOE_PAIRS; ++q) {
+                if (q >= np) break;
+                const float gs = warp_sum(ag[q]), us = warp_sum(au[q]);
+                if (lane == 0) act[(long long)pairs[p0 + q] * inner + o] = gs / (1.f + __expf(-gs)) * us;
+            }
+        }
+    }
+}
+
+// One active expert's down rows over its pairs: y[p, o] = down_o · act[p]. Grid:
+// (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    moe_down_bf16(const float* act, const bf16* down, const int* plan, int hidden, int inner, int list, float* y) {
+    pdl_enter();
+    if (blockIdx.x >= plan[0]) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
+    const int* pairs = plan + list + start;
+    const int half = inner / 2;
+    const __nv_bfloat162* w = (const __nv_bfloat162*)(down + (long long)e * hidden * inner);
+    for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
+        const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
+        if (o >= hidden) return;
+        const __nv_bfloat162* wr = w + (long long)o * half;
+        for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
+            const int np = min(MOE_PAIRS, run - p0);
+            float acc[MOE_PAIRS];
+#pragma unroll
+            for (int q = 0; q < MOE_PAIRS; ++q) acc[q] = 0.f;
+            for (int d = lane; d < half; d += 32) {
+                const float2 wv = __bfloat1622float2(wr[d]);
+#pragma unroll
+                for (int q = 0; q < MOE_PAIRS; ++q) {
+                    if (q >= np) break;
+                    const float2 av = ((const float2*)(act + (long long)pairs[p0 + q] * inner))[d];
+                    acc[q] += wv.x * av.x + wv.y * av.y;
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < MOE_PAIRS; ++q) {
+                if (q >= np) break;
+                const float s = warp_sum(acc[q]);
+                if (lane == 0) y[(long long)pairs[p0 + q] * hidden + o] = s;
+            }
+        }
+    }
+}
+
+// out[i] = Σ_j weights[i][j] · y[i * per_token + j] over the slots whose expert this rank
+// holds, in slot order. Grid: rows.
+extern "C" __global__ void moe_combine_f32(const float* y, const int* chosen, const float* weights, int weight_cols,
+                                           int per_token, int first, int count, int hidden, float* out) {
+    pdl_enter();
+    const int i = blockIdx.x;
+    for (int d = threadIdx.x; d < hidden; d += blockDim.x) {
+        float o = 0.f;
+        for (int j = 0; j < per_token; ++j) {
+            const int local = chosen[(long long)i * per_token + j] - first;
+            if (local >= 0 && local < count)
+                o += weights[(long long)i * weight_cols + j] * y[((long long)i * per_token + j) * hidden + d];
+        }
+        out[(long long)i * hidden + d] = o;
+    }
+}

@@ -1,0 +1,170 @@
+//! `CudaBackend`'s DeepSeek-V3-family ops (`backend::latent`), launched from kernels/latent.cu.
+
+use super::backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
+use super::gpu::Arg;
+use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
+
+/// Warps per block of the latent kernels (kernels/latent.cu's LATENT_WARPS), and the output
+/// rows each warp of an expert block takes (MOE_ROWS_PER_WARP).
+const LATENT_WARPS: u32 = 8;
+const MOE_ROWS_PER_WARP: usize = 4;
+/// kernels/latent.cu's MLA_LORA_PER · 32, MLA_ROPE_PER · 32, ROUTE_MAX_EXPERTS and
+/// ROUTE_MAX_GROUPS: the largest shapes its kernels take.
+const MAX_LORA: usize = 512;
+const MAX_ROPE: usize = 64;
+const MAX_EXPERTS: usize = 1024;
+const MAX_GROUPS: usize = 64;
+
+impl CudaBackend {
+    pub(super) fn launch_head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
+        let (b, a) = (w.shape[0] / heads, w.shape[1]);
+        let mut args = [
+            Arg::Ptr(x.buf.ptr()),
+            Arg::Ptr(w.buf.ptr()),
+            Arg::Ptr(out.buf.ptr()),
+            Arg::I32(a as i32),
+            Arg::I32(b as i32),
+            Arg::I32(n as i32),
+        ];
+        self.kernel("head_matmul_bf16", (heads as u32, b.div_ceil(LATENT_WARPS as usize) as u32), LATENT_WARPS * 32, 0, &mut args, None);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_mla_attention(
+        &self,
+        q_lat: &CudaTensor,
+        q_pe: &CudaTensor,
+        new: (&CudaTensor, &CudaTensor),
+        cache: (&mut CudaTensor, &mut CudaTensor),
+        g: &MlaGeometry,
+        table: &SlotTable,
+        out: &mut CudaTensor,
+    ) {
+        if g.kv_lora > MAX_LORA || g.rope > MAX_ROPE {
+            self.gpu
+                .record(|| format!("MLA of kv_lora_rank {} and qk_rope_head_dim {} exceeds {MAX_LORA} and {MAX_ROPE}", g.kv_lora, g.rope));
+            return;
+        }
+        let Some(t) = self.upload_slot_table(table) else { return };
+        let (lora, rope) = (Arg::I32(g.kv_lora as i32), Arg::I32(g.rope as i32));
+        let rows = table.rows as u32;
+        let mut store = [
+            Arg::Ptr(new.0.buf.ptr()),
+            Arg::Ptr(new.1.buf.ptr()),
+            Arg::Ptr(cache.0.buf.ptr()),
+            Arg::Ptr(cache.1.buf.ptr()),
+            lora,
+            rope,
+            Arg::Ptr(t),
+        ];
+        self.kernel("mla_store_f32", (rows, 1), 128, 0, &mut store, None);
+        let mut attend = [
+            Arg::Ptr(q_lat.buf.ptr()),
+            Arg::Ptr(q_pe.buf.ptr()),
+            Arg::Ptr(cache.0.buf.ptr()),
+            Arg::Ptr(cache.1.buf.ptr()),
+            Arg::Ptr(out.buf.ptr()),
+            lora,
+            rope,
+            Arg::F32(g.scale),
+            Arg::Ptr(t),
+        ];
+        self.kernel("mla_attention_f32", (g.heads as u32, rows), LATENT_WARPS * 32, 0, &mut attend, None);
+    }
+
+    pub(super) fn launch_moe_route(
+        &self,
+        logits: &CudaTensor,
+        bias: &CudaTensor,
+        m: &Routing,
+        n: usize,
+        experts: &mut CudaIds,
+        weights: &mut CudaTensor,
+    ) {
+        if m.experts > MAX_EXPERTS || m.groups > MAX_GROUPS || m.groups == 0 || m.experts % m.groups != 0 {
+            self.gpu.record(|| {
+                format!("routing {} experts in {} groups exceeds {MAX_EXPERTS} experts in {MAX_GROUPS} groups", m.experts, m.groups)
+            });
+            return;
+        }
+        let mut args = [
+            Arg::Ptr(logits.buf.ptr()),
+            Arg::I32(logits.cols as i32),
+            Arg::Ptr(bias.buf.ptr()),
+            Arg::I32(m.experts as i32),
+            Arg::I32(m.groups as i32),
+            Arg::I32(m.topk_groups as i32),
+            Arg::I32(m.per_token as i32),
+            Arg::I32(i32::from(m.norm_topk_prob)),
+            Arg::F32(m.routed_scaling_factor),
+            Arg::Ptr(experts.buf.ptr()),
+            Arg::Ptr(weights.buf.ptr()),
+            Arg::I32(weights.cols as i32),
+        ];
+        if n > 0 {
+            self.kernel("moe_route_f32", (n as u32, 1), 32, 0, &mut args, None);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_moe_experts(
+        &self,
+        x: &CudaTensor,
+        experts: &CudaIds,
+        weights: &CudaTensor,
+        per_token: usize,
+        w: &Experts<'_, Self>,
+        n: usize,
+        scratch: &mut MoeScratch<Self>,
+        out: &mut CudaTensor,
+    ) {
+        let (hidden, inner, pairs) = (x.cols, w.inner, n * per_token);
+        if hidden % 2 != 0 || inner % 2 != 0 {
+            self.gpu.record(|| format!("routed experts of hidden {hidden} and width {inner}: both must be even"));
+            return;
+        }
+        if pairs == 0 {
+            return;
+        }
+        let blocks = w.count.min(pairs) as u32;
+        let list = Arg::I32((1 + 3 * w.count.min(pairs)) as i32);
+        let plan = Arg::Ptr(scratch.plan.buf.ptr());
+        let mut plan_args = [Arg::Ptr(experts.buf.ptr()), Arg::I32(pairs as i32), Arg::I32(w.first as i32), Arg::I32(w.count as i32), plan];
+        self.kernel("moe_plan_i32", (1, 1), 32, 0, &mut plan_args, None);
+        let rows_per_block = LATENT_WARPS as usize * MOE_ROWS_PER_WARP;
+        let (hidden_arg, inner_arg) = (Arg::I32(hidden as i32), Arg::I32(inner as i32));
+        let mut gate_up = [
+            Arg::Ptr(x.buf.ptr()),
+            Arg::Ptr(w.gate_up.buf.ptr()),
+            plan,
+            Arg::I32(per_token as i32),
+            hidden_arg,
+            inner_arg,
+            list,
+            Arg::Ptr(scratch.act.buf.ptr()),
+        ];
+        self.kernel("moe_gate_up_bf16", (blocks, inner.div_ceil(rows_per_block) as u32), LATENT_WARPS * 32, 0, &mut gate_up, None);
+        let mut down = [
+            Arg::Ptr(scratch.act.buf.ptr()),
+            Arg::Ptr(w.down.buf.ptr()),
+            plan,
+            hidden_arg,
+            inner_arg,
+            list,
+            Arg::Ptr(scratch.out.buf.ptr()),
+        ];
+        self.kernel("moe_down_bf16", (blocks, hidden.div_ceil(rows_per_block) as u32), LATENT_WARPS * 32, 0, &mut down, None);
+        let mut combine = [
+            Arg::Ptr(scratch.out.buf.ptr()),
+            Arg::Ptr(experts.buf.ptr()),
+            Arg::Ptr(weights.buf.ptr()),
+            Arg::I32(weights.cols as i32),
+            Arg::I32(per_token as i32),
+            Arg::I32(w.first as i32),
+            Arg::I32(w.count as i32),
+            hidden_arg,
+            Arg::Ptr(out.buf.ptr()),
+        ];
+        self.kernel("moe_combine_f32", (n as u32, 1), 256, 0, &mut combine, None);
+    }
+}

@@ -1,0 +1,444 @@
+//! The DeepSeek-V3 forward on the backend's ops, so it runs where the backend runs: on the
+//! GPU through kernels/latent.cu, and in CI on the CPU backend, where it is checked against
+//! the host reference (`mla`, `moe`) and transformers (tests/deepseek_reference.rs).
+//!
+//! Each layer is read as the host reference reads it (this rank's share, quantized tensors
+//! dequantized), then laid out for the ops and put on the backend before the next layer is
+//! read, so the host never holds more than one layer:
+//! - q's and `kv_a_proj_with_mqa`'s rows split into their no-rope and rope parts, so the
+//!   rope parts are whole tensors that `Backend::rope` rotates as heads;
+//! - `kv_b_proj` split into its key half, transposed per head (the query's absorption,
+//!   `Backend::head_matmul`), and its value half (the output's);
+//! - each layer's routed experts stacked into one gate-and-up and one down weight
+//!   (`backend::latent::Experts`), staged in the backend's weight dtype one expert at a time.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::{Backend, BackendError, Projection, RopeTable};
+use crate::engine::deepseek::host::{Linear, Split, Staged};
+use crate::engine::deepseek::mla::{Mla, MlaShape, QProj};
+use crate::engine::deepseek::moe::{routing, Mlp, MoeShare};
+use crate::engine::llama::{Capture, StepInputs};
+use crate::engine::weights::Loader;
+use crate::model::deepseek::DeepseekConfig;
+
+/// `values` as one weight of shape `[rows, cols]`.
+fn weight<B: Backend>(b: &B, values: &[f32], cols: usize, name: &str) -> Result<B::Weight, BackendError> {
+    Staged::new(b, cols).push(values).upload(b, name)
+}
+
+/// A norm's weights: one row.
+fn vector<B: Backend>(b: &B, values: &[f32], name: &str) -> Result<B::Weight, BackendError> {
+    weight(b, values, values.len(), name)
+}
+
+/// The rows `rows` of `l`, in that order.
+fn rows_of(l: &Linear, rows: impl Iterator<Item = usize>) -> Vec<f32> {
+    rows.flat_map(|r| l.row(r).iter().copied()).collect()
+}
+
+struct Attention<B: Backend> {
+    /// `q_a_proj` and `q_a_layernorm` under a q LoRA.
+    q_lora: Option<(B::Weight, B::Weight)>,
+    q_nope: B::Weight,
+    q_pe: B::Weight,
+    kv_c: B::Weight,
+    kv_pe: B::Weight,
+    kv_norm: B::Weight,
+    /// Per head, `kv_b_proj`'s key rows transposed: `[heads · kv_lora, nope]`.
+    w_uk: B::Weight,
+    /// Per head, `kv_b_proj`'s value rows: `[heads · v, kv_lora]`.
+    w_uv: B::Weight,
+    o: B::Weight,
+}
+
+impl<B: Backend> Attention<B> {
+    fn from_host(b: &B, m: &Mla, s: &MlaShape, name: &str) -> Result<Self, BackendError> {
+        let (qk, per_head) = (s.nope + s.rope, s.nope + s.v);
+        let (q_lora, q) = match &m.q {
+            QProj::Full(l) => (None, l),
+            QProj::Lora { a, norm, b: q_b } => {
+                (Some((weight(b, &a.w, a.inputs, &format!("{name}q_a_proj"))?, vector(b, norm, &format!("{name}q_a_layernorm"))?)), q_b)
+            }
+        };
+        let heads = 0..s.heads;
+        let q_nope = rows_of(q, heads.clone().flat_map(|h| h * qk..h * qk + s.nope));
+        let q_pe = rows_of(q, heads.clone().flat_map(|h| h * qk + s.nope..(h + 1) * qk));
+        let lora = s.kv_lora;
+        let mut w_uk = Vec::with_capacity(s.heads * lora * s.nope);
+        for h in heads.clone() {
+            for l in 0..lora {
+                w_uk.extend((0..s.nope).map(|d| m.kv_b.row(h * per_head + d)[l]));
+            }
+        }
+        let w_uv = rows_of(&m.kv_b, heads.flat_map(|h| h * per_head + s.nope..(h + 1) * per_head));
+        Ok(Attention {
+            q_lora,
+            q_nope: weight(b, &q_nope, q.inputs, &format!("{name}q_proj (no rope)"))?,
+            q_pe: weight(b, &q_pe, q.inputs, &format!("{name}q_proj (rope)"))?,
+            kv_c: weight(b, &rows_of(&m.kv_a, 0..lora), m.kv_a.inputs, &format!("{name}kv_a_proj_with_mqa (latent)"))?,
+            kv_pe: weight(b, &rows_of(&m.kv_a, lora..lora + s.rope), m.kv_a.inputs, &format!("{name}kv_a_proj_with_mqa (rope)"))?,
+            kv_norm: vector(b, &m.kv_a_norm, &format!("{name}kv_a_layernorm"))?,
+            w_uk: weight(b, &w_uk, s.nope, &format!("{name}kv_b_proj (keys)"))?,
+            w_uv: weight(b, &w_uv, lora, &format!("{name}kv_b_proj (values)"))?,
+            o: weight(b, &m.o.w, m.o.inputs, &format!("{name}o_proj"))?,
+        })
+    }
+}
+
+struct DenseMlp<B: Backend> {
+    gate: B::Weight,
+    up: B::Weight,
+    down: B::Weight,
+}
+
+impl<B: Backend> DenseMlp<B> {
+    fn from_host(b: &B, m: &Mlp, name: &str) -> Result<Self, BackendError> {
+        Ok(DenseMlp {
+            gate: weight(b, &m.gate.w, m.gate.inputs, &format!("{name}gate_proj"))?,
+            up: weight(b, &m.up.w, m.up.inputs, &format!("{name}up_proj"))?,
+            down: weight(b, &m.down.w, m.down.inputs, &format!("{name}down_proj"))?,
+        })
+    }
+}
+
+struct RoutedExperts<B: Backend> {
+    router: B::Weight,
+    bias: B::Tensor,
+    gate_up: B::Weight,
+    down: B::Weight,
+    first: usize,
+    count: usize,
+    inner: usize,
+    shared: Option<DenseMlp<B>>,
+}
+
+enum FeedForward<B: Backend> {
+    Dense(DenseMlp<B>),
+    Moe(RoutedExperts<B>),
+}
+
+impl<B: Backend> FeedForward<B> {
+    /// Layer `i`'s feed-forward under `prefix`, this rank's share; the routed experts one
+    /// at a time onto the stacked weights.
+    fn load(
+        ld: &mut Loader<'_, B>,
+        b: &B,
+        prefix: &str,
+        c: &DeepseekConfig,
+        i: usize,
+        split: Split,
+        ep: usize,
+    ) -> Result<Self, BackendError> {
+        let (h, f) = (c.hidden, &c.weights);
+        if !c.is_moe_layer(i) {
+            let width = split.part(c.intermediate, "intermediate_size")?;
+            return Ok(FeedForward::Dense(DenseMlp::from_host(b, &Mlp::load(ld, f, prefix, [h, c.intermediate], width)?, prefix)?));
+        }
+        let share = MoeShare::of(c, split, ep)?;
+        let (mut gate_up, mut down) = (Staged::new(b, h), Staged::new(b, share.width.len()));
+        for e in share.own.clone() {
+            let mlp = Mlp::load(ld, f, &format!("{prefix}experts.{e}."), [h, c.moe.intermediate], share.width.clone())?;
+            gate_up.push(&mlp.gate.w).push(&mlp.up.w);
+            down.push(&mlp.down.w);
+        }
+        let router = Linear::load(ld, f, &format!("{prefix}gate.weight"), c.moe.experts, h)?;
+        let bias = ld.host_f32(&format!("{prefix}gate.e_score_correction_bias"), &[c.moe.experts])?;
+        let shared = share.shared(ld, prefix, c)?.map(|m| DenseMlp::from_host(b, &m, &format!("{prefix}shared_experts."))).transpose()?;
+        Ok(FeedForward::Moe(RoutedExperts {
+            router: weight(b, &router.w, h, &format!("{prefix}gate.weight"))?,
+            bias: b.tensor_from(c.moe.experts, &bias)?,
+            gate_up: gate_up.upload(b, &format!("{prefix}experts (gate and up)"))?,
+            down: down.upload(b, &format!("{prefix}experts (down)"))?,
+            first: share.own.start,
+            count: share.own.len(),
+            inner: share.width.len(),
+            shared,
+        }))
+    }
+}
+
+struct Layer<B: Backend> {
+    input_ln: B::Weight,
+    attn: Attention<B>,
+    post_ln: B::Weight,
+    ffn: FeedForward<B>,
+}
+
+/// Weight elements of one layer on this rank: `(held, read by a token)`.
+fn layer_elements(mla: &Mla, c: &DeepseekConfig, i: usize, split: Split, ep: usize) -> Result<(usize, usize), BackendError> {
+    let base = 2 * c.hidden + mla.elements();
+    if !c.is_moe_layer(i) {
+        let mlp = 3 * c.hidden * split.part(c.intermediate, "intermediate_size")?.len();
+        return Ok((base + mlp, base + mlp));
+    }
+    let share = MoeShare::of(c, split, ep)?;
+    let per_expert = 3 * c.hidden * share.width.len();
+    let shared = (c.moe.shared_experts * c.moe.intermediate).checked_div(split.world).unwrap_or(0) * 3 * c.hidden;
+    let fixed = base + c.moe.experts * (c.hidden + 1) + shared;
+    let read = c.moe.per_token * share.own.len() / c.moe.experts;
+    Ok((fixed + share.own.len() * per_expert, fixed + read * per_expert))
+}
+
+/// The activations of a forward of up to `rows` rows.
+struct Buffers<B: Backend> {
+    rows: usize,
+    logit_rows: usize,
+    h: B::Tensor,
+    x: B::Tensor,
+    delta: B::Tensor,
+    q_a: Option<[B::Tensor; 2]>,
+    q_nope: B::Tensor,
+    q_pe: B::Tensor,
+    c: B::Tensor,
+    c_normed: B::Tensor,
+    pe: B::Tensor,
+    q_lat: B::Tensor,
+    o_lat: B::Tensor,
+    o: B::Tensor,
+    /// gate, up and their product, for the dense MLP and for the shared experts.
+    dense: Option<[B::Tensor; 3]>,
+    shared: Option<[B::Tensor; 3]>,
+    router: B::Tensor,
+    chosen: B::Ids,
+    route_weights: B::Tensor,
+    moe_out: B::Tensor,
+    moe: MoeScratch<B>,
+    last: [B::Tensor; 2],
+}
+
+/// The sizes buffers are cut to.
+#[derive(Clone, Copy)]
+struct Widths {
+    hidden: usize,
+    q_lora: Option<usize>,
+    heads: usize,
+    nope: usize,
+    v: usize,
+    geometry: MlaGeometry,
+    dense: Option<usize>,
+    shared: Option<usize>,
+    routing: Routing,
+    expert_inner: usize,
+    experts_held: usize,
+}
+
+impl<B: Backend> Buffers<B> {
+    fn new(b: &B, w: &Widths, rows: usize, logit_rows: usize) -> Result<Self, BackendError> {
+        let t = |cols: usize| b.tensor(rows, cols);
+        let three = |cols: Option<usize>| cols.map(|c| Ok::<_, BackendError>([t(c)?, t(c)?, t(c)?])).transpose();
+        let g = &w.geometry;
+        let k = w.routing.per_token;
+        Ok(Buffers {
+            rows,
+            logit_rows,
+            h: t(w.hidden)?,
+            x: t(w.hidden)?,
+            delta: t(w.hidden)?,
+            q_a: w.q_lora.map(|r| Ok::<_, BackendError>([t(r)?, t(r)?])).transpose()?,
+            q_nope: t(w.heads * w.nope)?,
+            q_pe: t(w.heads * g.rope)?,
+            c: t(g.kv_lora)?,
+            c_normed: t(g.kv_lora)?,
+            pe: t(g.rope)?,
+            q_lat: t(w.heads * g.kv_lora)?,
+            o_lat: t(w.heads * g.kv_lora)?,
+            o: t(w.heads * w.v)?,
+            dense: three(w.dense)?,
+            shared: three(w.shared)?,
+            router: t(w.routing.experts.max(1))?,
+            chosen: b.ids(rows * k.max(1))?,
+            route_weights: t(k.max(1))?,
+            moe_out: t(w.hidden)?,
+            moe: MoeScratch::new(b, rows * k.max(1), w.expert_inner.max(1), w.hidden, w.experts_held.max(1))?,
+            last: [b.tensor(logit_rows, w.hidden)?, b.tensor(logit_rows, w.hidden)?],
+        })
+    }
+}
+
+/// A DeepSeek-V3 target's weights on the backend and the buffers its forwards run in.
+pub(crate) struct DeviceStack<B: Backend> {
+    pub embed: Arc<B::Weight>,
+    pub lm_head: Arc<B::Weight>,
+    layers: Vec<Layer<B>>,
+    norm: B::Weight,
+    rope: RopeTable<B>,
+    eps: f32,
+    widths: Widths,
+    buffers: Buffers<B>,
+    /// Weight elements held, and read by one token.
+    pub elements: (u64, u64),
+}
+
+impl<B: Backend> DeviceStack<B> {
+    /// Every layer of the text model onto `b`, one at a time; `embed` and `lm_head` are
+    /// the host's (the lm_head `None` when tied), put on the backend here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn load(
+        b: &B,
+        ld: &mut Loader<'_, B>,
+        c: &DeepseekConfig,
+        (shape, heads, split, ep): (MlaShape, Range<usize>, Split, usize),
+        (embed, lm_head, norm): (&Linear, Option<&Linear>, &[f32]),
+        rope: RopeTable<B>,
+        (rows, logit_rows): (usize, usize),
+    ) -> Result<Self, BackendError> {
+        let p = c.prefix();
+        let mut layers = Vec::with_capacity(c.layers);
+        let mut elements = (embed.elements() + norm.len() + lm_head.map_or(0, Linear::elements), 0);
+        elements.1 = elements.0;
+        for i in 0..c.layers {
+            let l = format!("{p}model.layers.{i}.");
+            let mla = Mla::load(ld, &format!("{l}self_attn."), c, heads.clone())?;
+            let (held, read) = layer_elements(&mla, c, i, split, ep)?;
+            elements = (elements.0 + held, elements.1 + read);
+            layers.push(Layer {
+                input_ln: vector(b, &ld.host_f32(&format!("{l}input_layernorm.weight"), &[c.hidden])?, &format!("{l}input_layernorm"))?,
+                attn: Attention::from_host(b, &mla, &shape, &format!("{l}self_attn."))?,
+                post_ln: vector(
+                    b,
+                    &ld.host_f32(&format!("{l}post_attention_layernorm.weight"), &[c.hidden])?,
+                    &format!("{l}post_attention_layernorm"),
+                )?,
+                ffn: FeedForward::load(ld, b, &format!("{l}mlp."), c, i, split, ep)?,
+            });
+        }
+        let embed_w = Arc::new(weight(b, &embed.w, c.hidden, "model.embed_tokens.weight")?);
+        let lm_head = match lm_head {
+            Some(head) => Arc::new(weight(b, &head.w, c.hidden, "lm_head.weight")?),
+            None => embed_w.clone(),
+        };
+        let dense = (0..c.layers)
+            .any(|i| !c.is_moe_layer(i))
+            .then(|| split.part(c.intermediate, "intermediate_size"))
+            .transpose()?
+            .map(|r| r.len());
+        let moe_layer = (0..c.layers).find(|&i| c.is_moe_layer(i));
+        let share = moe_layer.map(|_| MoeShare::of(c, split, ep)).transpose()?;
+        let shared = match (moe_layer, c.moe.shared_experts * c.moe.intermediate) {
+            (Some(_), inner) if inner > 0 => Some(split.part(inner, "n_shared_experts × moe_intermediate_size")?.len()),
+            _ => None,
+        };
+        let widths = Widths {
+            hidden: c.hidden,
+            q_lora: c.q_lora_rank,
+            heads: shape.heads,
+            nope: shape.nope,
+            v: shape.v,
+            geometry: MlaGeometry { heads: shape.heads, kv_lora: shape.kv_lora, rope: shape.rope, scale: shape.scale },
+            dense,
+            shared,
+            routing: if moe_layer.is_some() { routing(&c.moe) } else { Routing { experts: 0, per_token: 0, ..routing(&c.moe) } },
+            expert_inner: share.as_ref().map_or(0, |s| s.width.len()),
+            experts_held: share.as_ref().map_or(0, |s| s.own.len()),
+        };
+        Ok(DeviceStack {
+            buffers: Buffers::new(b, &widths, rows, logit_rows)?,
+            embed: embed_w,
+            lm_head,
+            layers,
+            norm: vector(b, norm, "model.norm.weight")?,
+            rope,
+            eps: c.eps,
+            widths,
+            elements: (elements.0 as u64, elements.1 as u64),
+        })
+    }
+
+    /// Grow the buffers to `rows` rows and `logit_rows` logit rows.
+    pub(crate) fn ensure_rows(&mut self, b: &B, rows: usize, logit_rows: usize) -> Result<(), BackendError> {
+        let f = &self.buffers;
+        if rows > f.rows || logit_rows > f.logit_rows {
+            self.buffers = Buffers::new(b, &self.widths, rows.max(f.rows), logit_rows.max(f.logit_rows))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_rope(&mut self, rope: RopeTable<B>) {
+        self.rope = rope;
+    }
+
+    /// One forward of `n` rows (ids and positions in `inputs`) over the latent pool `kv`
+    /// as `table` says, capturing layer inputs where asked; the final hidden states of
+    /// `logit_rows` (in that order) through the norm and lm_head into `logits`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(
+        &mut self,
+        b: &B,
+        inputs: &StepInputs<B>,
+        kv: (&mut [B::Tensor], &mut [B::Tensor]),
+        table: &SlotTable,
+        n: usize,
+        mut capture: Option<&mut Capture<B>>,
+        logit_rows: &[usize],
+        logits: &mut B::Tensor,
+    ) {
+        let (w, f) = (&self.widths, &mut self.buffers);
+        let eps = self.eps;
+        b.embed(&self.embed, &inputs.ids, n, &mut f.h);
+        for (i, l) in self.layers.iter().enumerate() {
+            if let Some(cap) = capture.as_deref_mut() {
+                if let Some(k) = cap.layers.iter().position(|&c| c == i) {
+                    b.copy_cols(&f.h, n, &mut cap.aux, k * w.hidden);
+                }
+            }
+            b.rms_norm(&f.h, &l.input_ln, eps, n, &mut f.x);
+            let a = &l.attn;
+            let q_in = match (&a.q_lora, &mut f.q_a) {
+                (Some((q_a, q_norm)), Some([raw, normed])) => {
+                    b.matmul(&f.x, q_a, None, n, raw);
+                    b.rms_norm(raw, q_norm, eps, n, normed);
+                    &*normed
+                }
+                _ => &f.x,
+            };
+            b.matmul_many(
+                q_in,
+                n,
+                &mut [Projection { w: &a.q_nope, bias: None, out: &mut f.q_nope }, Projection { w: &a.q_pe, bias: None, out: &mut f.q_pe }],
+            );
+            b.matmul_many(
+                &f.x,
+                n,
+                &mut [Projection { w: &a.kv_c, bias: None, out: &mut f.c }, Projection { w: &a.kv_pe, bias: None, out: &mut f.pe }],
+            );
+            b.rms_norm(&f.c, &a.kv_norm, eps, n, &mut f.c_normed);
+            b.rope(&mut f.q_pe, &self.rope, &inputs.positions, n);
+            b.rope(&mut f.pe, &self.rope, &inputs.positions, n);
+            b.head_matmul(&f.q_nope, &a.w_uk, w.heads, n, &mut f.q_lat);
+            b.mla_attention(&f.q_lat, &f.q_pe, (&f.c_normed, &f.pe), (&mut kv.0[i], &mut kv.1[i]), &w.geometry, table, &mut f.o_lat);
+            b.head_matmul(&f.o_lat, &a.w_uv, w.heads, n, &mut f.o);
+            b.matmul_residual(&f.o, &a.o, n, &mut f.delta, &mut f.h);
+            b.rms_norm(&f.h, &l.post_ln, eps, n, &mut f.x);
+            match &l.ffn {
+                FeedForward::Dense(mlp) => {
+                    let [gate, up, act] = f.dense.as_mut().expect("dense buffers sized at load");
+                    b.gate_up_silu(&f.x, &mlp.gate, &mlp.up, n, gate, up, act);
+                    b.matmul_residual(act, &mlp.down, n, &mut f.delta, &mut f.h);
+                }
+                FeedForward::Moe(moe) => {
+                    b.matmul(&f.x, &moe.router, None, n, &mut f.router);
+                    b.moe_route(&f.router, &moe.bias, &w.routing, n, &mut f.chosen, &mut f.route_weights);
+                    let experts = Experts { gate_up: &moe.gate_up, down: &moe.down, first: moe.first, count: moe.count, inner: moe.inner };
+                    b.moe_experts(&f.x, &f.chosen, &f.route_weights, w.routing.per_token, &experts, n, &mut f.moe, &mut f.moe_out);
+                    if let (Some(mlp), Some([gate, up, act])) = (&moe.shared, f.shared.as_mut()) {
+                        b.gate_up_silu(&f.x, &mlp.gate, &mlp.up, n, gate, up, act);
+                        b.matmul(act, &mlp.down, None, n, &mut f.delta);
+                        b.add(&mut f.moe_out, &f.delta, n);
+                    }
+                    b.all_reduce(&mut f.moe_out, n);
+                    b.add(&mut f.h, &f.moe_out, n);
+                }
+            }
+        }
+        if logit_rows.is_empty() {
+            return;
+        }
+        let [picked, normed] = &mut f.last;
+        b.gather_rows(&f.h, logit_rows, picked);
+        b.rms_norm(picked, &self.norm, eps, logit_rows.len(), normed);
+        b.matmul(normed, &self.lm_head, None, logit_rows.len(), logits);
+    }
+}
