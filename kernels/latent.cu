@@ -195,30 +195,53 @@ extern "C" __global__ void moe_route_f32(const float* logits, int logit_cols, co
 // The pairs (row i, slot j) = i * per_token + j grouped by this rank's expert, in pair order
 // within each (src/backend/latent.rs moe_plan_len): plan[0] the active experts, then
 // (expert, run start, run length) for each, then the pairs from plan[1 + 3 * min(count,
-// pairs)]. One thread: the pairs of a step are few.
+// pairs)]. Each thread counts and then places the pairs of its experts; one thread lays the
+// runs out between. One block of ROUTE_MAX_EXPERTS threads at most.
 extern "C" __global__ void moe_plan_i32(const int* chosen, int pairs, int first, int count, int* plan) {
+    __shared__ int runs[ROUTE_MAX_EXPERTS], starts[ROUTE_MAX_EXPERTS];
     pdl_enter();
-    if (threadIdx.x != 0) return;
-    const int list = 1 + 3 * min(count, pairs);
-    int active = 0, placed = 0;
-    for (int e = 0; e < count; ++e) {
+    for (int e = threadIdx.x; e < count; e += blockDim.x) {
         int run = 0;
-        for (int p = 0; p < pairs; ++p)
-            if (chosen[p] - first == e) plan[list + placed + run++] = p;
-        if (run > 0) {
-            plan[1 + 3 * active] = e;
-            plan[2 + 3 * active] = placed;
-            plan[3 + 3 * active] = run;
-            ++active;
-            placed += run;
-        }
+        for (int p = 0; p < pairs; ++p) run += chosen[p] - first == e;
+        runs[e] = run;
     }
-    plan[0] = active;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int active = 0, placed = 0;
+        for (int e = 0; e < count; ++e) {
+            starts[e] = placed;
+            if (runs[e] > 0) {
+                plan[1 + 3 * active] = e;
+                plan[2 + 3 * active] = placed;
+                plan[3 + 3 * active] = runs[e];
+                ++active;
+                placed += runs[e];
+            }
+        }
+        plan[0] = active;
+    }
+    __syncthreads();
+    const int list = 1 + 3 * min(count, pairs);
+    for (int e = threadIdx.x; e < count; e += blockDim.x) {
+        int at = list + starts[e];
+        for (int p = 0; p < pairs && at < list + starts[e] + runs[e]; ++p)
+            if (chosen[p] - first == e) plan[at++] = p;
+    }
+}
+
+// Eight weights against eight activations from a 32-byte-aligned address.
+__device__ __forceinline__ float dot8(const float (&w)[8], const float* x) {
+    float v[8];
+    load8(x, v);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += w[i] * v[i];
+    return s;
 }
 
 // One active expert's gate and up rows over its pairs: act[p, o] = silu(gate_o · x) * (up_o ·
-// x), x the pair's token row. Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS *
-// MOE_ROWS_PER_WARP))).
+// x), x the pair's token row; a lane reads 16 bytes of each row at a time (hidden a multiple
+// of 8). Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_gate_up_bf16(const float* x, const bf16* gate_up, const int* plan, int per_token, int hidden, int inner, int list,
                      float* act) {
@@ -227,26 +250,27 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
     const int* pairs = plan + list + start;
-    const __nv_bfloat162* w = (const __nv_bfloat162*)(gate_up + (long long)e * 2 * inner * hidden);
-    const int half = hidden / 2;
+    const bf16* w = gate_up + (long long)e * 2 * inner * hidden;
     for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
         const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
         if (o >= inner) return;
-        const __nv_bfloat162* g = w + (long long)o * half;
-        const __nv_bfloat162* u = w + (long long)(inner + o) * half;
+        const bf16* g = w + (long long)o * hidden;
+        const bf16* u = w + (long long)(inner + o) * hidden;
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
             float ag[MOE_PAIRS], au[MOE_PAIRS];
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) ag[q] = au[q] = 0.f;
-            for (int d = lane; d < half; d += 32) {
-                const float2 wg = __bfloat1622float2(g[d]), wu = __bfloat1622float2(u[d]);
+            for (int d = 8 * lane; d < hidden; d += 256) {
+                float wg[8], wu[8];
+                load8(g + d, wg);
+                load8(u + d, wu);
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
                     if (q >= np) break;
-                    const float2 xv = ((const float2*)(x + (long long)(pairs[p0 + q] / per_token) * hidden))[d];
-                    ag[q] += wg.x * xv.x + wg.y * xv.y;
-                    au[q] += wu.x * xv.x + wu.y * xv.y;
+                    const float* xr = x + (long long)(pairs[p0 + q] / per_token) * hidden + d;
+                    ag[q] += dot8(wg, xr);
+                    au[q] += dot8(wu, xr);
                 }
             }
 #pragma unroll
@@ -259,8 +283,8 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     }
 }
 
-// One active expert's down rows over its pairs: y[p, o] = down_o · act[p]. Grid:
-// (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
+// One active expert's down rows over its pairs: y[p, o] = down_o · act[p] (inner a multiple
+// of 8). Grid: (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_down_bf16(const float* act, const bf16* down, const int* plan, int hidden, int inner, int list, float* y) {
     pdl_enter();
@@ -268,24 +292,23 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
     const int* pairs = plan + list + start;
-    const int half = inner / 2;
-    const __nv_bfloat162* w = (const __nv_bfloat162*)(down + (long long)e * hidden * inner);
+    const bf16* w = down + (long long)e * hidden * inner;
     for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
         const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
         if (o >= hidden) return;
-        const __nv_bfloat162* wr = w + (long long)o * half;
+        const bf16* wr = w + (long long)o * inner;
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
             float acc[MOE_PAIRS];
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) acc[q] = 0.f;
-            for (int d = lane; d < half; d += 32) {
-                const float2 wv = __bfloat1622float2(wr[d]);
+            for (int d = 8 * lane; d < inner; d += 256) {
+                float wv[8];
+                load8(wr + d, wv);
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
                     if (q >= np) break;
-                    const float2 av = ((const float2*)(act + (long long)pairs[p0 + q] * inner))[d];
-                    acc[q] += wv.x * av.x + wv.y * av.y;
+                    acc[q] += dot8(wv, act + (long long)pairs[p0 + q] * inner + d);
                 }
             }
 #pragma unroll

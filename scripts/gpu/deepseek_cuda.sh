@@ -27,10 +27,10 @@ step demo-bench-cuda 150 "$BIN" bench --device cuda --model-path "$DEMO/target" 
     --speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 \
     --context-length 131072 --prompts "$FIXTURES/heldout_prompts.jsonl" --max-new-tokens 64 --compare-target-only --json
 MODEL=/tmp/specdeck-dsv3-fp8
-[ -f "$MODEL/config.json" ] || step write-dsv3 200 python3 "$HERE/write_dsv3_fp8.py" "$MODEL" --layers "${DSV3_LAYERS:-3}"
+[ -f "$MODEL/config.json" ] || step write-dsv3 200 python3 "$HERE/write_dsv3_fp8.py" "$MODEL" --layers "${DSV3_LAYERS:-4}"
 python3 -c 'import json, random; r = random.Random(0); [print(json.dumps({"prompt": " ".join(f"w{r.randrange(3, 129000)}" for _ in range(64))})) for _ in range(32)]' >"$OUT/prompts.jsonl"
 head -4 "$OUT/prompts.jsonl" >"$OUT/prompts4.jsonl"
-step dsv3-batch1 200 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts4.jsonl" --max-new-tokens 32 --json
-step dsv3-c32 120 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts.jsonl" --max-new-tokens 32 --concurrency 32 --json
+step dsv3-batch1 240 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts4.jsonl" --max-new-tokens 32 --json
+step dsv3-c32 240 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts.jsonl" --max-new-tokens 32 --concurrency 32 --json
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv >"$OUT/nvidia-smi-after.txt" 2>&1
 echo "deepseek_cuda: $(( $(date +%s) - T0 )) s"

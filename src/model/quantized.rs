@@ -6,6 +6,7 @@
 //! layers and leaves others (Kimi-K2.5's attention and shared experts stay bf16); the config's
 //! `quantization_config` gives the block and group sizes.
 
+use rayon::prelude::*;
 use safetensors::tensor::Dtype;
 use serde_json::Value;
 
@@ -140,15 +141,17 @@ fn fp8_blocks(w: &TensorView<'_>, s: &TensorView<'_>, [rows, cols]: [usize; 2], 
     s.expect_shape(&[rows.div_ceil(br), grid_cols])?;
     let scales = s.to_f32()?;
     let values: Vec<Option<f32>> = (0..=255u8).map(e4m3_to_f32).collect();
-    let mut out = Vec::with_capacity(rows * cols);
-    for (r, row) in w.data.chunks_exact(cols).enumerate() {
+    let mut out = vec![0.0; rows * cols];
+    // Row-parallel: an FP8-shaped layer is tens of millions of bytes, and every one is dequantized here.
+    out.par_chunks_mut(cols).zip(w.data.par_chunks_exact(cols)).enumerate().try_for_each(|(r, (dst, row))| {
         let row_scales = &scales[(r / br) * grid_cols..][..grid_cols];
-        for (c, &byte) in row.iter().enumerate() {
+        for (c, (d, &byte)) in dst.iter_mut().zip(row).enumerate() {
             let v = values[byte as usize]
                 .ok_or_else(|| bad_values(w, format!("holds an FP8 NaN (byte {byte:#04x}) at row {r}, column {c}")))?;
-            out.push(v * row_scales[c / bc]);
+            *d = v * row_scales[c / bc];
         }
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 

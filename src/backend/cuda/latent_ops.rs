@@ -119,8 +119,12 @@ impl CudaBackend {
         out: &mut CudaTensor,
     ) {
         let (hidden, inner, pairs) = (x.cols, w.inner, n * per_token);
-        if hidden % 2 != 0 || inner % 2 != 0 {
-            self.gpu.record(|| format!("routed experts of hidden {hidden} and width {inner}: both must be even"));
+        if hidden % 8 != 0 || inner % 8 != 0 {
+            self.gpu.record(|| format!("routed experts of hidden {hidden} and width {inner}: both must be multiples of 8"));
+            return;
+        }
+        if w.count > MAX_EXPERTS {
+            self.gpu.record(|| format!("{} routed experts on one rank exceed {MAX_EXPERTS}", w.count));
             return;
         }
         if pairs == 0 {
@@ -130,7 +134,7 @@ impl CudaBackend {
         let list = Arg::I32((1 + 3 * w.count.min(pairs)) as i32);
         let plan = Arg::Ptr(scratch.plan.buf.ptr());
         let mut plan_args = [Arg::Ptr(experts.buf.ptr()), Arg::I32(pairs as i32), Arg::I32(w.first as i32), Arg::I32(w.count as i32), plan];
-        self.kernel("moe_plan_i32", (1, 1), 32, 0, &mut plan_args, None);
+        self.kernel("moe_plan_i32", (1, 1), w.count.next_multiple_of(32).min(MAX_EXPERTS) as u32, 0, &mut plan_args, None);
         let rows_per_block = LATENT_WARPS as usize * MOE_ROWS_PER_WARP;
         let (hidden_arg, inner_arg) = (Arg::I32(hidden as i32), Arg::I32(inner as i32));
         let mut gate_up = [

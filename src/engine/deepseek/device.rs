@@ -134,8 +134,7 @@ impl<B: Backend> FeedForward<B> {
     ) -> Result<Self, BackendError> {
         let (h, f) = (c.hidden, &c.weights);
         if !c.is_moe_layer(i) {
-            let width = split.part(c.intermediate, "intermediate_size")?;
-            return Ok(FeedForward::Dense(DenseMlp::from_host(b, &Mlp::load(ld, f, prefix, [h, c.intermediate], width)?, prefix)?));
+            return Ok(FeedForward::Dense(DenseMlp::from_host(b, &Mlp::dense(ld, prefix, c, split)?, prefix)?));
         }
         let share = MoeShare::of(c, split, ep)?;
         let (mut gate_up, mut down) = (Staged::new(b, h), Staged::new(b, share.width.len()));

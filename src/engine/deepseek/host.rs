@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use half::bf16;
+use rayon::prelude::*;
 use safetensors::tensor::Dtype;
 
 use crate::backend::cpu::matmul::matmul;
@@ -69,6 +70,9 @@ impl Linear {
 
     /// Only the outputs `rows` (a column-parallel shard).
     pub(crate) fn outputs_in(mut self, rows: Range<usize>) -> Linear {
+        if rows == (0..self.outputs) {
+            return self;
+        }
         self.w = self.w[rows.start * self.inputs..rows.end * self.inputs].to_vec();
         self.outputs = rows.len();
         self
@@ -77,6 +81,9 @@ impl Linear {
     /// Only the inputs `cols` (a row-parallel shard: its outputs are partial sums that the
     /// group's all-reduce completes).
     pub(crate) fn inputs_in(mut self, cols: Range<usize>) -> Linear {
+        if cols == (0..self.inputs) {
+            return self;
+        }
         self.w = self.w.chunks_exact(self.inputs).flat_map(|row| &row[cols.clone()]).copied().collect();
         self.inputs = cols.len();
         self
@@ -119,9 +126,14 @@ impl Staged {
 
     /// Append whole rows (`values.len()` a multiple of the width).
     pub(crate) fn push(&mut self, values: &[f32]) -> &mut Self {
+        let width = if self.dtype == Dtype::BF16 { 2 } else { 4 };
+        let start = self.bytes.len();
+        self.bytes.resize(start + width * values.len(), 0);
+        // In parallel: a DeepSeek-V3 layer stages some 11 G values.
+        let dst = self.bytes[start..].par_chunks_exact_mut(width).zip(values.par_iter());
         match self.dtype {
-            Dtype::BF16 => self.bytes.extend(values.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes())),
-            _ => self.bytes.extend(values.iter().flat_map(|v| v.to_le_bytes())),
+            Dtype::BF16 => dst.for_each(|(d, v)| d.copy_from_slice(&bf16::from_f32(*v).to_le_bytes())),
+            _ => dst.for_each(|(d, v)| d.copy_from_slice(&v.to_le_bytes())),
         }
         self.rows += values.len() / self.cols;
         self

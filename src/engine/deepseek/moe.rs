@@ -41,6 +41,12 @@ impl Mlp {
         })
     }
 
+    /// A first-k-dense layer's MLP under `prefix`, this rank's part of its width.
+    pub(crate) fn dense<B: Backend>(ld: &mut Loader<'_, B>, prefix: &str, c: &DeepseekConfig, split: Split) -> Result<Self, BackendError> {
+        let width = split.part(c.intermediate, "intermediate_size")?;
+        Mlp::load(ld, &c.weights, prefix, [c.hidden, c.intermediate], width)
+    }
+
     fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
         let (gate, up) = (self.gate.apply(x, n), self.up.apply(x, n));
         let act: Vec<f32> = gate.iter().zip(&up).map(|(g, u)| silu(*g) * u).collect();
@@ -123,8 +129,7 @@ impl FeedForward {
     ) -> Result<Self, BackendError> {
         let (h, f) = (c.hidden, &c.weights);
         if !c.is_moe_layer(i) {
-            let width = split.part(c.intermediate, "intermediate_size")?;
-            return Ok(FeedForward::Dense(Mlp::load(ld, f, prefix, [h, c.intermediate], width)?));
+            return Ok(FeedForward::Dense(Mlp::dense(ld, prefix, c, split)?));
         }
         let share = MoeShare::of(c, split, ep)?;
         let experts = share
