@@ -229,48 +229,90 @@ extern "C" __global__ void moe_plan_i32(const int* chosen, int pairs, int first,
     }
 }
 
-// Eight weights against eight activations from a 32-byte-aligned address.
-__device__ __forceinline__ float dot8(const float (&w)[8], const float* x) {
-    float v[8];
-    load8(x, v);
+// Sixteen float8_e4m3fn weights from a 16-byte-aligned address as floats, exactly: the
+// hardware converts pairs to f16 (which holds every e4m3 value), then to f32. The lower byte
+// of a pair is the lower half of the result.
+__device__ __forceinline__ void load16_e4m3(const unsigned char* w, float (&out)[16]) {
+    const uint4 raw = *(const uint4*)w;
+    const unsigned short* pairs = (const unsigned short*)&raw;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        unsigned int h;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pairs[i]));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * i]) : "h"((unsigned short)(h & 0xffff)));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * i + 1]) : "h"((unsigned short)(h >> 16)));
+    }
+}
+
+// The stacked expert weights as the expert kernels read them: CHUNK consecutive weights of a
+// row at a time (a lane's 16 bytes), and the scale that chunk's partial sum takes.
+struct Bf16Experts {
+    static constexpr int CHUNK = 8;
+    const bf16* w;
+    int width;
+    __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const { load8(w + row * width + d, out); }
+    __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
+};
+
+// FP8 e4m3 bytes with one f32 scale per (block_rows, block_cols) block, the grids stacked as
+// the rows are (block_cols a multiple of 16, the widths whole blocks).
+struct Fp8Experts {
+    static constexpr int CHUNK = 16;
+    const unsigned char* w;
+    int width;
+    const float* scales;
+    int block_rows, block_cols;
+    __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const { load16_e4m3(w + row * width + d, out); }
+    __device__ __forceinline__ float scale(long long row, int d) const {
+        return scales[(row / block_rows) * (width / block_cols) + d / block_cols];
+    }
+};
+
+// CHUNK weights against CHUNK activations from a 32-byte-aligned address.
+template <int CHUNK>
+__device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float* x) {
     float s = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s += w[i] * v[i];
+    for (int i = 0; i < CHUNK; i += 8) {
+        float v[8];
+        load8(x + i, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += w[i + j] * v[j];
+    }
     return s;
 }
 
 // One active expert's gate and up rows over its pairs: act[p, o] = silu(gate_o · x) * (up_o ·
-// x), x the pair's token row; a lane reads 16 bytes of each row at a time (hidden a multiple
-// of 8). Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
-extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
-    moe_gate_up_bf16(const float* x, const bf16* gate_up, const int* plan, int per_token, int hidden, int inner, int list,
-                     float* act) {
+// x), x the pair's token row. Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS *
+// MOE_ROWS_PER_WARP))).
+template <class W>
+__device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* plan, int per_token, int hidden, int inner, int list,
+                                             float* act) {
     pdl_enter();
     if (blockIdx.x >= plan[0]) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
     const int* pairs = plan + list + start;
-    const bf16* w = gate_up + (long long)e * 2 * inner * hidden;
     for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
         const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
         if (o >= inner) return;
-        const bf16* g = w + (long long)o * hidden;
-        const bf16* u = w + (long long)(inner + o) * hidden;
+        const long long g = (long long)e * 2 * inner + o, u = g + inner;
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
             float ag[MOE_PAIRS], au[MOE_PAIRS];
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) ag[q] = au[q] = 0.f;
-            for (int d = 8 * lane; d < hidden; d += 256) {
-                float wg[8], wu[8];
-                load8(g + d, wg);
-                load8(u + d, wu);
+            for (int d = W::CHUNK * lane; d < hidden; d += 32 * W::CHUNK) {
+                float wg[W::CHUNK], wu[W::CHUNK];
+                w.load(g, d, wg);
+                w.load(u, d, wu);
+                const float gs = w.scale(g, d), us = w.scale(u, d);
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
                     if (q >= np) break;
                     const float* xr = x + (long long)(pairs[p0 + q] / per_token) * hidden + d;
-                    ag[q] += dot8(wg, xr);
-                    au[q] += dot8(wu, xr);
+                    ag[q] += gs * dot_chunk(wg, xr);
+                    au[q] += us * dot_chunk(wu, xr);
                 }
             }
 #pragma unroll
@@ -283,32 +325,32 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     }
 }
 
-// One active expert's down rows over its pairs: y[p, o] = down_o · act[p] (inner a multiple
-// of 8). Grid: (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
-extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
-    moe_down_bf16(const float* act, const bf16* down, const int* plan, int hidden, int inner, int list, float* y) {
+// One active expert's down rows over its pairs: y[p, o] = down_o · act[p]. Grid:
+// (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
+template <class W>
+__device__ __forceinline__ void down_rows(const float* act, W w, const int* plan, int hidden, int inner, int list, float* y) {
     pdl_enter();
     if (blockIdx.x >= plan[0]) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
     const int* pairs = plan + list + start;
-    const bf16* w = down + (long long)e * hidden * inner;
     for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
         const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
         if (o >= hidden) return;
-        const bf16* wr = w + (long long)o * inner;
+        const long long row = (long long)e * hidden + o;
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
             float acc[MOE_PAIRS];
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) acc[q] = 0.f;
-            for (int d = 8 * lane; d < inner; d += 256) {
-                float wv[8];
-                load8(wr + d, wv);
+            for (int d = W::CHUNK * lane; d < inner; d += 32 * W::CHUNK) {
+                float wv[W::CHUNK];
+                w.load(row, d, wv);
+                const float sc = w.scale(row, d);
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
                     if (q >= np) break;
-                    acc[q] += dot8(wv, act + (long long)pairs[p0 + q] * inner + d);
+                    acc[q] += sc * dot_chunk(wv, act + (long long)pairs[p0 + q] * inner + d);
                 }
             }
 #pragma unroll
@@ -319,6 +361,31 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
             }
         }
     }
+}
+
+// bf16 experts (hidden and inner multiples of 8).
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    moe_gate_up_bf16(const float* x, const bf16* gate_up, const int* plan, int per_token, int hidden, int inner, int list,
+                     float* act) {
+    gate_up_rows(x, Bf16Experts{gate_up, hidden}, plan, per_token, hidden, inner, list, act);
+}
+
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    moe_down_bf16(const float* act, const bf16* down, const int* plan, int hidden, int inner, int list, float* y) {
+    down_rows(act, Bf16Experts{down, inner}, plan, hidden, inner, list, y);
+}
+
+// FP8 experts as the checkpoint holds them, with their block scales.
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    moe_gate_up_fp8(const float* x, const unsigned char* gate_up, const float* scales, int block_rows, int block_cols,
+                    const int* plan, int per_token, int hidden, int inner, int list, float* act) {
+    gate_up_rows(x, Fp8Experts{gate_up, hidden, scales, block_rows, block_cols}, plan, per_token, hidden, inner, list, act);
+}
+
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    moe_down_fp8(const float* act, const unsigned char* down, const float* scales, int block_rows, int block_cols,
+                 const int* plan, int hidden, int inner, int list, float* y) {
+    down_rows(act, Fp8Experts{down, inner, scales, block_rows, block_cols}, plan, hidden, inner, list, y);
 }
 
 // out[i] = Σ_j weights[i][j] · y[i * per_token + j] over the slots whose expert this rank

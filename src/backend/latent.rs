@@ -113,6 +113,17 @@ pub struct Experts<'a, B: Backend + ?Sized> {
     pub first: usize,
     pub count: usize,
     pub inner: usize,
+    /// Set when the two weights hold FP8 e4m3 bytes as the checkpoint does
+    /// (`Backend::keeps_fp8`): their block scales.
+    pub fp8: Option<Fp8Scales<'a, B>>,
+}
+
+/// The dequantization scales of stacked FP8 experts: one f32 per `block` of each weight,
+/// the grids stacked as the rows are (the widths are multiples of the block).
+pub struct Fp8Scales<'a, B: Backend + ?Sized> {
+    pub gate_up: &'a B::Tensor,
+    pub down: &'a B::Tensor,
+    pub block: [usize; 2],
 }
 
 /// `Backend::moe_experts`' scratch for `rows · per_token` (token, expert) pairs: each pair's

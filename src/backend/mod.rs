@@ -357,6 +357,12 @@ pub trait Backend: Send + Sync + 'static {
         safetensors::tensor::Dtype::F32
     }
 
+    /// Whether `load_weight` keeps an F8_E4M3 view's bytes as they are, for the FP8 form of
+    /// `moe_experts` (`latent::Experts::fp8`); otherwise a loader dequantizes first.
+    fn keeps_fp8(&self) -> bool {
+        false
+    }
+
     /// Run a whole step loop (a generation) where this backend issues work best. The CPU
     /// backend runs it on a rayon worker, so each parallel op is split with the calling thread
     /// rather than handed to the pool and waited for; a GPU backend runs it in place.

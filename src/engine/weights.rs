@@ -2,7 +2,7 @@
 
 use crate::backend::{Backend, BackendError, Shard};
 use crate::model::checkpoint::{Checkpoint, CheckpointError};
-use crate::model::quantized::WeightFormats;
+use crate::model::quantized::{Fp8Linear, WeightFormats};
 
 /// Bytes of one checkpoint file read so far.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,6 +71,17 @@ impl<'a, B: Backend> Loader<'a, B> {
             self.advance(tensor);
         }
         Ok(w)
+    }
+
+    /// A linear layer's `[rows, cols]` weight as its FP8 bytes and block scales, when the
+    /// checkpoint stores it so (`None` otherwise: read it with `host_linear`).
+    pub fn host_fp8(&mut self, name: &str, rows: usize, cols: usize, formats: &WeightFormats) -> Result<Option<Fp8Linear>, BackendError> {
+        let base = name.strip_suffix(".weight").unwrap_or(name);
+        let Some((w, read)) = self.ck.linear_fp8(base, rows, cols, formats)? else { return Ok(None) };
+        for tensor in &read {
+            self.advance(tensor);
+        }
+        Ok(Some(w))
     }
 
     /// An integer tensor of `len` entries, read to the host (EAGLE-3's `d2t`).

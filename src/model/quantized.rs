@@ -130,28 +130,76 @@ impl Checkpoint {
     }
 }
 
+/// An FP8 linear layer as its file holds it: the e4m3 bytes, `[rows, cols]`, and the f32
+/// dequantization scale of each `block` (the grid rounded up).
+pub struct Fp8Linear {
+    pub bytes: Vec<u8>,
+    pub scales: Vec<f32>,
+    pub block: [usize; 2],
+}
+
+impl Checkpoint {
+    /// The `[rows, cols]` weight of the linear layer `base` as FP8 bytes and block scales,
+    /// when it is stored so (`None` otherwise), with the tensors it read; a NaN byte is an
+    /// error as in `linear_f32`.
+    pub fn linear_fp8(
+        &self,
+        base: &str,
+        rows: usize,
+        cols: usize,
+        f: &WeightFormats,
+    ) -> Result<Option<(Fp8Linear, Vec<String>)>, CheckpointError> {
+        let weight = format!("{base}.weight");
+        if !self.contains(&weight) {
+            return Ok(None);
+        }
+        let view = self.view(&weight)?;
+        if view.dtype != Dtype::F8_E4M3 {
+            return Ok(None);
+        }
+        view.expect_shape(&[rows, cols])?;
+        let scale = format!("{base}.weight_scale_inv");
+        let scales = fp8_scales(&view, &self.view(&scale)?, [rows, cols], f.fp8_block)?;
+        Ok(Some((Fp8Linear { bytes: view.data.to_vec(), scales, block: f.fp8_block }, vec![weight, scale])))
+    }
+}
+
+/// The weight's scale grid, checked: its shape, and no NaN byte in the weight (the first one,
+/// in row order, is the error).
+fn fp8_scales(w: &TensorView<'_>, s: &TensorView<'_>, [rows, cols]: [usize; 2], [br, bc]: [usize; 2]) -> Result<Vec<f32>, CheckpointError> {
+    s.expect_shape(&[rows.div_ceil(br), cols.div_ceil(bc)])?;
+    let nan = w.data.par_chunks_exact(cols).enumerate().find_first(|(_, row)| row.iter().any(|&b| b & 0x7f == 0x7f));
+    if let Some((r, row)) = nan {
+        let c = row.iter().position(|&b| b & 0x7f == 0x7f).unwrap_or(0);
+        return Err(bad_values(w, format!("holds an FP8 NaN (byte {:#04x}) at row {r}, column {c}", row[c])));
+    }
+    s.to_f32()
+}
+
 fn bad_values(view: &TensorView<'_>, reason: String) -> CheckpointError {
     CheckpointError::BadValues { file: view.file.to_path_buf(), name: view.name.to_string(), reason }
 }
 
 /// `w · scale_inv` of the weight's block, the scale grid rounded up as DeepSeek's files
 /// round it (576 rows of kv_a_proj_with_mqa over 128-row blocks make 5).
-fn fp8_blocks(w: &TensorView<'_>, s: &TensorView<'_>, [rows, cols]: [usize; 2], [br, bc]: [usize; 2]) -> Result<Vec<f32>, CheckpointError> {
+fn fp8_blocks(
+    w: &TensorView<'_>,
+    s: &TensorView<'_>,
+    shape @ [_, cols]: [usize; 2],
+    block @ [br, bc]: [usize; 2],
+) -> Result<Vec<f32>, CheckpointError> {
+    let scales = fp8_scales(w, s, shape, block)?;
     let grid_cols = cols.div_ceil(bc);
-    s.expect_shape(&[rows.div_ceil(br), grid_cols])?;
-    let scales = s.to_f32()?;
-    let values: Vec<Option<f32>> = (0..=255u8).map(e4m3_to_f32).collect();
-    let mut out = vec![0.0; rows * cols];
+    // fp8_scales found no NaN byte, so every byte has a value.
+    let values: Vec<f32> = (0..=255u8).map(|b| e4m3_to_f32(b).unwrap_or(f32::NAN)).collect();
+    let mut out = vec![0.0; w.data.len()];
     // Row-parallel: an FP8-shaped layer is tens of millions of bytes, and every one is dequantized here.
-    out.par_chunks_mut(cols).zip(w.data.par_chunks_exact(cols)).enumerate().try_for_each(|(r, (dst, row))| {
+    out.par_chunks_mut(cols).zip(w.data.par_chunks_exact(cols)).enumerate().for_each(|(r, (dst, row))| {
         let row_scales = &scales[(r / br) * grid_cols..][..grid_cols];
         for (c, (d, &byte)) in dst.iter_mut().zip(row).enumerate() {
-            let v = values[byte as usize]
-                .ok_or_else(|| bad_values(w, format!("holds an FP8 NaN (byte {byte:#04x}) at row {r}, column {c}")))?;
-            *d = v * row_scales[c / bc];
+            *d = values[byte as usize] * row_scales[c / bc];
         }
-        Ok(())
-    })?;
+    });
     Ok(out)
 }
 

@@ -82,6 +82,8 @@ pub struct CudaWeight {
     /// Columns of the unsharded tensor (a row-parallel shard keeps 1 / world of them):
     /// the skinny matmuls cut K by it.
     k_full: usize,
+    /// The buffer holds FP8 e4m3 bytes, two to a slot, for `moe_experts` only.
+    pub(super) fp8: bool,
 }
 
 pub struct CudaIds {
@@ -422,6 +424,7 @@ fn input(x: &CudaTensor, n: usize, w: &CudaWeight) -> Input {
 
 /// `out = x · wᵀ (+ bias)` as a skinny-kernel segment, shapes checked.
 fn segment(x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, out: &CudaTensor) -> Segment {
+    assert!(!w.fp8, "matmul by an FP8 weight, which only moe_experts reads");
     let (n_out, k_in) = (w.shape[0], w.shape[1]);
     assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
     Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out, accumulate: false }
@@ -513,6 +516,16 @@ impl Backend for CudaBackend {
 
     fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<CudaWeight, BackendError> {
         let what = || format!("weight {}", view.name);
+        if view.dtype == safetensors::tensor::Dtype::F8_E4M3 {
+            if shard != Shard::Replicated && self.rank.world > 1 {
+                return Err(BackendError::Device(format!("{}: FP8 weights are loaded whole, not sharded", view.name)));
+            }
+            let buf = self.gpu.alloc::<bf16>(view.data.len().div_ceil(2), &what())?;
+            self.gpu.upload(view.data, buf.ptr());
+            self.gpu.take_error()?;
+            let cols = view.shape.get(1).copied().unwrap_or(1);
+            return Ok(CudaWeight { buf, shape: view.shape.to_vec(), k_full: cols, fp8: true });
+        }
         let (buf, shape) = match contiguous_bf16(view, shard, self.rank) {
             Some((range, shape)) => {
                 let buf = self.gpu.alloc::<bf16>(range.len() / 2, &what())?;
@@ -527,7 +540,7 @@ impl Backend for CudaBackend {
         self.gpu.take_error()?;
         let cols = shape.get(1).copied().unwrap_or(1);
         let k_full = if shard == Shard::Row { cols * self.rank.world } else { cols };
-        Ok(CudaWeight { buf, shape, k_full })
+        Ok(CudaWeight { buf, shape, k_full, fp8: false })
     }
 
     fn weight_shape<'w>(&self, w: &'w CudaWeight) -> &'w [usize] {
@@ -901,6 +914,10 @@ impl Backend for CudaBackend {
 
     fn weight_dtype(&self) -> safetensors::tensor::Dtype {
         safetensors::tensor::Dtype::BF16
+    }
+
+    fn keeps_fp8(&self) -> bool {
+        true
     }
 
     fn head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {

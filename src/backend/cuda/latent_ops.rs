@@ -137,29 +137,32 @@ impl CudaBackend {
         self.kernel("moe_plan_i32", (1, 1), w.count.next_multiple_of(32).min(MAX_EXPERTS) as u32, 0, &mut plan_args, None);
         let rows_per_block = LATENT_WARPS as usize * MOE_ROWS_PER_WARP;
         let (hidden_arg, inner_arg) = (Arg::I32(hidden as i32), Arg::I32(inner as i32));
-        let mut gate_up = [
-            Arg::Ptr(x.buf.ptr()),
-            Arg::Ptr(w.gate_up.buf.ptr()),
-            plan,
-            Arg::I32(per_token as i32),
-            hidden_arg,
-            inner_arg,
-            list,
-            Arg::Ptr(scratch.act.buf.ptr()),
-        ];
-        self.kernel("moe_gate_up_bf16", (blocks, inner.div_ceil(rows_per_block) as u32), LATENT_WARPS * 32, 0, &mut gate_up, None);
-        let mut down = [
-            Arg::Ptr(scratch.act.buf.ptr()),
-            Arg::Ptr(w.down.buf.ptr()),
-            plan,
-            hidden_arg,
-            inner_arg,
-            list,
-            Arg::Ptr(scratch.out.buf.ptr()),
-        ];
-        self.kernel("moe_down_bf16", (blocks, hidden.div_ceil(rows_per_block) as u32), LATENT_WARPS * 32, 0, &mut down, None);
+        let grids = ((blocks, inner.div_ceil(rows_per_block) as u32), (blocks, hidden.div_ceil(rows_per_block) as u32));
+        let (act, y) = (Arg::Ptr(scratch.act.buf.ptr()), Arg::Ptr(scratch.out.buf.ptr()));
+        let (x_arg, gate_up, down) = (Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.gate_up.buf.ptr()), Arg::Ptr(w.down.buf.ptr()));
+        let tokens = Arg::I32(per_token as i32);
+        match &w.fp8 {
+            None => {
+                let mut first = [x_arg, gate_up, plan, tokens, hidden_arg, inner_arg, list, act];
+                self.kernel("moe_gate_up_bf16", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
+                let mut second = [act, down, plan, hidden_arg, inner_arg, list, y];
+                self.kernel("moe_down_bf16", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
+            }
+            Some(f) => {
+                let [br, bc] = f.block;
+                if bc % 16 != 0 || inner % br != 0 || inner % bc != 0 || hidden % br != 0 || hidden % bc != 0 {
+                    self.gpu.record(|| format!("FP8 experts of hidden {hidden} and width {inner} over {br}x{bc} blocks: the widths must be whole blocks of a multiple of 16 columns"));
+                    return;
+                }
+                let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
+                let mut first = [x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), br, bc, plan, tokens, hidden_arg, inner_arg, list, act];
+                self.kernel("moe_gate_up_fp8", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
+                let mut second = [act, down, Arg::Ptr(f.down.buf.ptr()), br, bc, plan, hidden_arg, inner_arg, list, y];
+                self.kernel("moe_down_fp8", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
+            }
+        }
         let mut combine = [
-            Arg::Ptr(scratch.out.buf.ptr()),
+            y,
             Arg::Ptr(experts.buf.ptr()),
             Arg::Ptr(weights.buf.ptr()),
             Arg::I32(weights.cols as i32),

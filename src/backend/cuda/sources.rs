@@ -85,6 +85,8 @@ pub const SOURCES: &[KernelSource] = &[
             "moe_plan_i32",
             "moe_gate_up_bf16",
             "moe_down_bf16",
+            "moe_gate_up_fp8",
+            "moe_down_fp8",
             "moe_combine_f32"
         ]
     ),

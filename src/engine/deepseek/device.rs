@@ -10,19 +10,26 @@
 //! - `kv_b_proj` split into its key half, transposed per head (the query's absorption,
 //!   `Backend::head_matmul`), and its value half (the output's);
 //! - each layer's routed experts stacked into one gate-and-up and one down weight
-//!   (`backend::latent::Experts`), staged in the backend's weight dtype one expert at a time.
+//!   (`backend::latent::Experts`), one expert at a time: as FP8 bytes and block scales when
+//!   the checkpoint stores them so and the backend reads them so (`Backend::keeps_fp8`),
+//!   else dequantized and staged in the backend's weight dtype.
 
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
-use crate::backend::{Backend, BackendError, Projection, RopeTable};
+use safetensors::tensor::Dtype;
+
+use crate::backend::latent::{Experts, Fp8Scales, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::{Backend, BackendError, Projection, RopeTable, Shard};
 use crate::engine::deepseek::host::{Linear, Split, Staged};
 use crate::engine::deepseek::mla::{Mla, MlaShape, QProj};
 use crate::engine::deepseek::moe::{routing, Mlp, MoeShare};
 use crate::engine::llama::{Capture, StepInputs};
 use crate::engine::weights::Loader;
+use crate::model::checkpoint::TensorView;
 use crate::model::deepseek::DeepseekConfig;
+use crate::model::quantized::Fp8Linear;
 
 /// `values` as one weight of shape `[rows, cols]`.
 fn weight<B: Backend>(b: &B, values: &[f32], cols: usize, name: &str) -> Result<B::Weight, BackendError> {
@@ -109,10 +116,67 @@ struct RoutedExperts<B: Backend> {
     bias: B::Tensor,
     gate_up: B::Weight,
     down: B::Weight,
+    /// The block scales of FP8 `gate_up` and `down` (`Experts::fp8`).
+    fp8: Option<(B::Tensor, B::Tensor, [usize; 2])>,
     first: usize,
     count: usize,
     inner: usize,
     shared: Option<DenseMlp<B>>,
+}
+
+/// A layer's routed experts gathered as the backend will read them: dequantized, or FP8 as
+/// the checkpoint holds them.
+enum ExpertStacks {
+    Plain { gate_up: Staged, down: Staged },
+    Fp8 { gate_up: Vec<u8>, down: Vec<u8>, scales: [Vec<f32>; 2], block: [usize; 2] },
+}
+
+impl ExpertStacks {
+    /// Expert number `k` of the stack, FP8; `None` when the stack so far is not.
+    fn push_fp8(&mut self, k: usize, [gate, up, down]: [Fp8Linear; 3]) -> Option<()> {
+        if k == 0 {
+            *self = ExpertStacks::Fp8 { gate_up: Vec::new(), down: Vec::new(), scales: [Vec::new(), Vec::new()], block: gate.block };
+        }
+        let ExpertStacks::Fp8 { gate_up, down: stacked_down, scales, .. } = self else { return None };
+        for part in [gate, up] {
+            gate_up.extend_from_slice(&part.bytes);
+            scales[0].extend_from_slice(&part.scales);
+        }
+        stacked_down.extend_from_slice(&down.bytes);
+        scales[1].extend_from_slice(&down.scales);
+        Some(())
+    }
+
+    /// On the backend: `gate_up` (`[count · 2 · inner, hidden]`), `down` (`[count · hidden,
+    /// inner]`), and the block scales when FP8.
+    #[allow(clippy::type_complexity)]
+    fn upload<B: Backend>(
+        self,
+        b: &B,
+        prefix: &str,
+        [count, inner, hidden]: [usize; 3],
+    ) -> Result<(B::Weight, B::Weight, Option<(B::Tensor, B::Tensor, [usize; 2])>), BackendError> {
+        let (gate_name, down_name) = (format!("{prefix}experts (gate and up)"), format!("{prefix}experts (down)"));
+        match self {
+            ExpertStacks::Plain { gate_up, down } => Ok((gate_up.upload(b, &gate_name)?, down.upload(b, &down_name)?, None)),
+            ExpertStacks::Fp8 { gate_up, down, scales: [s_gate_up, s_down], block: block @ [_, bc] } => {
+                let fp8 = |name: &str, data: &[u8], shape: [usize; 2]| {
+                    let view = TensorView { name, file: Path::new("(the target's weights)"), dtype: Dtype::F8_E4M3, shape: &shape, data };
+                    b.load_weight(&view, Shard::Replicated)
+                };
+                Ok((
+                    fp8(&gate_name, &gate_up, [count * 2 * inner, hidden])?,
+                    fp8(&down_name, &down, [count * hidden, inner])?,
+                    Some((b.tensor_from(hidden / bc, &s_gate_up)?, b.tensor_from(inner / bc, &s_down)?, block)),
+                ))
+            }
+        }
+    }
+}
+
+/// A layer whose routed experts are not all stored alike.
+fn mixed(expert: &str) -> BackendError {
+    BackendError::Device(format!("{expert}: stored unlike the layer's other routed experts (FP8 and not)"))
 }
 
 enum FeedForward<B: Backend> {
@@ -137,20 +201,38 @@ impl<B: Backend> FeedForward<B> {
             return Ok(FeedForward::Dense(DenseMlp::from_host(b, &Mlp::dense(ld, prefix, c, split)?, prefix)?));
         }
         let share = MoeShare::of(c, split, ep)?;
-        let (mut gate_up, mut down) = (Staged::new(b, h), Staged::new(b, share.width.len()));
-        for e in share.own.clone() {
-            let mlp = Mlp::load(ld, f, &format!("{prefix}experts.{e}."), [h, c.moe.intermediate], share.width.clone())?;
+        let inner = c.moe.intermediate;
+        let [br, bc] = f.fp8_block;
+        // FP8 experts stay FP8 where the backend reads them so: whole (no width split) and in
+        // whole blocks.
+        let fp8 = b.keeps_fp8() && share.width == (0..inner) && [inner, h].iter().all(|d| d % br == 0 && d % bc == 0);
+        let mut stacks = ExpertStacks::Plain { gate_up: Staged::new(b, h), down: Staged::new(b, share.width.len()) };
+        for (k, e) in share.own.clone().enumerate() {
+            let p = format!("{prefix}experts.{e}.");
+            let read = |ld: &mut Loader<'_, B>, t: &str, [rows, cols]: [usize; 2]| ld.host_fp8(&format!("{p}{t}.weight"), rows, cols, f);
+            if fp8 {
+                if let Some(gate) = read(ld, "gate_proj", [inner, h])? {
+                    let (up, down) = (read(ld, "up_proj", [inner, h])?, read(ld, "down_proj", [h, inner])?);
+                    let (Some(up), Some(down)) = (up, down) else { return Err(mixed(&p)) };
+                    stacks.push_fp8(k, [gate, up, down]).ok_or_else(|| mixed(&p))?;
+                    continue;
+                }
+            }
+            let mlp = Mlp::load(ld, f, &p, [h, inner], share.width.clone())?;
+            let ExpertStacks::Plain { gate_up, down } = &mut stacks else { return Err(mixed(&p)) };
             gate_up.push(&mlp.gate.w).push(&mlp.up.w);
             down.push(&mlp.down.w);
         }
+        let (gate_up, down, fp8) = stacks.upload(b, prefix, [share.own.len(), share.width.len(), h])?;
         let router = Linear::load(ld, f, &format!("{prefix}gate.weight"), c.moe.experts, h)?;
         let bias = ld.host_f32(&format!("{prefix}gate.e_score_correction_bias"), &[c.moe.experts])?;
         let shared = share.shared(ld, prefix, c)?.map(|m| DenseMlp::from_host(b, &m, &format!("{prefix}shared_experts."))).transpose()?;
         Ok(FeedForward::Moe(RoutedExperts {
             router: weight(b, &router.w, h, &format!("{prefix}gate.weight"))?,
             bias: b.tensor_from(c.moe.experts, &bias)?,
-            gate_up: gate_up.upload(b, &format!("{prefix}experts (gate and up)"))?,
-            down: down.upload(b, &format!("{prefix}experts (down)"))?,
+            gate_up,
+            down,
+            fp8,
             first: share.own.start,
             count: share.own.len(),
             inner: share.width.len(),
@@ -420,7 +502,9 @@ impl<B: Backend> DeviceStack<B> {
                 FeedForward::Moe(moe) => {
                     b.matmul(&f.x, &moe.router, None, n, &mut f.router);
                     b.moe_route(&f.router, &moe.bias, &w.routing, n, &mut f.chosen, &mut f.route_weights);
-                    let experts = Experts { gate_up: &moe.gate_up, down: &moe.down, first: moe.first, count: moe.count, inner: moe.inner };
+                    let fp8 = moe.fp8.as_ref().map(|(gate_up, down, block)| Fp8Scales { gate_up, down, block: *block });
+                    let experts =
+                        Experts { gate_up: &moe.gate_up, down: &moe.down, first: moe.first, count: moe.count, inner: moe.inner, fp8 };
                     b.moe_experts(&f.x, &f.chosen, &f.route_weights, w.routing.per_token, &experts, n, &mut f.moe, &mut f.moe_out);
                     if let (Some(mlp), Some([gate, up, act])) = (&moe.shared, f.shared.as_mut()) {
                         b.gate_up_silu(&f.x, &mlp.gate, &mlp.up, n, gate, up, act);
