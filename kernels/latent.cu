@@ -283,12 +283,11 @@ __device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float*
 }
 
 // One active expert's gate and up rows over its pairs: act[p, o] = silu(gate_o · x) * (up_o ·
-// x), x the pair's token row. Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS *
+// x), x the pair's token row; the calling kernel has waited for the one before. Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS *
 // MOE_ROWS_PER_WARP))).
 template <class W>
 __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* plan, int per_token, int hidden, int inner, int list,
                                              float* act) {
-    pdl_enter();
     if (blockIdx.x >= plan[0]) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
@@ -329,7 +328,6 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
 // (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
 template <class W>
 __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan, int hidden, int inner, int list, float* y) {
-    pdl_enter();
     if (blockIdx.x >= plan[0]) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
@@ -367,11 +365,13 @@ __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_gate_up_bf16(const float* x, const bf16* gate_up, const int* plan, int per_token, int hidden, int inner, int list,
                      float* act) {
+    pdl_enter();
     gate_up_rows(x, Bf16Experts{gate_up, hidden}, plan, per_token, hidden, inner, list, act);
 }
 
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_down_bf16(const float* act, const bf16* down, const int* plan, int hidden, int inner, int list, float* y) {
+    pdl_enter();
     down_rows(act, Bf16Experts{down, inner}, plan, hidden, inner, list, y);
 }
 
@@ -379,12 +379,14 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_gate_up_fp8(const float* x, const unsigned char* gate_up, const float* scales, int block_rows, int block_cols,
                     const int* plan, int per_token, int hidden, int inner, int list, float* act) {
+    pdl_enter();
     gate_up_rows(x, Fp8Experts{gate_up, hidden, scales, block_rows, block_cols}, plan, per_token, hidden, inner, list, act);
 }
 
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_down_fp8(const float* act, const unsigned char* down, const float* scales, int block_rows, int block_cols,
                  const int* plan, int hidden, int inner, int list, float* y) {
+    pdl_enter();
     down_rows(act, Fp8Experts{down, inner, scales, block_rows, block_cols}, plan, hidden, inner, list, y);
 }
 
