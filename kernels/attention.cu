@@ -113,16 +113,20 @@ struct Splits {
     int* counters;
 };
 
-template <int PER, int KG, bool WIDE>
+// One block: the HG query heads h0 .. h0 + HG - 1, which share KV head kvh, so that each
+// K and V row is read once for all of them (they came from HBM once before, but from L2
+// once per head, which bounded batched and long-context decode). Each head's sums are
+// formed exactly as a block of its own forms them.
+template <int PER, int KG, bool WIDE, int HG>
 __device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* o, int heads, int kv_heads,
                                             int head_dim, float scale, const Keys keys, int pair, Splits splits) {
     extern __shared__ float smem[];
     __shared__ int s_last;
-    const int h = blockIdx.x % heads, split = blockIdx.x / heads;
+    const int groups = heads / HG, h0 = (blockIdx.x % groups) * HG, split = blockIdx.x / groups;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int used = min(splits.count, max(1, keys.visible() / ATTENTION_SPLIT_KEYS));
     if (split >= used) return;
-    const int kvh = h / (heads / kv_heads);
+    const int kvh = h0 / (heads / kv_heads);
     const int workers = used * warps, worker = split * warps + warp;
     // Lanes hold consecutive runs of PER elements; with a head_dim that is not a multiple
     // of 32 the last lanes hold fewer (or none).
@@ -131,58 +135,66 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
     const float* kbase = k + (long long)kvh * head_dim + lane * PER;
     const float* vbase = v + (long long)kvh * head_dim + lane * PER;
 
-    float qv[PER], acc[PER];
-    load_lane<PER, WIDE>(q + lane * PER, count, qv);
+    float qv[HG][PER], acc[HG][PER], m[HG], l[HG];
 #pragma unroll
-    for (int e = 0; e < PER; ++e) {
-        qv[e] = e < count ? qv[e] * scale : 0.f;
-        acc[e] = 0.f;
+    for (int i = 0; i < HG; ++i) {
+        load_lane<PER, WIDE>(q + i * head_dim + lane * PER, count, qv[i]);
+#pragma unroll
+        for (int e = 0; e < PER; ++e) {
+            qv[i][e] = e < count ? qv[i][e] * scale : 0.f;
+            acc[i][e] = 0.f;
+        }
+        m[i] = -INFINITY;
+        l[i] = 0.f;
     }
-    float m = -INFINITY, l = 0.f;
     // Up to KG slots of this warp waiting to be visited (warp-uniform). A group is visited
     // whole: the slots after the last waiting one repeat it (no branch around the loads) and
     // weigh 0, which leaves the sums as they are.
     int pending[KG];
     int waiting = 0;
-    // Visit the waiting keys: one running-softmax update for the group, in a fixed order.
+    // Visit the waiting keys: one running-softmax update per head for the group, in a fixed order.
     auto visit = [&]() {
-        float kr[KG][PER], vr[KG][PER], dot[KG];
+        float kr[KG][PER], vr[KG][PER];
 #pragma unroll
         for (int g = 0; g < KG; ++g) {
             const long long row = (long long)pending[g] * kv_width;
             load_lane<PER, WIDE>(kbase + row, count, kr[g]);
             load_lane<PER, WIDE>(vbase + row, count, vr[g]);
         }
-#pragma unroll
-        for (int g = 0; g < KG; ++g) {
-            // q is zero past the lane's run, and so are the loaded elements.
-            float d = 0.f;
-#pragma unroll
-            for (int e = 0; e < PER; ++e) d += qv[e] * kr[g][e];
-            dot[g] = d;
-        }
         // Each lane ends up with one key's score (of the `32 / KG` lanes that share it), so
         // the max and the exponential are taken once per key, not once per key and lane.
         const int mine = lane / (32 / KG);
-        const float score = transposed_sum<KG>(dot, lane);
-        const float m_new = fmaxf(m, warp_reduce(mine < waiting ? score : -INFINITY, MaxOp()));
-        const float corr = __expf(m - m_new);
-        const float p_mine = mine < waiting ? __expf(score - m_new) : 0.f;
-        float p[KG];
 #pragma unroll
-        for (int g = 0; g < KG; ++g) p[g] = __shfl_sync(0xffffffffu, p_mine, g * (32 / KG));
-        float p_sum = 0.f;
+        for (int i = 0; i < HG; ++i) {
+            float dot[KG];
 #pragma unroll
-        for (int g = 0; g < KG; ++g) p_sum += p[g];
-        l = l * corr + p_sum;
+            for (int g = 0; g < KG; ++g) {
+                // q is zero past the lane's run, and so are the loaded elements.
+                float d = 0.f;
 #pragma unroll
-        for (int e = 0; e < PER; ++e) {
-            float a = acc[e] * corr;
+                for (int e = 0; e < PER; ++e) d += qv[i][e] * kr[g][e];
+                dot[g] = d;
+            }
+            const float score = transposed_sum<KG>(dot, lane);
+            const float m_new = fmaxf(m[i], warp_reduce(mine < waiting ? score : -INFINITY, MaxOp()));
+            const float corr = __expf(m[i] - m_new);
+            const float p_mine = mine < waiting ? __expf(score - m_new) : 0.f;
+            float p[KG];
 #pragma unroll
-            for (int g = 0; g < KG; ++g) a += p[g] * vr[g][e];
-            acc[e] = a;
+            for (int g = 0; g < KG; ++g) p[g] = __shfl_sync(0xffffffffu, p_mine, g * (32 / KG));
+            float p_sum = 0.f;
+#pragma unroll
+            for (int g = 0; g < KG; ++g) p_sum += p[g];
+            l[i] = l[i] * corr + p_sum;
+#pragma unroll
+            for (int e = 0; e < PER; ++e) {
+                float a = acc[i][e] * corr;
+#pragma unroll
+                for (int g = 0; g < KG; ++g) a += p[g] * vr[g][e];
+                acc[i][e] = a;
+            }
+            m[i] = m_new;
         }
-        m = m_new;
         waiting = 0;
     };
     auto queue = [&](int slot) {
@@ -209,125 +221,145 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
         visit();
     }
 
-    float* s_m = smem;
-    float* s_l = smem + warps;
-    float* s_acc = smem + 2 * warps;
-    if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
-    }
+    // Each head's warp states side by side: warps * (head_dim + 2) floats a head.
+    const int stride = warps * (head_dim + 2);
 #pragma unroll
-    for (int e = 0; e < PER; ++e)
-        if (e < count) s_acc[warp * head_dim + lane * PER + e] = acc[e];
+    for (int i = 0; i < HG; ++i) {
+        float* s_m = smem + i * stride;
+        float* s_acc = s_m + 2 * warps;
+        if (lane == 0) {
+            s_m[warp] = m[i];
+            s_m[warps + warp] = l[i];
+        }
+#pragma unroll
+        for (int e = 0; e < PER; ++e)
+            if (e < count) s_acc[warp * head_dim + lane * PER + e] = acc[i][e];
+    }
     __syncthreads();
 
-    float m_all = -INFINITY;
-    for (int w = 0; w < warps; ++w) m_all = fmaxf(m_all, s_m[w]);
-    float denom = 0.f;
-    for (int w = 0; w < warps; ++w)
-        if (s_m[w] != -INFINITY) denom += s_l[w] * __expf(s_m[w] - m_all);
-    float* state = used > 1 ? splits.partial + ((long long)pair * splits.count + split) * (head_dim + 2) : nullptr;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float num = 0.f;
+    bool merge = false;
+    for (int i = 0; i < HG; ++i) {
+        const float* s_m = smem + i * stride;
+        const float* s_l = s_m + warps;
+        const float* s_acc = s_m + 2 * warps;
+        float m_all = -INFINITY;
+        for (int w = 0; w < warps; ++w) m_all = fmaxf(m_all, s_m[w]);
+        float denom = 0.f;
         for (int w = 0; w < warps; ++w)
-            if (s_m[w] != -INFINITY) num += s_acc[w * head_dim + d] * __expf(s_m[w] - m_all);
-        if (state)
-            state[2 + d] = num;
-        else
-            o[d] = denom > 0.f ? num / denom : 0.f;
+            if (s_m[w] != -INFINITY) denom += s_l[w] * __expf(s_m[w] - m_all);
+        float* state = used > 1 ? splits.partial + ((long long)(pair + i) * splits.count + split) * (head_dim + 2) : nullptr;
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            float num = 0.f;
+            for (int w = 0; w < warps; ++w)
+                if (s_m[w] != -INFINITY) num += s_acc[w * head_dim + d] * __expf(s_m[w] - m_all);
+            if (state)
+                state[2 + d] = num;
+            else
+                o[i * head_dim + d] = denom > 0.f ? num / denom : 0.f;
+        }
+        if (state && threadIdx.x == 0) {
+            state[0] = m_all;
+            state[1] = denom;
+        }
+        merge = state != nullptr;
     }
-    if (!state) return;
-    if (threadIdx.x == 0) {
-        state[0] = m_all;
-        state[1] = denom;
-    }
-    // The last block of the pair to get here merges: its reads see every block's writes.
+    if (!merge) return;
+    // The last block of the group to get here merges (the group's first pair counts): its
+    // reads see every block's writes.
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) s_last = atomicAdd(&splits.counters[pair], 1) == used - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    const volatile float* states = splits.partial + (long long)pair * splits.count * (head_dim + 2);
-    float m_max = -INFINITY;
-    for (int z = 0; z < used; ++z) m_max = fmaxf(m_max, states[z * (head_dim + 2)]);
-    float total = 0.f;
-    for (int z = 0; z < used; ++z) {
-        const float mz = states[z * (head_dim + 2)];
-        if (mz != -INFINITY) total += states[z * (head_dim + 2) + 1] * __expf(mz - m_max);
-    }
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float num = 0.f;
+    for (int i = 0; i < HG; ++i) {
+        const volatile float* states = splits.partial + (long long)(pair + i) * splits.count * (head_dim + 2);
+        float m_max = -INFINITY;
+        for (int z = 0; z < used; ++z) m_max = fmaxf(m_max, states[z * (head_dim + 2)]);
+        float total = 0.f;
         for (int z = 0; z < used; ++z) {
             const float mz = states[z * (head_dim + 2)];
-            if (mz != -INFINITY) num += states[z * (head_dim + 2) + 2 + d] * __expf(mz - m_max);
+            if (mz != -INFINITY) total += states[z * (head_dim + 2) + 1] * __expf(mz - m_max);
         }
-        o[d] = total > 0.f ? num / total : 0.f;
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            float num = 0.f;
+            for (int z = 0; z < used; ++z) {
+                const float mz = states[z * (head_dim + 2)];
+                if (mz != -INFINITY) num += states[z * (head_dim + 2) + 2 + d] * __expf(mz - m_max);
+            }
+            o[i * head_dim + d] = total > 0.f ? num / total : 0.f;
+        }
     }
     if (threadIdx.x == 0) splits.counters[pair] = 0;
 }
 
-template <int PER, int KG>
+template <int PER, int KG, int HG>
 __device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* o, int heads, int kv_heads,
                                        int head_dim, float scale, const Keys& keys, int pair, Splits splits) {
     // Heads of 32 * PER (64, 128, ...) fill every lane's run: no per-element checks there.
     if (head_dim == 32 * PER) {
-        attend_keys<PER, KG, true>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits);
+        attend_keys<PER, KG, true, HG>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits);
     } else {
-        attend_keys<PER, KG, false>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits);
+        attend_keys<PER, KG, false, HG>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits);
     }
 }
 
-template <int PER, int KG>
+template <int PER, int KG, int HG>
 __device__ __forceinline__ void attend_window(const float* q, const float* k, const float* v, float* out, int heads,
                                               int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
                                               int queries, const int* window, const int* mask, int splits,
                                               float* partial, int* counters) {
     pdl_enter();
-    const int qi = blockIdx.y, h = blockIdx.x % heads;
+    const int qi = blockIdx.y, h0 = (blockIdx.x % (heads / HG)) * HG;
     const int prefix = window ? window[0] : prefix_arg;
     const int region = window ? window[1] : region_arg;
     const Keys keys{prefix, nullptr, region, region - queries + qi, mask ? mask + (long long)qi * region : nullptr};
-    const long long at = (long long)qi * heads * head_dim + (long long)h * head_dim;
-    attend<PER, KG>(q + at, k, v, out + at, heads, kv_heads, head_dim, scale, keys, qi * heads + h,
-                    Splits{splits, partial, counters});
+    const long long at = (long long)qi * heads * head_dim + (long long)h0 * head_dim;
+    attend<PER, KG, HG>(q + at, k, v, out + at, heads, kv_heads, head_dim, scale, keys, qi * heads + h0,
+                        Splits{splits, partial, counters});
 }
 
-template <int PER, int KG>
+template <int PER, int KG, int HG>
 __device__ __forceinline__ void attend_paged(const float* q, const float* k, const float* v, float* out, int heads,
                                              int kv_heads, int head_dim, float scale, const int* table, int row_base,
                                              int splits, float* partial, int* counters) {
     pdl_enter();
-    const int row = row_base + blockIdx.y, h = blockIdx.x % heads;
+    const int row = row_base + blockIdx.y, h0 = (blockIdx.x % (heads / HG)) * HG;
     const Keys keys{table[2 * row], table + table[2 * row + 1], 0, -1, nullptr};
-    const long long at = (long long)row * heads * head_dim + (long long)h * head_dim;
-    attend<PER, KG>(q + at, k, v, out + at, heads, kv_heads, head_dim, scale, keys, blockIdx.y * heads + h,
-                    Splits{splits, partial, counters});
+    const long long at = (long long)row * heads * head_dim + (long long)h0 * head_dim;
+    attend<PER, KG, HG>(q + at, k, v, out + at, heads, kv_heads, head_dim, scale, keys, blockIdx.y * heads + h0,
+                        Splits{splits, partial, counters});
 }
 
 // PER = 1 .. 8 (head_dim up to 256); KG keeps a group's K and V runs within 64 registers.
-#define ATTENTION_ENTRY(PER, KG)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32_p##PER(                          \
+// NAME is the entry's suffix: _p{PER}, and _g2 for blocks of two heads, for heads of 128
+// (the host takes it where the heads sharing a KV head are even, unless the blocks would be
+// few). The bits depend on KG, not on the heads a block, so _g2 takes _p4's KG: a query sums
+// the same in a batch as alone. Four heads of 8 keys would spill, and 4 keys a group slow
+// the one-head kernel. Each compiled entry adds to a cold start's kernel compile.
+#define ATTENTION_ENTRY(NAME, PER, KG, HG)                                                                             \
+    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32##NAME(                           \
         const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
         int prefix_arg, int region_arg, int queries, const int* window, const int* mask, int splits, float* partial,    \
         int* counters) {                                                                                                \
-        attend_window<PER, KG>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries, window, \
-                               mask, splits, partial, counters);                                                        \
+        attend_window<PER, KG, HG>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries,     \
+                                   window, mask, splits, partial, counters);                                            \
     }                                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) paged_attention_f32_p##PER(                    \
+    extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) paged_attention_f32##NAME(                     \
         const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
         const int* table, int row_base, int splits, float* partial, int* counters) {                                    \
-        attend_paged<PER, KG>(q, k, v, out, heads, kv_heads, head_dim, scale, table, row_base, splits, partial,         \
-                              counters);                                                                                \
+        attend_paged<PER, KG, HG>(q, k, v, out, heads, kv_heads, head_dim, scale, table, row_base, splits, partial,     \
+                                  counters);                                                                            \
     }
-ATTENTION_ENTRY(1, 16)
-ATTENTION_ENTRY(2, 16)
-ATTENTION_ENTRY(3, 8)
-ATTENTION_ENTRY(4, 8)
-ATTENTION_ENTRY(5, 4)
-ATTENTION_ENTRY(6, 4)
-ATTENTION_ENTRY(7, 4)
-ATTENTION_ENTRY(8, 4)
+ATTENTION_ENTRY(_p1, 1, 16, 1)
+ATTENTION_ENTRY(_p2, 2, 16, 1)
+ATTENTION_ENTRY(_p3, 3, 8, 1)
+ATTENTION_ENTRY(_p4, 4, 8, 1)
+ATTENTION_ENTRY(_p5, 5, 4, 1)
+ATTENTION_ENTRY(_p6, 6, 4, 1)
+ATTENTION_ENTRY(_p7, 7, 4, 1)
+ATTENTION_ENTRY(_p8, 8, 4, 1)
+ATTENTION_ENTRY(_p4_g2, 4, 8, 2)
 
 // Causal prefill attention in tiles, for forwards of many queries (a prompt chunk): a block
 // takes PREFILL_TILE_Q consecutive query rows of one head, and each tile of PREFILL_TILE_K
@@ -492,3 +524,166 @@ extern "C" __global__ void __launch_bounds__(PREFILL_WARPS * 32)
     else
         prefill_tiles<false>(q, k, v, out, heads, kv_heads, head_dim, scale, row0, queries, visible0_arg, table);
 }
+
+// The same causal prefill on the tensor cores (tf32 mma.m16n8k8, f32 accumulation), for
+// heads of D = 64 or 128: a block takes PREFILL_MMA_TILE_Q consecutive queries of one head,
+// 16 a warp, as the A rows of its products; both products are mma tiles: S = Q·Kᵀ over a tile
+// of PREFILL_MMA_TILE_K keys, then O += P·V. The scores stay in the accumulator registers,
+// where each thread holds two query rows (g and g + 8 of its warp's 16) at keys 2t and
+// 2t + 1 of each 8-key tile; P·V takes k-slot t of a tile as key 2t and k-slot t + 4 as key
+// 2t + 1, so the scores are already laid out as its A operand and V's rows are read to
+// match. K and V tiles sit in shared memory rounded to tf32, rows D + 4 floats apart, which
+// makes both products' fragment reads conflict-free. A query's sums depend on its own keys
+// and the tile grid from key 0 only, so a prompt sums the same however it was chunked.
+// Dynamic shared memory: 2 * PREFILL_MMA_TILE_K * (D + 4) floats.
+#define PREFILL_MMA_TILE_Q 64
+#define PREFILL_MMA_TILE_K 32
+#define PREFILL_MMA_WARPS 4
+
+template <int D>
+__device__ __forceinline__ void prefill_mma(const float* q, const float* k, const float* v, float* out, int heads,
+                                            int kv_heads, float scale, int row0, int queries, int visible0_arg,
+                                            const int* table) {
+    constexpr int S = D + 4, KT = PREFILL_MMA_TILE_K, NT = KT / 8, DT = D / 8;
+    constexpr int PIECES = KT * D / 4 / (PREFILL_MMA_WARPS * 32);
+    extern __shared__ float prefill_smem[];
+    float* ks = prefill_smem;  // [KT][S]
+    float* vs = ks + KT * S;   // [KT][S]
+    const int h = blockIdx.x, kvh = h / (heads / kv_heads);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int first = blockIdx.y * PREFILL_MMA_TILE_Q;
+    const int tile_queries = min(PREFILL_MMA_TILE_Q, queries - first);
+    const int visible0 = table ? table[2 * row0] : visible0_arg;
+    const int* slots = table ? table + table[2 * row0 + 1] : nullptr;
+    const long long q_width = (long long)heads * D, kv_width = (long long)kv_heads * D, head_at = (long long)kvh * D;
+    // The thread's two rows (rows past the launch's queries repeat its last and are not written).
+    const int r_lo = warp * 16 + g, r_hi = r_lo + 8;
+    const int q_lo = min(r_lo, tile_queries - 1), q_hi = min(r_hi, tile_queries - 1);
+    const int vis_lo = visible0 + first + q_lo, vis_hi = visible0 + first + q_hi;
+    const bool idle = warp * 16 >= tile_queries;
+    // Keys the block's last query sees, and the warp's last.
+    const int keys = visible0 + first + tile_queries - 1;
+    const int warp_keys = visible0 + first + min(warp * 16 + 15, tile_queries - 1);
+
+    unsigned qa[DT][4];
+    {
+        const float* lo = q + (row0 + first + q_lo) * q_width + (long long)h * D;
+        const float* hi = q + (row0 + first + q_hi) * q_width + (long long)h * D;
+#pragma unroll
+        for (int s = 0; s < DT; ++s) {
+            qa[s][0] = tf32_of(lo[8 * s + t] * scale);
+            qa[s][1] = tf32_of(hi[8 * s + t] * scale);
+            qa[s][2] = tf32_of(lo[8 * s + t + 4] * scale);
+            qa[s][3] = tf32_of(hi[8 * s + t + 4] * scale);
+        }
+    }
+    float o[DT][4];
+#pragma unroll
+    for (int n = 0; n < DT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    // Running max of rows lo and hi, and this thread's share of their sums (the quad's four
+    // shares are added at the end: the max, and so each rescaling, is the quad's).
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+
+    for (int base = 0; base < keys; base += KT) {
+        __syncthreads();
+        {
+            float4 kp[PIECES], vp[PIECES];
+#pragma unroll
+            for (int r = 0; r < PIECES; ++r) {
+                const int at = threadIdx.x + r * PREFILL_MMA_WARPS * 32, j = at / (D / 4), c = at % (D / 4);
+                kp[r] = vp[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (base + j < keys) {
+                    const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
+                    kp[r] = reinterpret_cast<const float4*>(k + row)[c];
+                    vp[r] = reinterpret_cast<const float4*>(v + row)[c];
+                }
+            }
+            auto rounded = [](float4 f) {
+                return make_float4(__uint_as_float(tf32_of(f.x)), __uint_as_float(tf32_of(f.y)),
+                                   __uint_as_float(tf32_of(f.z)), __uint_as_float(tf32_of(f.w)));
+            };
+#pragma unroll
+            for (int r = 0; r < PIECES; ++r) {
+                const int at = threadIdx.x + r * PREFILL_MMA_WARPS * 32, j = at / (D / 4), c = at % (D / 4);
+                *reinterpret_cast<float4*>(ks + j * S + 4 * c) = rounded(kp[r]);
+                *reinterpret_cast<float4*>(vs + j * S + 4 * c) = rounded(vp[r]);
+            }
+        }
+        __syncthreads();
+        if (idle || base >= warp_keys) continue;
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            const float* krow = ks + (8 * j + g) * S + t;
+#pragma unroll
+            for (int d = 0; d < DT; ++d)
+                mma_tf32(s[j], qa[d][0], qa[d][1], qa[d][2], qa[d][3], __float_as_uint(krow[8 * d]),
+                         __float_as_uint(krow[8 * d + 4]));
+        }
+        float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int key = base + 8 * j + 2 * t;
+            if (key >= vis_lo) s[j][0] = -INFINITY;
+            if (key + 1 >= vis_lo) s[j][1] = -INFINITY;
+            if (key >= vis_hi) s[j][2] = -INFINITY;
+            if (key + 1 >= vis_hi) s[j][3] = -INFINITY;
+            mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
+            mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int offset = 1; offset < 4; offset *= 2) {
+            mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, offset));
+            mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, offset));
+        }
+        // Key 0 is in the first tile and every query sees it, so the maxima are finite here.
+        const float c_lo = __expf(m_lo - mx_lo), c_hi = __expf(m_hi - mx_hi);
+        l_lo *= c_lo;
+        l_hi *= c_hi;
+#pragma unroll
+        for (int n = 0; n < DT; ++n) {
+            o[n][0] *= c_lo;
+            o[n][1] *= c_lo;
+            o[n][2] *= c_hi;
+            o[n][3] *= c_hi;
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const float p0 = __expf(s[j][0] - mx_lo), p1 = __expf(s[j][1] - mx_lo);
+            const float p2 = __expf(s[j][2] - mx_hi), p3 = __expf(s[j][3] - mx_hi);
+            l_lo += p0 + p1;
+            l_hi += p2 + p3;
+            const unsigned a0 = tf32_of(p0), a1 = tf32_of(p2), a2 = tf32_of(p1), a3 = tf32_of(p3);
+            const float* v0 = vs + (8 * j + 2 * t) * S + g;
+#pragma unroll
+            for (int n = 0; n < DT; ++n)
+                mma_tf32(o[n], a0, a1, a2, a3, __float_as_uint(v0[8 * n]), __float_as_uint(v0[S + 8 * n]));
+        }
+        m_lo = mx_lo;
+        m_hi = mx_hi;
+    }
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, offset);
+        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, offset);
+    }
+    const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
+    float* lo = out + (row0 + first + r_lo) * q_width + (long long)h * D + 2 * t;
+    float* hi = out + (row0 + first + r_hi) * q_width + (long long)h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < DT; ++n) {
+        if (r_lo < tile_queries) *reinterpret_cast<float2*>(lo + 8 * n) = make_float2(o[n][0] * inv_lo, o[n][1] * inv_lo);
+        if (r_hi < tile_queries) *reinterpret_cast<float2*>(hi + 8 * n) = make_float2(o[n][2] * inv_hi, o[n][3] * inv_hi);
+    }
+}
+
+#define PREFILL_MMA_ENTRY(D)                                                                                           \
+    extern "C" __global__ void __launch_bounds__(PREFILL_MMA_WARPS * 32) prefill_attention_tf32_d##D(                   \
+        const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
+        int row0, int queries, int visible0_arg, const int* table) {                                                   \
+        pdl_enter();                                                                                                    \
+        prefill_mma<D>(q, k, v, out, heads, kv_heads, scale, row0, queries, visible0_arg, table);                       \
+    }
+PREFILL_MMA_ENTRY(64)
+PREFILL_MMA_ENTRY(128)

@@ -161,3 +161,21 @@ __device__ __forceinline__ float uniform01(unsigned long long seed, unsigned lon
     unsigned long long z = mix64(seed ^ mix64(counter * 0x100000001b3ull + lane));
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
+
+// f32 rounded to tf32 (to nearest), as the tensor cores take it.
+__device__ __forceinline__ unsigned tf32_of(float v) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+}
+
+// acc (16 x 8) += A (16 x 8: rows g, g + 8; k-slots t, t + 4) . B (8 x 8: k-slots t, t + 4; column g),
+// with g = lane / 4 and t = lane % 4; acc holds (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+__device__ __forceinline__ void mma_tf32(float (&acc)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}

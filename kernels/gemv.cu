@@ -47,22 +47,6 @@ __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
     return r;
 }
 
-__device__ __forceinline__ unsigned tf32_of(float v) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-}
-
-// acc (16 weight rows x 8 x rows) += A (rows g, g + 8; k-slots t, t + 4) . B (k-slots t, t + 4; x row g).
-__device__ __forceinline__ void mma_tf32(float (&acc)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                         unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // What a launch does with its sums.
 enum class Epilogue { Plain, GateUp, QkvRope };
 

@@ -31,6 +31,9 @@ pub struct Knobs {
     /// `SPECDECK_FUSED_RESIDUAL=0` turns this off: the residual add rides inside the
     /// row-parallel matmul at tp = 1 rather than being a launch of its own.
     pub fused_residual: bool,
+    /// `SPECDECK_GROUPED_ATTENTION=0` turns this off: a step-attention block of a batch or
+    /// a long context takes two query heads of its KV head, rather than one (the same bits).
+    pub grouped_attention: bool,
     /// `SPECDECK_NVML=off` turns this off: preflight judges against this machine's GPUs
     /// as NVML lists them.
     pub nvml: bool,
@@ -56,8 +59,9 @@ impl Knobs {
         let gemv = env.text("SPECDECK_GEMV");
         let peer_allreduce = env.text("SPECDECK_PEER_ALLREDUCE").is_none_or(|v| v != "0");
         let fused_residual = env.text("SPECDECK_FUSED_RESIDUAL").is_none_or(|v| v != "0");
+        let grouped_attention = env.text("SPECDECK_GROUPED_ATTENTION").is_none_or(|v| v != "0");
         let nvml = !env.text("SPECDECK_NVML").is_some_and(|v| v.eq_ignore_ascii_case("off"));
-        Knobs { cuda_include, ptx_cache, pdl, skip_kernels, gemv, peer_allreduce, fused_residual, nvml, set: env.set }
+        Knobs { cuda_include, ptx_cache, pdl, skip_kernels, gemv, peer_allreduce, fused_residual, grouped_attention, nvml, set: env.set }
     }
 
     /// The knobs that were set, `NAME=value` each, for the event log; `None` when none was.
@@ -97,7 +101,7 @@ mod tests {
     #[test]
     fn unset_knobs_keep_the_defaults_and_record_nothing() {
         let k = knobs(&[]);
-        assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.nvml);
+        assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.grouped_attention && k.nvml);
         assert_eq!((k.cuda_include.len(), k.skip_kernels.len(), k.ptx_cache.clone(), k.gemv.clone()), (0, 0, None, None));
         assert_eq!(k.describe_set(), None);
     }
@@ -110,13 +114,14 @@ mod tests {
             ("SPECDECK_NVML", "OFF"),
             ("SPECDECK_CUDA_INCLUDE", "/a:/b"),
             ("SPECDECK_FUSED_RESIDUAL", "1"),
+            ("SPECDECK_GROUPED_ATTENTION", "0"),
         ]);
         assert_eq!(k.skip_kernels, ["rmsnorm", "attention"]);
         assert_eq!(k.cuda_include, [PathBuf::from("/a"), PathBuf::from("/b")]);
-        assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce);
+        assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce && !k.grouped_attention);
         assert_eq!(
             k.describe_set().as_deref(),
-            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_NVML=OFF")
+            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_NVML=OFF")
         );
     }
 }

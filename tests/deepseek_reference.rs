@@ -305,7 +305,7 @@ fn the_engine_launches_the_kimi_k25_target_and_decodes_transformers_greedy() {
 /// Every case's greedy tokens through the scheduler, all submitted at once.
 fn scheduled(engine: &mut Engine<CpuBackend>, cases: &[Case]) -> Vec<Vec<u32>> {
     let mut out = BTreeMap::<u64, Vec<u32>>::new();
-    let served = engine.serve_batch(SchedulerConfig { max_running: 8, chunk: 512 }, &mut |batch| {
+    let served = engine.serve_batch(SchedulerConfig { max_running: 8, chunk: 512, graph_max_bs: 8 }, &mut |batch| {
         for c in cases {
             let req =
                 SeqRequest { prompt: c.prompt.clone(), max_tokens: c.greedy.len(), sampling: SamplingParams::default(), ignore_eos: true };

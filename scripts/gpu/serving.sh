@@ -4,6 +4,7 @@
 # concurrency 1, 8, 32 and 64 (512 random-token prompts, 256 output tokens, EOS ignored),
 # transformers' batched generate on the same weights at batch 64 as the reference, and
 # batch-1 decode at a 32K-token context. Raw JSON under $OUT; builds nothing (stage.sh).
+# SPECDECK_SERVING_HF=0 skips the transformers step.
 #
 # usage (GPU machine, repository root):  bash .gpu/cuda/serving.sh
 set -u
@@ -20,16 +21,6 @@ source "$HERE/step.sh"
 
 [ -f "$MODEL/model.safetensors.index.json" ] || step write8b 150 python3 "$HERE/write_llama8b.py" "$MODEL"
 
-# N prompts of LEN random words of the checkpoint's word-level vocabulary (one token each).
-prompts() {
-    python3 - "$1" "$2" <<'PY'
-import json, random, sys
-n, length = int(sys.argv[1]), int(sys.argv[2])
-rng = random.Random(0)
-for _ in range(n):
-    print(json.dumps({"prompt": " ".join(f"w{rng.randrange(3, 128000)}" for _ in range(length))}))
-PY
-}
 
 for c in 1 8 32 64; do
     n=$((c < 4 ? 4 : c))
@@ -42,5 +33,6 @@ done
 prompts 1 32000 >"$OUT/prompts-32k.jsonl"
 step long-32k 150 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts-32k.jsonl" --max-new-tokens 256 --json
 
-step hf-batch64 240 python3 "$HERE/hf_batched.py" "$MODEL" --batch 64 --prompt-len 512 --new-tokens 256 --budget-s 220
+# SPECDECK_SERVING_HF=0 leaves the transformers reference out (a call that only checks specdeck).
+[ "${SPECDECK_SERVING_HF:-1}" = 0 ] || step hf-batch64 240 python3 "$HERE/hf_batched.py" "$MODEL" --batch 64 --prompt-len 512 --new-tokens 256 --budget-s 220
 tail -n 20 "$OUT/steps.log"

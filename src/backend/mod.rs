@@ -465,6 +465,11 @@ pub trait Backend: Send + Sync + 'static {
         paged_attention_per_seq(self, q, new_kv, cache, geometry, batch, scratch, out);
     }
 
+    /// Make `batch`'s table readable by `paged_attention_batch` before its forward, so that
+    /// the forward can be a graph step (which copies nothing from the host). A backend that
+    /// keeps no table has nothing to do.
+    fn prepare_paged_batch(&self, _batch: &PagedBatch<'_, Self>) {}
+
     /// `cache[slots[i]] = rows[row + i]` for K and V: a sequence's new tokens into its pool
     /// slots. The default copies each run of consecutive slots.
     fn store_kv_slots(

@@ -9,8 +9,7 @@ use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
 use crate::backend::{
-    AttnGeometry, AttnWindow, Backend, BackendError, BatchSeq, KvStore, Mask, PagedBatch, PagedScratch, Projection, RopeStyle, RopeTable,
-    Shard,
+    AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedBatch, PagedScratch, Projection, RopeStyle, RopeTable, Shard,
 };
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
@@ -576,11 +575,11 @@ impl<B: Backend> LlamaModel<B> {
         b.matmul(&self.scratch.normed, &self.lm_head, None, rows, &mut self.logits);
     }
 
-    /// Run a batch of sequences over the paged pool `kv`: the ids and positions of all `rows`
+    /// Run a batch of sequences over the paged pool `kv`: the ids and positions of all its
     /// rows are in `self.inputs`, each sequence's at its `row`. Logits of the rows
     /// `logit_rows` land in rows `0..` of `self.logits`, in that order.
-    pub fn forward_batch(&mut self, kv: &mut KvCache<B>, seqs: &[BatchSeq<'_, B>], rows: usize, logit_rows: &[usize]) {
-        self.run_layers(kv, Attend::Paged(&PagedBatch::new(seqs, rows)));
+    pub fn forward_batch(&mut self, kv: &mut KvCache<B>, batch: &PagedBatch<'_, B>, logit_rows: &[usize]) {
+        self.run_layers(kv, Attend::Paged(batch));
         let n = logit_rows.len();
         if n == 0 {
             return;

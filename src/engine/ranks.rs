@@ -360,7 +360,7 @@ mod tests {
         assert!(matches!(outcome, LaunchOutcome::Ready { .. }), "{outcome:?}");
         let prompts: Vec<Vec<u32>> = (0..6u32).map(|i| (0..3 + 5 * i).map(|j| 3 + (i * 13 + j * 7) % 60).collect()).collect();
         let mut out = std::collections::BTreeMap::<u64, Vec<u32>>::new();
-        let cfg = SchedulerConfig { max_running: 4, chunk: 16 };
+        let cfg = SchedulerConfig { max_running: 4, chunk: 16, graph_max_bs: 4 };
         engine
             .serve_batch(cfg, &mut |batch| {
                 for p in &prompts {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::{Backend, BatchSeq, Mask, PagedSeq};
+use crate::backend::{Backend, BatchSeq, Mask, PagedBatch, PagedSeq};
 use crate::engine::drafter::{AuxRows, DraftState, Drafter};
 use crate::engine::kv_budget::BLOCK_TOKENS;
 use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
@@ -39,14 +39,20 @@ pub struct SchedulerConfig {
     pub max_running: usize,
     /// Most prompt tokens one step prefills, over all sequences.
     pub chunk: usize,
+    /// Decode and verify steps of at most this many sequences run as graph steps, one graph
+    /// per batch size and verify length, where the target runs graphs at all
+    /// (`--cuda-graph-max-bs`; without it, every batch up to `max_running`).
+    pub graph_max_bs: usize,
 }
 
 impl SchedulerConfig {
     pub fn from_spec(spec: &LaunchSpec) -> SchedulerConfig {
+        let max_running = spec.max_running_requests.map_or(DEFAULT_MAX_RUNNING, |n| n as usize).max(1);
         SchedulerConfig {
-            max_running: spec.max_running_requests.map_or(DEFAULT_MAX_RUNNING, |n| n as usize).max(1),
+            max_running,
             // SGLang's -1 (or any value below 1) turns chunking off: a prompt prefills whole.
             chunk: spec.chunked_prefill_size.map_or(PREFILL_CHUNK, |n| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)),
+            graph_max_bs: spec.cuda_graph_max_bs.map_or(max_running, |n| n as usize),
         }
     }
 }
@@ -174,7 +180,7 @@ impl<B: Backend> Scheduler<B> {
             masks,
             stop_ids: tokenizer.stop_ids().to_vec(),
             tokenizer,
-            cfg: SchedulerConfig { max_running, chunk },
+            cfg: SchedulerConfig { max_running, chunk, ..cfg },
             tree_rows,
             target,
             drafter,
@@ -244,6 +250,7 @@ impl<B: Backend> Scheduler<B> {
             }
             slots.push(s.table.slots(s.committed + p.rows));
         }
+        let graph = self.graph_key(&parts);
         self.target.model.inputs().set(&*b, &ids, &positions);
         for (p, mask) in parts.iter().zip(self.masks.iter_mut()) {
             if let Some(t) = p.tree.as_ref().filter(|t| !t.is_chain()) {
@@ -263,12 +270,28 @@ impl<B: Backend> Scheduler<B> {
             })
             .collect();
         let logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
-        self.target.model.forward_batch(&mut self.target.kv, &batch, rows, &logit_rows)?;
+        let paged = PagedBatch::new(&batch, rows);
+        // The table goes up ahead of the forward, which then only enqueues work (the ids and
+        // positions were written above, the argmax reads its logits on the device).
+        b.prepare_paged_batch(&paged);
+        let (Target { model, kv, .. }, argmax) = (&mut self.target, &mut self.argmax);
+        let mut forward = Ok(());
+        let mut step = || {
+            forward = model.forward_batch(kv, &paged, &logit_rows);
+            if forward.is_ok() && !logit_rows.is_empty() {
+                b.argmax(model.logits(), logit_rows.len(), argmax);
+            }
+        };
+        match &graph {
+            Some(key) => b.graph_step(key, &mut step),
+            None => step(),
+        }
+        forward?;
+        drop(paged);
         drop(batch);
         let argmax = if logit_rows.is_empty() {
             Vec::new()
         } else {
-            b.argmax(self.target.model.logits(), logit_rows.len(), &mut self.argmax);
             b.read_ids(&self.argmax, logit_rows.len())?.into_iter().map(|t| t as u32).collect()
         };
         let mut updates = Vec::with_capacity(parts.len());
@@ -292,6 +315,19 @@ impl<B: Backend> Scheduler<B> {
             self.cancel(u.id);
         }
         Ok(updates)
+    }
+
+    /// The graph key of a step whose every part is a chain of the same length over causal
+    /// attention (decode steps, or EAGLE-3 and STANDALONE chain verifies), for a batch the
+    /// graphs cover: the ops and their shapes repeat for the same count and length. Steps
+    /// with a prompt chunk, a tree mask, or verify chains of mixed lengths run eagerly.
+    fn graph_key(&self, parts: &[Part]) -> Option<String> {
+        if self.target.graph_rows == 0 || parts.len() > self.cfg.graph_max_bs {
+            return None;
+        }
+        let rows = parts.first()?.rows;
+        let uniform = parts.iter().all(|p| p.rows == rows && p.tree.as_ref().is_some_and(Tree::is_chain));
+        uniform.then(|| format!("scheduler-step/{}x{rows}", parts.len()))
     }
 
     /// The step's parts: every decoding sequence's verify tree, then prefill chunks in

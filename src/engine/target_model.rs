@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{AttnWindow, Backend, BackendError, BatchSeq, Mask};
+use crate::backend::{AttnWindow, Backend, BackendError, Mask, PagedBatch};
 use crate::engine::deepseek::{DeepseekModel, DeepseekTargetConfig};
 use crate::engine::drafter::TargetHead;
 use crate::engine::kv::{self, KvCache};
@@ -202,19 +202,13 @@ impl<B: Backend> TargetModel<B> {
     }
 
     /// One batched forward of the scheduler's sequences over the paged pool `kv`.
-    pub fn forward_batch(
-        &mut self,
-        kv: &mut KvCache<B>,
-        seqs: &[BatchSeq<'_, B>],
-        rows: usize,
-        logit_rows: &[usize],
-    ) -> Result<(), BackendError> {
+    pub fn forward_batch(&mut self, kv: &mut KvCache<B>, batch: &PagedBatch<'_, B>, logit_rows: &[usize]) -> Result<(), BackendError> {
         match self {
             TargetModel::Llama(m) => {
-                m.forward_batch(kv, seqs, rows, logit_rows);
+                m.forward_batch(kv, batch, logit_rows);
                 Ok(())
             }
-            TargetModel::Deepseek(m) => m.forward_batch(kv, seqs, rows, logit_rows),
+            TargetModel::Deepseek(m) => m.forward_batch(kv, batch.seqs, batch.rows, logit_rows),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::graph::{signature, Gate, Graphs};
 use super::nccl::NcclComm;
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
-use super::sources::{attention_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
+use super::sources::{attention_kernel, heads_per_block, prefill_mma_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
 use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{
@@ -37,6 +37,9 @@ const PREFILL_ATTENTION_WARPS: u32 = 4;
 /// that sees V keys uses min(this, V / ATTENTION_SPLIT_KEYS)): 16 blocks of 16 warps give a
 /// 32K-token decode of 32 heads four waves of the H200's 132 SMs.
 const ATTENTION_SPLITS: usize = 16;
+/// Fewest working blocks a step-attention launch must keep to take grouped heads (half
+/// the H200's SMs; `CudaBackend::heads_per_block`).
+const GROUPED_MIN_BLOCKS: usize = 64;
 /// Keys per split, as kernels/attention.cu's ATTENTION_SPLIT_KEYS.
 const ATTENTION_SPLIT_KEYS: usize = 2048;
 /// (row, head) pairs whose split states the attention scratch holds at once; a launch
@@ -50,6 +53,10 @@ const PREFILL_TILE_Q: usize = 16;
 const PREFILL_TILE_K: usize = 32;
 const PREFILL_WARPS: u32 = 4;
 const PREFILL_MAX_HEAD: usize = 128;
+/// kernels/attention.cu's tensor-core prefill: queries and keys a tile, warps a block.
+const PREFILL_MMA_TILE_Q: usize = 64;
+const PREFILL_MMA_TILE_K: usize = 32;
+const PREFILL_MMA_WARPS: u32 = 4;
 /// Threads per block of the chunked argmax, softmax and top-k.
 const CHUNK_THREADS: u32 = 256;
 /// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
@@ -289,9 +296,13 @@ impl CudaBackend {
             g,
             [Arg::I32(row0 as i32), Arg::I32(queries as i32), Arg::I32(visible0 as i32), table.map_or(NULL, Arg::Ptr)],
         );
-        let shared = (2 * PREFILL_TILE_K * g.head_dim * 4) as u32;
-        let grid = (g.heads as u32, queries.div_ceil(PREFILL_TILE_Q) as u32);
-        self.kernel(PREFILL_ATTENTION_KERNEL, grid, PREFILL_WARPS * 32, shared, &mut args, None);
+        // Shared memory: the K and V tiles (the tensor-core kernel's rows 4 floats longer).
+        let (kernel, tile_q, warps, shared) = match prefill_mma_kernel(g.head_dim) {
+            Some(kernel) => (kernel, PREFILL_MMA_TILE_Q, PREFILL_MMA_WARPS, 2 * PREFILL_MMA_TILE_K * (g.head_dim + 4) * 4),
+            None => (PREFILL_ATTENTION_KERNEL, PREFILL_TILE_Q, PREFILL_WARPS, 2 * PREFILL_TILE_K * g.head_dim * 4),
+        };
+        let grid = (g.heads as u32, queries.div_ceil(tile_q) as u32);
+        self.kernel(kernel, grid, warps * 32, shared as u32, &mut args, None);
     }
 
     /// Whether a forward of `queries` queries takes the tiled prefill kernel: a prompt chunk,
@@ -303,6 +314,30 @@ impl CudaBackend {
     /// The device address of `batch`'s table, uploaded by the first layer of its forward.
     fn upload_paged_table(&self, batch: &PagedBatch<'_, Self>) -> Option<u64> {
         self.upload_table(&self.paged_table, batch.id, &batch.table)
+    }
+
+    /// Query heads one step-attention block of `rows` queries over up to `keys` keys takes:
+    /// `sources::heads_per_block`'s where the grouped blocks are still many, else one (and
+    /// one when the knob asks). Grouping reads each K and V row from L2 once for its heads,
+    /// which pays for a batch or a long context, but a short batch-1 decode then runs on a
+    /// few heavier blocks (4 heads a block made the 8B shape's decode 5 % slower:
+    /// testdata/gpu/run-20/NOTES.md). Every count sums the same bits; a graph step whose
+    /// count changes is recorded afresh.
+    fn heads_per_block(&self, g: &AttnGeometry, rows: usize, keys: usize) -> usize {
+        let grouped = heads_per_block(g.head_dim, g.heads, g.kv_heads);
+        let splits = (keys / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS);
+        let blocks = rows * g.heads / grouped * splits;
+        if Knobs::get().grouped_attention && blocks >= GROUPED_MIN_BLOCKS {
+            grouped
+        } else {
+            1
+        }
+    }
+
+    /// The device address of `batch`'s table when it is already there.
+    fn uploaded_paged_table(&self, batch: &PagedBatch<'_, Self>) -> Option<u64> {
+        let t = self.paged_table.lock().unwrap_or_else(|e| e.into_inner());
+        t.buf.as_ref().filter(|_| t.batch == Some(batch.id)).map(|b| b.ptr())
     }
 
     /// The device address of an MLA forward's slot table, uploaded by its first layer.
@@ -826,9 +861,14 @@ impl Backend for CudaBackend {
         // By the query count alone, so that a verify tree sums as decode steps do and a
         // tensor-parallel rank (fewer heads) as the whole model does.
         let warps = if step { ATTENTION_WARPS } else { PREFILL_ATTENTION_WARPS };
-        let shared = warps * (g.head_dim as u32 + 2) * 4;
-        let grid = ((g.heads * splits) as u32, window.queries as u32);
-        self.kernel(attention_kernel(g.head_dim, false), grid, warps * 32, shared, &mut args, Some(dynamic));
+        let per_block = self.heads_per_block(g, window.queries, window.prefix + window.region);
+        let shared = per_block as u32 * warps * (g.head_dim as u32 + 2) * 4;
+        let grid = ((g.heads / per_block * splits) as u32, window.queries as u32);
+        self.kernel(attention_kernel(g.head_dim, per_block, false), grid, warps * 32, shared, &mut args, Some(dynamic));
+    }
+
+    fn prepare_paged_batch(&self, batch: &PagedBatch<'_, Self>) {
+        self.upload_paged_table(batch);
     }
 
     fn paged_attention_batch(
@@ -841,12 +881,17 @@ impl Backend for CudaBackend {
         scratch: &mut PagedScratch<Self>,
         out: &mut CudaTensor,
     ) {
-        // Trees (explicit masks) and steps being captured go one sequence at a time.
+        // Trees (explicit masks), and graph steps whose table was not uploaded ahead
+        // (`prepare_paged_batch`), go one sequence at a time.
         let tree = batch.seqs.iter().any(|s| matches!(s.mask, Mask::Explicit(_)));
-        if tree || self.graphs.in_step() || g.head_dim > 256 {
+        let graph = self.graphs.in_step();
+        let table = match graph {
+            true => self.uploaded_paged_table(batch),
+            false => self.upload_paged_table(batch),
+        };
+        let Some(table) = table.filter(|_| !tree && g.head_dim <= 256) else {
             return paged_attention_per_seq(self, q, new_kv, cache, g, batch, scratch, out);
-        }
-        let Some(table) = self.upload_paged_table(batch) else { return };
+        };
         let width = new_kv.0.cols;
         let mut store = [
             Arg::Ptr(new_kv.0.buf.ptr()),
@@ -871,9 +916,12 @@ impl Backend for CudaBackend {
                 step_runs.push((row, queries));
             }
         }
-        let splits = (batch.max_visible / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS);
+        // A graph replays at every length, so it launches the most splits (a query uses as
+        // many as its own keys call for, either way).
+        let splits = if graph { ATTENTION_SPLITS } else { (batch.max_visible / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS) };
         let chunk = if splits > 1 { (SPLIT_PAIRS / g.heads).max(1) } else { batch.rows };
-        let shared = ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
+        let per_block = self.heads_per_block(g, batch.rows, batch.max_visible);
+        let shared = per_block as u32 * ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
         for (start, len) in step_runs {
             for row_base in (start..start + len).step_by(chunk) {
                 let mut args = attention_args(
@@ -889,8 +937,8 @@ impl Backend for CudaBackend {
                         Arg::Ptr(self.split_counters.ptr()),
                     ],
                 );
-                let grid = ((g.heads * splits) as u32, chunk.min(start + len - row_base) as u32);
-                self.kernel(attention_kernel(g.head_dim, true), grid, ATTENTION_WARPS * 32, shared, &mut args, None);
+                let grid = ((g.heads / per_block * splits) as u32, chunk.min(start + len - row_base) as u32);
+                self.kernel(attention_kernel(g.head_dim, per_block, true), grid, ATTENTION_WARPS * 32, shared, &mut args, None);
             }
         }
     }
@@ -1117,6 +1165,9 @@ mod tests {
         assert_eq!(define("PREFILL_TILE_Q"), PREFILL_TILE_Q);
         assert_eq!(define("PREFILL_TILE_K"), PREFILL_TILE_K);
         assert_eq!(define("PREFILL_WARPS"), PREFILL_WARPS as usize);
+        assert_eq!(define("PREFILL_MMA_TILE_Q"), PREFILL_MMA_TILE_Q);
+        assert_eq!(define("PREFILL_MMA_TILE_K"), PREFILL_MMA_TILE_K);
+        assert_eq!(define("PREFILL_MMA_WARPS"), PREFILL_MMA_WARPS as usize);
         assert_eq!(define("ATTENTION_MAX_THREADS"), (ATTENTION_WARPS * 32) as usize);
     }
 }

@@ -27,8 +27,10 @@ macro_rules! kernel_source {
 }
 
 /// attention.cu's entry points: by a lane's share of a head, ceil(head_dim / 32) = 1 .. 8,
-/// over contiguous slots, then over a paged pool; last the tiled prefill kernel.
-pub const ATTENTION_KERNELS: [&str; 17] = [
+/// over contiguous slots, then over a paged pool, one head a block; then blocks of 2 heads
+/// (heads of 128), contiguous then paged; last the tiled prefill kernels (on the
+/// tensor cores for heads of 64 and 128, else on the CUDA cores).
+pub const ATTENTION_KERNELS: [&str; 21] = [
     "attention_f32_p1",
     "attention_f32_p2",
     "attention_f32_p3",
@@ -45,14 +47,43 @@ pub const ATTENTION_KERNELS: [&str; 17] = [
     "paged_attention_f32_p6",
     "paged_attention_f32_p7",
     "paged_attention_f32_p8",
+    "attention_f32_p4_g2",
+    "paged_attention_f32_p4_g2",
     PREFILL_ATTENTION_KERNEL,
+    "prefill_attention_tf32_d64",
+    "prefill_attention_tf32_d128",
 ];
 
 pub const PREFILL_ATTENTION_KERNEL: &str = "prefill_attention_f32";
 
-/// The attention kernel for `head_dim` (at most 256), over a paged pool or contiguous slots.
-pub fn attention_kernel(head_dim: usize, paged: bool) -> &'static str {
-    ATTENTION_KERNELS[usize::from(paged) * 8 + head_dim.div_ceil(32).max(1) - 1]
+/// The tensor-core prefill kernel for `head_dim`, when there is one.
+pub fn prefill_mma_kernel(head_dim: usize) -> Option<&'static str> {
+    match head_dim {
+        64 => Some(ATTENTION_KERNELS[19]),
+        128 => Some(ATTENTION_KERNELS[20]),
+        _ => None,
+    }
+}
+
+/// Query heads one step-attention block may take: 2 where they divide the heads sharing a
+/// KV head and a kernel has it (heads 128 wide), else 1. Each head sums the same whatever
+/// the count, so this only decides how often a KV row is read.
+pub fn heads_per_block(head_dim: usize, heads: usize, kv_heads: usize) -> usize {
+    let group = heads / kv_heads.max(1);
+    if head_dim == 128 && group % 2 == 0 {
+        2
+    } else {
+        1
+    }
+}
+
+/// The step-attention kernel for `head_dim` (at most 256) and `heads_per_block`'s count,
+/// over a paged pool or contiguous slots.
+pub fn attention_kernel(head_dim: usize, heads_per_block: usize, paged: bool) -> &'static str {
+    match heads_per_block {
+        2 if head_dim == 128 => ATTENTION_KERNELS[16 + usize::from(paged)],
+        _ => ATTENTION_KERNELS[usize::from(paged) * 8 + head_dim.div_ceil(32).max(1) - 1],
+    }
 }
 
 pub const SOURCES: &[KernelSource] = &[
@@ -155,21 +186,25 @@ mod tests {
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
     /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS; attention.cu's
-    /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share.
+    /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share and heads a
+    /// block, PREFILL_MMA_ENTRY a tensor-core prefill kernel per head width.
     /// What the kernel regex finds inside a macro instead of a kernel's name: gemv.cu's
     /// parameter `NAME`, and `__launch_bounds__` where attention.cu pastes the name
-    /// (`attention_f32_p##PER`). The stamped names are added from the macros' uses.
+    /// (`attention_f32##NAME`). The stamped names are added from the macros' uses.
     const MACRO_MATCHES: [&str; 2] = ["NAME", "__launch_bounds__"];
 
     #[test]
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
-        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\d+),").unwrap();
+        let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
+        let prefill = regex::Regex::new(r"(?m)^PREFILL_MMA_ENTRY\((\d+)\)").unwrap();
         for src in SOURCES {
             let mut found: Vec<&str> =
                 re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| !MACRO_MATCHES.contains(n)).collect();
             let stamped: Vec<String> =
-                entry.captures_iter(src.text).flat_map(|c| ["", "paged_"].map(|kind| format!("{kind}attention_f32_p{}", &c[1]))).collect();
+                entry.captures_iter(src.text).flat_map(|c| ["", "paged_"].map(|kind| format!("{kind}attention_f32{}", &c[1]))).collect();
+            found.extend(stamped.iter().map(String::as_str));
+            let stamped: Vec<String> = prefill.captures_iter(src.text).map(|c| format!("prefill_attention_tf32_d{}", &c[1])).collect();
             found.extend(stamped.iter().map(String::as_str));
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
@@ -185,7 +220,8 @@ mod tests {
     /// Every kernel is launched with programmatic dependent launch allowed, so each must
     /// wait for the previous kernel before it reads what that one wrote: a kernel written
     /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
-    /// reach `pdl_wait` through `gemv_tile`, `attend_window` and `attend_paged`, which the GPU checks cover).
+    /// reach `pdl_wait` through `gemv_tile`, `attend_window` and `attend_paged`, which the GPU checks cover,
+    /// or call `pdl_enter` in the macro's own body, as PREFILL_MMA_ENTRY does).
     #[test]
     fn every_written_out_kernel_waits_for_the_one_before() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
@@ -205,6 +241,32 @@ mod tests {
             let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
             let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");
+        }
+        let attention = source_of("prefill_attention_tf32_d128").unwrap().text;
+        let mma_entry = &attention[attention.find("#define PREFILL_MMA_ENTRY").unwrap()..];
+        assert!(mma_entry[..mma_entry.find("\nPREFILL_MMA_ENTRY(").unwrap()].contains("pdl_enter()"), "PREFILL_MMA_ENTRY never waits");
+    }
+
+    /// Each geometry gets the kernel of its lane share and heads a block, and a geometry no
+    /// grouped kernel takes gets one head a block.
+    #[test]
+    fn step_attention_kernels_by_geometry() {
+        // (head_dim, heads, kv_heads) -> (heads a block, contiguous kernel, paged kernel)
+        let cases = [
+            ((128, 32, 8), (2, "attention_f32_p4_g2", "paged_attention_f32_p4_g2")),
+            ((64, 32, 8), (1, "attention_f32_p2", "paged_attention_f32_p2")),
+            ((128, 12, 2), (2, "attention_f32_p4_g2", "paged_attention_f32_p4_g2")),
+            ((128, 28, 4), (1, "attention_f32_p4", "paged_attention_f32_p4")),
+            ((112, 4, 2), (1, "attention_f32_p4", "paged_attention_f32_p4")),
+            ((64, 9, 3), (1, "attention_f32_p2", "paged_attention_f32_p2")),
+            ((128, 8, 8), (1, "attention_f32_p4", "paged_attention_f32_p4")),
+            ((80, 2, 1), (1, "attention_f32_p3", "paged_attention_f32_p3")),
+            ((256, 8, 2), (1, "attention_f32_p8", "paged_attention_f32_p8")),
+        ];
+        for ((head_dim, heads, kv_heads), (per_block, contiguous, paged)) in cases {
+            assert_eq!(heads_per_block(head_dim, heads, kv_heads), per_block, "{head_dim} {heads} {kv_heads}");
+            assert_eq!(attention_kernel(head_dim, per_block, false), contiguous);
+            assert_eq!(attention_kernel(head_dim, per_block, true), paged);
         }
     }
 

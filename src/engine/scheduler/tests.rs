@@ -86,7 +86,7 @@ fn batched(
     })
 }
 
-const EIGHT: SchedulerConfig = SchedulerConfig { max_running: 8, chunk: 512 };
+const EIGHT: SchedulerConfig = SchedulerConfig { max_running: 8, chunk: 512, graph_max_bs: 8 };
 
 #[test]
 fn eight_concurrent_requests_each_equal_their_sequential_answer() {
@@ -118,7 +118,9 @@ fn a_tree_at_batch_one_equals_the_batch_one_path() {
 #[test]
 fn chunked_prefill_equals_unchunked() {
     let unchunked = batched(&mut launched(Algorithm::Eagle3, |_| {}).engine, EIGHT, &prompts()).0;
-    let chunked = batched(&mut launched(Algorithm::Eagle3, |_| {}).engine, SchedulerConfig { max_running: 3, chunk: 7 }, &prompts()).0;
+    let chunked =
+        batched(&mut launched(Algorithm::Eagle3, |_| {}).engine, SchedulerConfig { max_running: 3, chunk: 7, graph_max_bs: 3 }, &prompts())
+            .0;
     assert_eq!(chunked, unchunked);
 }
 
@@ -140,7 +142,7 @@ fn prefill_without_chunking_is_sized_by_the_context() {
 #[test]
 fn finished_and_cancelled_requests_free_their_blocks_at_once() {
     let mut l = launched(Algorithm::Eagle3, |_| {});
-    scheduled(&mut l.engine, SchedulerConfig { max_running: 2, chunk: 512 }, |s| {
+    scheduled(&mut l.engine, SchedulerConfig { max_running: 2, chunk: 512, graph_max_bs: 2 }, |s| {
         let (free, total) = s.blocks();
         assert_eq!(free, total);
         // 40 prompt + 12 output + 4 verify slots = 56 tokens: 4 blocks; 5 + 12 + 4 = 21: 2 blocks.
