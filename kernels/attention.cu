@@ -1,4 +1,5 @@
-// Flash-style attention over a layer's KV cache (f32 [slots, kv_heads * head_dim]), one
+// Flash-style attention over a layer's KV cache (bf16 [slots, kv_heads * head_dim], each
+// value widened to f32 as it is loaded, which is exact; q, the sums and the output are f32), one
 // kernel for prefill (causal), decode (one query) and tree verification (an explicit
 // mask), and one for a batch of sequences over a paged pool. It never materialises the
 // scores: each warp keeps a running max and sum (online softmax) and the warps' states are
@@ -33,16 +34,33 @@
 // Keys per split of a long query (see above); the host sizes its split grid by the same number.
 #define ATTENTION_SPLIT_KEYS 2048
 
+// A bf16 value widened to f32: a bf16 is the upper half of an f32, so this is exact.
+__device__ __forceinline__ float widen_low(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float widen_high(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+// Four (two) consecutive values as f32: q and activations are f32, K and V bf16 (from an
+// 8- or 4-byte-aligned address, widened as they arrive).
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float4 load4(const bf16* p) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    return make_float4(widen_low(u.x), widen_high(u.x), widen_low(u.y), widen_high(u.y));
+}
+__device__ __forceinline__ float2 load2(const bf16* p) {
+    const unsigned u = *reinterpret_cast<const unsigned*>(p);
+    return make_float2(widen_low(u), widen_high(u));
+}
+
 // The lane's `count` (<= PER) elements, the rest zero. WIDE: every lane holds a full run
-// (head_dim == 32 * PER, which also aligns each run), loaded in 16- or 8-byte pieces where
-// PER allows; otherwise element by element. Without a branch either way: the loads of a
-// group of keys stay together.
-template <int PER, bool WIDE>
-__device__ __forceinline__ void load_lane(const float* p, int count, float (&v)[PER]) {
+// (head_dim == 32 * PER, which also aligns each run), loaded in pieces of 4 or 2 values
+// where PER allows; otherwise element by element. Without a branch either way: the loads
+// of a group of keys stay together.
+template <int PER, bool WIDE, typename T>
+__device__ __forceinline__ void load_lane(const T* p, int count, float (&v)[PER]) {
     if (WIDE && PER % 4 == 0) {
 #pragma unroll
         for (int e = 0; e < PER / 4; ++e) {
-            const float4 f = reinterpret_cast<const float4*>(p)[e];
+            const float4 f = load4(p + 4 * e);
             v[4 * e] = f.x;
             v[4 * e + 1] = f.y;
             v[4 * e + 2] = f.z;
@@ -51,13 +69,13 @@ __device__ __forceinline__ void load_lane(const float* p, int count, float (&v)[
     } else if (WIDE && PER % 2 == 0) {
 #pragma unroll
         for (int e = 0; e < PER / 2; ++e) {
-            const float2 f = reinterpret_cast<const float2*>(p)[e];
+            const float2 f = load2(p + 2 * e);
             v[2 * e] = f.x;
             v[2 * e + 1] = f.y;
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < PER; ++e) v[e] = WIDE || e < count ? p[e] : 0.f;
+        for (int e = 0; e < PER; ++e) v[e] = WIDE || e < count ? to_f32(p[e]) : 0.f;
     }
 }
 
@@ -118,7 +136,7 @@ struct Splits {
 // once per head, which bounded batched and long-context decode). Each head's sums are
 // formed exactly as a block of its own forms them.
 template <int PER, int KG, bool WIDE, int HG>
-__device__ __forceinline__ void attend_keys(const float* q, const float* k, const float* v, float* o, int heads, int kv_heads,
+__device__ __forceinline__ void attend_keys(const float* q, const bf16* k, const bf16* v, float* o, int heads, int kv_heads,
                                             int head_dim, float scale, const Keys keys, int pair, Splits splits) {
     extern __shared__ float smem[];
     __shared__ int s_last;
@@ -132,8 +150,8 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
     // of 32 the last lanes hold fewer (or none).
     const int count = max(0, min(PER, head_dim - lane * PER));
     const long long kv_width = (long long)kv_heads * head_dim;
-    const float* kbase = k + (long long)kvh * head_dim + lane * PER;
-    const float* vbase = v + (long long)kvh * head_dim + lane * PER;
+    const bf16* kbase = k + (long long)kvh * head_dim + lane * PER;
+    const bf16* vbase = v + (long long)kvh * head_dim + lane * PER;
 
     float qv[HG][PER], acc[HG][PER], m[HG], l[HG];
 #pragma unroll
@@ -294,7 +312,7 @@ __device__ __forceinline__ void attend_keys(const float* q, const float* k, cons
 }
 
 template <int PER, int KG, int HG>
-__device__ __forceinline__ void attend(const float* q, const float* k, const float* v, float* o, int heads, int kv_heads,
+__device__ __forceinline__ void attend(const float* q, const bf16* k, const bf16* v, float* o, int heads, int kv_heads,
                                        int head_dim, float scale, const Keys& keys, int pair, Splits splits) {
     // Heads of 32 * PER (64, 128, ...) fill every lane's run: no per-element checks there.
     if (head_dim == 32 * PER) {
@@ -305,7 +323,7 @@ __device__ __forceinline__ void attend(const float* q, const float* k, const flo
 }
 
 template <int PER, int KG, int HG>
-__device__ __forceinline__ void attend_window(const float* q, const float* k, const float* v, float* out, int heads,
+__device__ __forceinline__ void attend_window(const float* q, const bf16* k, const bf16* v, float* out, int heads,
                                               int kv_heads, int head_dim, float scale, int prefix_arg, int region_arg,
                                               int queries, const int* window, const int* mask, int splits,
                                               float* partial, int* counters) {
@@ -320,7 +338,7 @@ __device__ __forceinline__ void attend_window(const float* q, const float* k, co
 }
 
 template <int PER, int KG, int HG>
-__device__ __forceinline__ void attend_paged(const float* q, const float* k, const float* v, float* out, int heads,
+__device__ __forceinline__ void attend_paged(const float* q, const bf16* k, const bf16* v, float* out, int heads,
                                              int kv_heads, int head_dim, float scale, const int* table, int row_base,
                                              int splits, float* partial, int* counters) {
     pdl_enter();
@@ -339,14 +357,14 @@ __device__ __forceinline__ void attend_paged(const float* q, const float* k, con
 // the one-head kernel. Each compiled entry adds to a cold start's kernel compile.
 #define ATTENTION_ENTRY(NAME, PER, KG, HG)                                                                             \
     extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) attention_f32##NAME(                           \
-        const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
+        const float* q, const bf16* k, const bf16* v, float* out, int heads, int kv_heads, int head_dim, float scale,   \
         int prefix_arg, int region_arg, int queries, const int* window, const int* mask, int splits, float* partial,    \
         int* counters) {                                                                                                \
         attend_window<PER, KG, HG>(q, k, v, out, heads, kv_heads, head_dim, scale, prefix_arg, region_arg, queries,     \
                                    window, mask, splits, partial, counters);                                            \
     }                                                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATTENTION_MAX_THREADS) paged_attention_f32##NAME(                     \
-        const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
+        const float* q, const bf16* k, const bf16* v, float* out, int heads, int kv_heads, int head_dim, float scale,   \
         const int* table, int row_base, int splits, float* partial, int* counters) {                                    \
         attend_paged<PER, KG, HG>(q, k, v, out, heads, kv_heads, head_dim, scale, table, row_base, splits, partial,     \
                                   counters);                                                                            \
@@ -382,9 +400,9 @@ ATTENTION_ENTRY(_p4_g2, 4, 8, 2)
 // Keys [base, base + PREFILL_TILE_K) of one KV head into shared memory (zeros past `keys`).
 // A thread's loads are all issued before its first store, so they are in flight together:
 // loading element by element, each waiting on the last, made the tile loads most of a
-// prefill's time. WIDE (head_dim 128): float4 pieces, PREFILL_TILE_K * 32 / blockDim each.
+// prefill's time. WIDE (head_dim 128): pieces of 4 values (8 bytes of bf16), PREFILL_TILE_K * 32 / blockDim each.
 template <bool WIDE>
-__device__ __forceinline__ void load_tile(const float* k, const float* v, float* ks, float* vs, int base, int keys,
+__device__ __forceinline__ void load_tile(const bf16* k, const bf16* v, float* ks, float* vs, int base, int keys,
                                           const int* slots, long long head_at, long long kv_width, int head_dim) {
     if constexpr (WIDE) {
         constexpr int PIECES = PREFILL_TILE_K * 32 / (PREFILL_WARPS * 32);
@@ -395,8 +413,8 @@ __device__ __forceinline__ void load_tile(const float* k, const float* v, float*
             kp[r] = vp[r] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (base + j < keys) {
                 const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
-                kp[r] = reinterpret_cast<const float4*>(k + row)[c];
-                vp[r] = reinterpret_cast<const float4*>(v + row)[c];
+                kp[r] = load4(k + row + 4 * c);
+                vp[r] = load4(v + row + 4 * c);
             }
         }
 #pragma unroll
@@ -411,8 +429,8 @@ __device__ __forceinline__ void load_tile(const float* k, const float* v, float*
             float kv_k = 0.f, kv_v = 0.f;
             if (base + j < keys) {
                 const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
-                kv_k = k[row + e];
-                kv_v = v[row + e];
+                kv_k = to_f32(k[row + e]);
+                kv_v = to_f32(v[row + e]);
             }
             ks[i] = kv_k;
             vs[i] = kv_v;
@@ -421,7 +439,7 @@ __device__ __forceinline__ void load_tile(const float* k, const float* v, float*
 }
 
 template <bool WIDE>
-__device__ __forceinline__ void prefill_tiles(const float* q, const float* k, const float* v, float* out, int heads,
+__device__ __forceinline__ void prefill_tiles(const float* q, const bf16* k, const bf16* v, float* out, int heads,
                                               int kv_heads, int head_dim, float scale, int row0, int queries,
                                               int visible0_arg, const int* table) {
     constexpr int QW = PREFILL_TILE_Q / PREFILL_WARPS;
@@ -515,7 +533,7 @@ __device__ __forceinline__ void prefill_tiles(const float* q, const float* k, co
 }
 
 extern "C" __global__ void __launch_bounds__(PREFILL_WARPS * 32)
-    prefill_attention_f32(const float* q, const float* k, const float* v, float* out, int heads, int kv_heads,
+    prefill_attention_f32(const float* q, const bf16* k, const bf16* v, float* out, int heads, int kv_heads,
                           int head_dim, float scale, int row0, int queries, int visible0_arg, const int* table) {
     pdl_enter();
     // Heads of 128 fill every lane's run: no per-element checks there.
@@ -541,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(PREFILL_WARPS * 32)
 #define PREFILL_MMA_WARPS 4
 
 template <int D>
-__device__ __forceinline__ void prefill_mma(const float* q, const float* k, const float* v, float* out, int heads,
+__device__ __forceinline__ void prefill_mma(const float* q, const bf16* k, const bf16* v, float* out, int heads,
                                             int kv_heads, float scale, int row0, int queries, int visible0_arg,
                                             const int* table) {
     constexpr int S = D + 4, KT = PREFILL_MMA_TILE_K, NT = KT / 8, DT = D / 8;
@@ -594,8 +612,8 @@ __device__ __forceinline__ void prefill_mma(const float* q, const float* k, cons
                 kp[r] = vp[r] = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (base + j < keys) {
                     const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
-                    kp[r] = reinterpret_cast<const float4*>(k + row)[c];
-                    vp[r] = reinterpret_cast<const float4*>(v + row)[c];
+                    kp[r] = load4(k + row + 4 * c);
+                    vp[r] = load4(v + row + 4 * c);
                 }
             }
             auto rounded = [](float4 f) {
@@ -680,7 +698,7 @@ __device__ __forceinline__ void prefill_mma(const float* q, const float* k, cons
 
 #define PREFILL_MMA_ENTRY(D)                                                                                           \
     extern "C" __global__ void __launch_bounds__(PREFILL_MMA_WARPS * 32) prefill_attention_tf32_d##D(                   \
-        const float* q, const float* k, const float* v, float* out, int heads, int kv_heads, int head_dim, float scale, \
+        const float* q, const bf16* k, const bf16* v, float* out, int heads, int kv_heads, int head_dim, float scale,   \
         int row0, int queries, int visible0_arg, const int* table) {                                                   \
         pdl_enter();                                                                                                    \
         prefill_mma<D>(q, k, v, out, heads, kv_heads, scale, row0, queries, visible0_arg, table);                       \

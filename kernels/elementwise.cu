@@ -33,14 +33,29 @@ extern "C" __global__ void f32_to_bf16(const float* src, bf16* dst, long long le
 
 // dst[dst_start + r] = src[src_start + r] for r < rows (same width). The starts come from
 // `starts` ([src_start, dst_start] on the device) when it is not NULL, so a replayed graph
-// writes the KV cache at the new position.
-extern "C" __global__ void copy_rows_f32(const float* src, float* dst, int cols, int rows, int src_start_arg,
-                                         int dst_start_arg, const int* starts) {
-    pdl_enter();
+// writes the KV cache at the new position. The row kernels here (copy, gather, move) also
+// move the rows of a bf16 KV cache as they are, two values to a float slot (the host halves
+// `cols`).
+template <typename T>
+__device__ __forceinline__ void copy_rows(const float* src, T* dst, int cols, int rows, int src_start_arg,
+                                          int dst_start_arg, const int* starts) {
     const long long src_start = starts ? starts[0] : src_start_arg;
     const long long dst_start = starts ? starts[1] : dst_start_arg;
     const long long len = (long long)rows * cols;
-    GRID_STRIDE(i, len) dst[dst_start * cols + i] = src[src_start * cols + i];
+    GRID_STRIDE(i, len) put(dst + dst_start * cols + i, src[src_start * cols + i]);
+}
+
+extern "C" __global__ void copy_rows_f32(const float* src, float* dst, int cols, int rows, int src_start_arg,
+                                         int dst_start_arg, const int* starts) {
+    pdl_enter();
+    copy_rows(src, dst, cols, rows, src_start_arg, dst_start_arg, starts);
+}
+
+// copy_rows_f32 into a bf16 KV cache: each value rounded to nearest even.
+extern "C" __global__ void copy_rows_to_bf16(const float* src, bf16* dst, int cols, int rows, int src_start_arg,
+                                             int dst_start_arg, const int* starts) {
+    pdl_enter();
+    copy_rows(src, dst, cols, rows, src_start_arg, dst_start_arg, starts);
 }
 
 // dst[r, dst_col + c] = src[r, c] for r < rows, c < src_cols (concatenating features).
@@ -74,17 +89,17 @@ extern "C" __global__ void move_rows_f32(float* t, int cols, const int* params, 
     }
 }
 
-// A batched forward's new K and V rows into the pool: row r goes to the slot of its own
+// A batched forward's new K and V rows into the pool (bf16): row r goes to the slot of its own
 // token, the last slot it sees in paged attention's table (kernels/attention.cu). Grid:
 // the forward's rows (one that belongs to no sequence sees no keys and stores nothing).
-extern "C" __global__ void store_kv_paged_f32(const float* k_new, const float* v_new, float* k_cache, float* v_cache,
+extern "C" __global__ void store_kv_paged_f32(const float* k_new, const float* v_new, bf16* k_cache, bf16* v_cache,
                                               int width, const int* table) {
     pdl_enter();
     const long long r = blockIdx.x;
     if (table[2 * r] == 0) return;
     const long long slot = table[table[2 * r + 1] + table[2 * r] - 1];
     for (int c = threadIdx.x; c < width; c += blockDim.x) {
-        k_cache[slot * width + c] = k_new[r * width + c];
-        v_cache[slot * width + c] = v_new[r * width + c];
+        put(k_cache + slot * width + c, k_new[r * width + c]);
+        put(v_cache + slot * width + c, v_new[r * width + c]);
     }
 }

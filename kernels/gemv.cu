@@ -59,8 +59,8 @@ struct RopeArgs {
     const int* positions;
     int head_dim;
     int interleaved;
-    float* k_cache;
-    float* v_cache;
+    bf16* k_cache;
+    bf16* v_cache;
     int slot_arg;
     const int* slot_dev;
 };
@@ -218,34 +218,40 @@ __device__ __forceinline__ void slice_in_registers(const GemvArgs& a, const bf16
 }
 
 // The rope launch's outputs: q rotated into y (segment 0); k rotated (segment 1) and v
-// (segment 2) into cache rows slot + row. Thread o < 8 of a tile's 16 rows finishes the
-// RoPE pair (o, o + 8).
+// (segment 2) into the bf16 cache rows slot + row. Thread o < 8 of a tile's 16 rows
+// finishes the RoPE pair (o, o + 8).
 template <int MT>
 __device__ __forceinline__ void rope_epilogue(const GemvArgs& a, const float* part, int seg, int first, const bf16* bias,
                                               float* y, int n_seg) {
     const RopeArgs& r = a.rope;
     const int slot = r.slot_dev ? r.slot_dev[0] : r.slot_arg;
-    float* cache = seg == 1 ? r.k_cache : r.v_cache;
+    bf16* cache = seg == 1 ? r.k_cache : r.v_cache;
     const int half = r.head_dim / 2;
     for (int o = threadIdx.x; o < MT * 8 * 8; o += blockDim.x) {
         const int i = o / 64, row = (o / 8) % 8, tok = o % 8;
         const int start = first + 16 * i;
         if (tok >= a.m_rows || start >= n_seg) continue;
-        float* out = seg == 0 ? y + (long long)tok * n_seg : cache + (long long)(slot + tok) * n_seg;
+        float* q_out = y + (long long)tok * n_seg;
+        bf16* kv_out = cache + (long long)(slot + tok) * n_seg;
         const int f0 = feature_of<Epilogue::QkvRope>(a, seg, start, row);
         const int f1 = feature_of<Epilogue::QkvRope>(a, seg, start, row + 8);
         const float x0 = output_sum<MT>(part, a.slices, i, row, tok) + (bias ? __bfloat162float(bias[f0]) : 0.f);
         const float x1 = output_sum<MT>(part, a.slices, i, row + 8, tok) + (bias ? __bfloat162float(bias[f1]) : 0.f);
         if (seg == 2) {
-            out[f0] = x0;
-            out[f1] = x1;
+            put(kv_out + f0, x0);
+            put(kv_out + f1, x1);
             continue;
         }
         const long long at = (long long)r.positions[tok] * half + 8 * ((start / 16) % (half / 8)) + row;
         float r0, r1;
         rotate_pair(x0, x1, r.cos[at], r.sin[at], r0, r1);
-        out[f0] = r0;
-        out[f1] = r1;
+        if (seg == 0) {
+            q_out[f0] = r0;
+            q_out[f1] = r1;
+        } else {
+            put(kv_out + f0, r0);
+            put(kv_out + f1, r1);
+        }
     }
 }
 
@@ -350,7 +356,7 @@ __device__ void gemv_tile(const GemvArgs& a) {
         const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* wq, const bf16* bq,      \
         float* q_out, int nq, const bf16* wk, const bf16* bk, int nk, const bf16* wv, const bf16* bv,          \
         const float* cos_table, const float* sin_table, const int* positions, int head_dim, int interleaved,   \
-        float* k_cache, float* v_cache, int slot_arg, const int* slot_dev) {                                   \
+        bf16* k_cache, bf16* v_cache, int slot_arg, const int* slot_dev) {                                     \
         gemv_tile<MT, U, Epilogue::QkvRope>({x, m_rows, k_in, slice_cols, slices, {wq, wk, wv}, {bq, bk, bv},  \
                                              {q_out, nullptr, nullptr}, {nq, nk, nk}, {0, 0, 0},                \
                                              {cos_table, sin_table, positions, head_dim, interleaved, k_cache,  \

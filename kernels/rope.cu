@@ -4,9 +4,10 @@
 // rotates (j, j + half); interleaved (GPT-J) rotates (2j, 2j + 1). Positions are read from
 // device memory, so a captured graph replays at new positions.
 
-// Rotate one head in place at `pos`; when `copy` is set, also write the rotated head there.
+// Rotate one head in place at `pos`; when `copy` is set, also write the rotated head there
+// (a bf16 KV cache row, rounded).
 __device__ __forceinline__ void rotate_head(float* head, int head_dim, const float* cos_table, const float* sin_table,
-                                            long long pos, int interleaved, float* copy) {
+                                            long long pos, int interleaved, bf16* copy) {
     const int half = head_dim / 2;
     const float* c = cos_table + pos * half;
     const float* s = sin_table + pos * half;
@@ -18,8 +19,8 @@ __device__ __forceinline__ void rotate_head(float* head, int head_dim, const flo
         head[a] = r0;
         head[b] = r1;
         if (copy) {
-            copy[a] = r0;
-            copy[b] = r1;
+            put(copy + a, r0);
+            put(copy + b, r1);
         }
     }
 }
@@ -32,14 +33,14 @@ extern "C" __global__ void rope_f32(float* x, int cols, int head_dim, const floa
     rotate_head(head, head_dim, cos_table, sin_table, positions[blockIdx.x], interleaved, nullptr);
 }
 
-// One layer's step into its KV cache: rotate q and k in place, and write the rotated k and
-// the v of row r into cache row slot + r. The slot is `slot_arg`, or `*slot_dev` when that
+// One layer's step into its KV cache (bf16): rotate q and k in place, and write the rotated
+// k and the v of row r into cache row slot + r. The slot is `slot_arg`, or `*slot_dev` when that
 // is not NULL (a replayed graph writes at the new position). Grid: (rows, heads + kv_heads):
 // blocks y < heads rotate a q head, the others a k head and move its v head.
 extern "C" __global__ void rope_store_kv_f32(float* q, float* k, const float* v, int heads, int kv_heads,
                                              int head_dim, const float* cos_table, const float* sin_table,
-                                             const int* positions, int interleaved, float* k_cache,
-                                             float* v_cache, int slot_arg, const int* slot_dev) {
+                                             const int* positions, int interleaved, bf16* k_cache,
+                                             bf16* v_cache, int slot_arg, const int* slot_dev) {
     pdl_enter();
     const int row = blockIdx.x, h = blockIdx.y;
     const long long pos = positions[row];
@@ -54,5 +55,5 @@ extern "C" __global__ void rope_store_kv_f32(float* q, float* k, const float* v,
     const long long src = row * kv_width + (long long)kh * head_dim;
     const long long dst = slot * kv_width + (long long)kh * head_dim;
     rotate_head(k + src, head_dim, cos_table, sin_table, pos, interleaved, k_cache + dst);
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) v_cache[dst + i] = v[src + i];
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) put(v_cache + dst + i, v[src + i]);
 }

@@ -155,6 +155,35 @@ fn greedy_speculation_equals_target_only_greedy() {
     assert!(mean > 1.5, "mean accept length {mean}");
 }
 
+/// `--kv-cache-dtype bf16` on the CPU keeps K and V rounded as a GPU's bf16 cache holds them:
+/// the same memory budget holds twice the tokens, and speculation over it is still lossless.
+#[test]
+fn a_bf16_kv_cache_holds_twice_the_tokens_and_speculation_stays_lossless() {
+    let (target, eagle) = family_setups(31).remove(0);
+    let f = folders(&target, &eagle);
+    let (mut eng, mut rx) = engine();
+    let kv_tokens = |events: &[Event]| -> usize {
+        let detail = phases(events).into_iter().find(|(p, s, _)| *p == PhaseId::KvAlloc && *s == PhaseState::Done).unwrap().2.unwrap();
+        detail.strip_prefix("KV cache: ").unwrap().split(' ').next().unwrap().parse().unwrap()
+    };
+    launched(&mut eng, &spec(&f.target, None));
+    let f32_tokens = kv_tokens(&drain(&mut rx));
+    let bf16 = |s: LaunchSpec| LaunchSpec { kv_cache_dtype: Some("bf16".into()), ..s };
+    launched(&mut eng, &bf16(spec(&f.target, None)));
+    let bf16_tokens = kv_tokens(&drain(&mut rx));
+    assert!(bf16_tokens.abs_diff(2 * f32_tokens) <= 16, "{bf16_tokens} bf16 tokens, {f32_tokens} f32");
+    let p = prompt(40, 31, 64);
+    let baseline = run(&mut eng, &p, 40, None);
+    for (dir, algo, shape) in
+        [(&f.eagle, Algorithm::Eagle3, CHAIN), (&f.eagle, Algorithm::Eagle3, TREE), (&f.standalone, Algorithm::Standalone, CHAIN)]
+    {
+        launched(&mut eng, &bf16(spec(&f.target, Some((dir, algo, shape)))));
+        let g = run(&mut eng, &p, 40, None);
+        assert_eq!(g.tokens, baseline.tokens, "{algo:?} {shape:?}");
+        assert!(g.drafted > 0, "{algo:?} {shape:?}: nothing accepted");
+    }
+}
+
 // ---- sampling ------------------------------------------------------------------------------
 
 /// ln Γ(x) (Lanczos, g = 7).
@@ -558,6 +587,14 @@ fn a_launch_reports_what_it_cannot_use_in_the_phase_that_uses_it() {
         states(&events),
         ["preflight:started", "preflight:done", "kernel-compile:skipped", "target-load:started", "target-load:failed"]
     );
+
+    // A KV dtype the engine cannot keep: preflight fails before any weights move, naming the flag.
+    let (finding, events) = launch_failure(&LaunchSpec { kv_cache_dtype: Some("fp8_e4m3".into()), ..spec(&f.target, None) });
+    assert_eq!(
+        (finding.id.as_str(), finding.phase, finding.evidence[0].key.as_str(), &finding.evidence[0].value),
+        (UNREADABLE_INPUT, PhaseId::Preflight, "--kv-cache-dtype", &json!("fp8_e4m3"))
+    );
+    assert_eq!(states(&events), ["preflight:started", "preflight:failed"]);
 
     // A context key of the wrong type: the target loads, kv-alloc fails.
     let file = edit_config(&broken.target, |c| {

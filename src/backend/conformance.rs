@@ -8,8 +8,8 @@ use rand_chacha::ChaCha8Rng;
 use safetensors::tensor::Dtype;
 
 use crate::backend::{
-    AttnGeometry, AttnWindow, Backend, BackendError, BatchSeq, KvStore, Mask, PagedBatch, PagedScratch, PagedSeq, Projection, RopeStyle,
-    RopeTable, Shard, STEP_QUERIES_MAX,
+    kv_tensor_from, AttnGeometry, AttnWindow, Backend, BackendError, BatchSeq, KvDtype, KvStore, Mask, PagedBatch, PagedScratch, PagedSeq,
+    Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
 };
 use crate::model::checkpoint::TensorView;
 
@@ -82,6 +82,17 @@ impl<'a, R: Backend, T: Backend> Pair<'a, R, T> {
     fn tensor(&mut self, rows: usize, cols: usize, scale: f32) -> Result<Tensors<R, T>, BackendError> {
         let data = self.random(rows * cols, scale);
         self.tensor_from(cols, &data)
+    }
+
+    /// A bf16 KV cache on both backends holding `data` rounded (the CPU keeps the rounded
+    /// values in f32, a GPU the bf16 itself).
+    fn kv_tensor(&mut self, rows: usize, cols: usize, scale: f32) -> Result<Tensors<R, T>, BackendError> {
+        let data = self.random(rows * cols, scale);
+        Ok(Both {
+            r: kv_tensor_from(self.r, cols, &data, KvDtype::Bf16)?,
+            t: kv_tensor_from(self.t, cols, &data, KvDtype::Bf16)?,
+            _p: Default::default(),
+        })
     }
 
     fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<Tensors<R, T>, BackendError> {
@@ -230,7 +241,7 @@ fn attention_inputs<B: Backend>(
     fused: bool,
 ) -> Result<[B::Tensor; 3], BackendError> {
     let (mut q, mut k, mut v) = (b.tensor(rows, cols[0])?, b.tensor(rows, cols[1])?, b.tensor(rows, cols[2])?);
-    let (mut kc, mut vc) = (b.tensor_from(cols[1], cache)?, b.tensor_from(cols[2], cache)?);
+    let (mut kc, mut vc) = (kv_tensor_from(b, cols[1], cache, KvDtype::Bf16)?, kv_tensor_from(b, cols[2], cache, KvDtype::Bf16)?);
     let slot = 30;
     let [(wq, bq), (wk, bk), (wv, bv)] = weights;
     let mut qkv = [
@@ -297,8 +308,8 @@ fn fused_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
         let mut q = p.tensor(5, heads * hd, 1.0)?;
         let mut k = p.tensor(5, kv_heads * hd, 1.0)?;
         let v = p.tensor(5, kv_heads * hd, 1.0)?;
-        let mut kc = p.tensor(slots, kv_heads * hd, 1.0)?;
-        let mut vc = p.tensor(slots, kv_heads * hd, 1.0)?;
+        let mut kc = p.kv_tensor(slots, kv_heads * hd, 1.0)?;
+        let mut vc = p.kv_tensor(slots, kv_heads * hd, 1.0)?;
         p.r.rope_store_kv(&mut q.r, &mut k.r, &v.r, &tr, &pos.r, 5, (&mut kc.r, &mut vc.r), 30);
         p.t.rope_store_kv(&mut q.t, &mut k.t, &v.t, &tt, &pos.t, 5, (&mut kc.t, &mut vc.t), 30);
         p.compare(&format!("rope_store_kv {style:?} q"), &q, 5, F32_TOL)?;
@@ -336,8 +347,8 @@ fn attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), B
     for (heads, kv_heads, hd) in [(4usize, 2usize, 64usize), (8, 8, 128), (2, 1, 80)] {
         let g = AttnGeometry { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt() };
         let slots = 400;
-        let k = p.tensor(slots, kv_heads * hd, 1.0)?;
-        let v = p.tensor(slots, kv_heads * hd, 1.0)?;
+        let k = p.kv_tensor(slots, kv_heads * hd, 1.0)?;
+        let v = p.kv_tensor(slots, kv_heads * hd, 1.0)?;
         // Short and long prefixes: a warp's keys make no, one or several full groups.
         let cases: [(&str, AttnWindow); 5] = [
             ("decode", AttnWindow { prefix: 41, region: 1, queries: 1 }),
@@ -387,8 +398,8 @@ const LONG_GEOMETRY: AttnGeometry = AttnGeometry { heads: 8, kv_heads: 2, head_d
 /// Decode and chain-verify queries over thousands of keys.
 fn long_attention_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
     let g = LONG_GEOMETRY;
-    let k = p.tensor(LONG_SLOTS, g.kv_heads * g.head_dim, 1.0)?;
-    let v = p.tensor(LONG_SLOTS, g.kv_heads * g.head_dim, 1.0)?;
+    let k = p.kv_tensor(LONG_SLOTS, g.kv_heads * g.head_dim, 1.0)?;
+    let v = p.kv_tensor(LONG_SLOTS, g.kv_heads * g.head_dim, 1.0)?;
     for w in [AttnWindow { prefix: LONG_SLOTS - 1, region: 1, queries: 1 }, AttnWindow { prefix: 4500, region: 3, queries: 3 }] {
         let q = p.tensor(w.queries, g.heads * g.head_dim, 1.0)?;
         let mut o = p.tensor(w.queries, g.heads * g.head_dim, 0.0)?;
@@ -421,9 +432,7 @@ fn paged_batch_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(),
         row += queries;
     }
     let rows = row;
-    let k = p.tensor(LONG_SLOTS, kv_width, 1.0)?;
-    let v = p.tensor(LONG_SLOTS, kv_width, 1.0)?;
-    let (mut k, mut v) = (k, v);
+    let (mut k, mut v) = (p.kv_tensor(LONG_SLOTS, kv_width, 1.0)?, p.kv_tensor(LONG_SLOTS, kv_width, 1.0)?);
     let new_k = p.tensor(rows, kv_width, 1.0)?;
     let new_v = p.tensor(rows, kv_width, 1.0)?;
     let q = p.tensor(rows, q_width, 1.0)?;
@@ -432,8 +441,8 @@ fn paged_batch_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(),
         parts.iter().map(|&(row, queries, slots)| BatchSeq { seq: PagedSeq { row, queries, slots }, mask: Mask::Causal }).collect();
     let seqs_t: Vec<BatchSeq<'_, T>> =
         parts.iter().map(|&(row, queries, slots)| BatchSeq { seq: PagedSeq { row, queries, slots }, mask: Mask::Causal }).collect();
-    let mut scratch_r = PagedScratch::new(p.r, 100, 6500, &g)?;
-    let mut scratch_t = PagedScratch::new(p.t, 100, 6500, &g)?;
+    let mut scratch_r = PagedScratch::new(p.r, 100, 6500, &g, KvDtype::Bf16)?;
+    let mut scratch_t = PagedScratch::new(p.t, 100, 6500, &g, KvDtype::Bf16)?;
     let (batch_r, batch_t) = (PagedBatch::new(&seqs_r, rows), PagedBatch::new(&seqs_t, rows));
     p.r.paged_attention_batch(&q.r, (&new_k.r, &new_v.r), (&mut k.r, &mut v.r), &g, &batch_r, &mut scratch_r, &mut o.r);
     p.t.paged_attention_batch(&q.t, (&new_k.t, &new_v.t), (&mut k.t, &mut v.t), &g, &batch_t, &mut scratch_t, &mut o.t);
@@ -448,7 +457,8 @@ fn paged_batch_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(),
     let (pool_k, pool_v) = (p.t.read_rows(&k.t, 0, LONG_SLOTS)?, p.t.read_rows(&v.t, 0, LONG_SLOTS)?);
     for &(row, queries, slots) in parts.iter().filter(|(_, queries, _)| *queries <= STEP_QUERIES_MAX) {
         let laid_out = |pool: &[f32]| -> Vec<f32> { slots.iter().flat_map(|&s| pool[s * kv_width..(s + 1) * kv_width].to_vec()).collect() };
-        let (kc, vc) = (p.t.tensor_from(kv_width, &laid_out(&pool_k))?, p.t.tensor_from(kv_width, &laid_out(&pool_v))?);
+        let kc = kv_tensor_from(p.t, kv_width, &laid_out(&pool_k), KvDtype::Bf16)?;
+        let vc = kv_tensor_from(p.t, kv_width, &laid_out(&pool_v), KvDtype::Bf16)?;
         let mut qc = p.t.tensor(queries, q_width)?;
         p.t.copy_rows(&q.t, row, &mut qc, 0, queries);
         let mut oc = p.t.tensor(queries, q_width)?;
@@ -476,7 +486,20 @@ fn movement_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Ba
     p.compare("gather_rows", &dst, 20, 0.0)?;
     p.r.move_rows(&mut dst.r, &[5, 6, 9, 13], 5);
     p.t.move_rows(&mut dst.t, &[5, 6, 9, 13], 5);
-    p.compare("move_rows", &dst, 20, 0.0)
+    p.compare("move_rows", &dst, 20, 0.0)?;
+    // The same moves within and between bf16 KV caches: rounded on the way in, then moved
+    // as they are.
+    let mut cache = p.kv_tensor(20, 96, 1.0)?;
+    p.r.copy_rows(&src.r, 3, &mut cache.r, 11, 6);
+    p.t.copy_rows(&src.t, 3, &mut cache.t, 11, 6);
+    p.compare("copy_rows into a bf16 KV cache", &cache, 20, 0.0)?;
+    let mut gathered = p.kv_tensor(20, 96, 0.0)?;
+    p.r.gather_rows(&cache.r, &[12, 0, 12, 16], &mut gathered.r);
+    p.t.gather_rows(&cache.t, &[12, 0, 12, 16], &mut gathered.t);
+    p.compare("gather_rows between bf16 KV caches", &gathered, 20, 0.0)?;
+    p.r.move_rows(&mut cache.r, &[5, 6, 9, 13], 5);
+    p.t.move_rows(&mut cache.t, &[5, 6, 9, 13], 5);
+    p.compare("move_rows in a bf16 KV cache", &cache, 20, 0.0)
 }
 
 fn decoding_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
@@ -581,6 +604,9 @@ mod tests {
             "paged batch row 0 (300 keys) == contiguous",
             "paged batch row 1 (6500 keys) == contiguous",
             "move_rows",
+            "copy_rows into a bf16 KV cache",
+            "gather_rows between bf16 KV caches",
+            "move_rows in a bf16 KV cache",
             "topk k=20 indices",
             "softmax_topk indices",
             "argmax 70 rows",
@@ -588,7 +614,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 110);
+        assert_eq!(checks.len(), 113);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

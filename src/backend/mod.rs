@@ -183,6 +183,51 @@ pub struct KvStore<'a, B: Backend + ?Sized> {
     pub slot: usize,
 }
 
+/// How a KV cache holds its values (`Backend::kv_tensor`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    /// Half the bytes of f32. Attention widens each value exactly, so a backend that keeps
+    /// f32 and rounds what it stores computes what one that stores bf16 computes.
+    Bf16,
+}
+
+impl KvDtype {
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::Bf16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// `--kv-cache-dtype` as the engine takes it: `auto` (or none) is `None`, the backend's
+    /// own (`Backend::kv_dtype`); bf16 can be asked for anywhere. The FP8 kinds SGLang knows
+    /// are refused by name, not ignored.
+    pub fn from_flag(flag: Option<&str>) -> Result<Option<KvDtype>, String> {
+        match flag.map(str::trim) {
+            None | Some("auto") => Ok(None),
+            Some("bf16" | "bfloat16") => Ok(Some(KvDtype::Bf16)),
+            Some(other) => Err(format!("--kv-cache-dtype {other}: the engine keeps its KV cache in bf16 or f32 (use auto or bf16)")),
+        }
+    }
+}
+
+/// `data` (rows of `cols`) in a new KV-cache buffer of `dtype`, rounded to it.
+pub fn kv_tensor_from<B: Backend + ?Sized>(b: &B, cols: usize, data: &[f32], dtype: KvDtype) -> Result<B::Tensor, BackendError> {
+    let rows = data.len() / cols;
+    let src = b.tensor_from(cols, data)?;
+    let mut kv = b.kv_tensor(rows, cols, dtype)?;
+    b.copy_rows(&src, 0, &mut kv, 0, rows);
+    Ok(kv)
+}
+
 /// One sequence of a batched forward over a paged KV pool (`engine::paged`): its new
 /// tokens are rows `[row, row + queries)` of the forward, and `slots` are the pool slots of
 /// every position its queries see, in position order, the new tokens' slots last.
@@ -221,13 +266,14 @@ pub struct PagedScratch<B: Backend + ?Sized> {
 }
 
 impl<B: Backend + ?Sized> PagedScratch<B> {
-    pub fn new(b: &B, rows: usize, positions: usize, g: &AttnGeometry) -> Result<Self, BackendError> {
+    /// K and V in the pool's `dtype`, which they are gathered from.
+    pub fn new(b: &B, rows: usize, positions: usize, g: &AttnGeometry, dtype: KvDtype) -> Result<Self, BackendError> {
         let (q_width, kv_width) = (g.heads * g.head_dim, g.kv_heads * g.head_dim);
         Ok(PagedScratch {
             q: b.tensor(rows, q_width)?,
             out: b.tensor(rows, q_width)?,
-            k: b.tensor(positions, kv_width)?,
-            v: b.tensor(positions, kv_width)?,
+            k: b.kv_tensor(positions, kv_width, dtype)?,
+            v: b.kv_tensor(positions, kv_width, dtype)?,
         })
     }
 }
@@ -376,6 +422,15 @@ pub trait Backend: Send + Sync + 'static {
     fn tensor(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
     /// A `[rows, cols]` buffer holding `data` (row-major, `rows * cols` values).
     fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<Self::Tensor, BackendError>;
+    /// A zeroed KV-cache buffer `[rows, cols]` of `dtype`. Values reach it through
+    /// `copy_rows`, `gather_rows` and the KV stores, which round them to its dtype; reads
+    /// (`read_rows`, attention) see them widened to f32.
+    fn kv_tensor(&self, rows: usize, cols: usize, dtype: KvDtype) -> Result<Self::Tensor, BackendError>;
+    /// The KV dtype of `--kv-cache-dtype auto`: what the activations are on this backend
+    /// (f32 on the CPU) or what its weights are (bf16 on a GPU, as SGLang keeps it).
+    fn kv_dtype(&self) -> KvDtype {
+        KvDtype::F32
+    }
     /// A zeroed id buffer of `len` entries.
     fn ids(&self, len: usize) -> Result<Self::Ids, BackendError>;
     /// Upload a checkpoint tensor (any float dtype) as this rank's shard.

@@ -56,42 +56,45 @@ pub fn run(
         ServeConfig { max_queued: Some(prompts.len()), log_requests: false },
     )
     .map_err(|f| anyhow!("the launch failed: {}", f.message))?;
+    // The requests' clients are tasks of one thread: a step's tokens wake it once, not a
+    // thread per request (64 threads woken a step took the serving thread's CPU).
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     let start = Instant::now();
-    let offsets = arrivals(prompts.len(), rate);
-    let mut threads = Vec::new();
-    let (slots_tx, slots_rx) = std::sync::mpsc::sync_channel::<()>(concurrency);
-    let slots_rx = std::sync::Arc::new(std::sync::Mutex::new(slots_rx));
-    for _ in 0..concurrency {
-        slots_tx.send(()).expect("room for every slot");
-    }
-    for (prompt, at) in prompts.iter().zip(offsets) {
-        std::thread::sleep(at.saturating_sub(start.elapsed()));
-        slots_rx.lock().expect("slots lock").recv()?;
-        let req = ServeRequest {
-            prompt: Prompt::Text { text: prompt.clone(), chat },
-            max_tokens,
-            sampling: SamplingParams::default(),
-            stop: Vec::new(),
-            ignore_eos: true,
-            endpoint: "bench",
-        };
-        let (_, mut rx) = handle.submit(req).map_err(|e| anyhow!("submit: {e}"))?;
-        let slots_tx = slots_tx.clone();
-        threads.push(std::thread::spawn(move || {
-            let mut tokens = Vec::new();
-            let reason = loop {
-                match rx.blocking_recv() {
-                    Some(ServeEvent::Started { .. }) => {}
-                    Some(ServeEvent::Tokens { ids, .. }) => tokens.extend(ids),
-                    Some(ServeEvent::Finished { reason, .. }) => break reason,
-                    None => break FinishReason::Error("the engine went away".into()),
-                }
+    let results = runtime.block_on(async {
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency));
+        let mut clients = Vec::with_capacity(prompts.len());
+        for (prompt, at) in prompts.iter().zip(arrivals(prompts.len(), rate)) {
+            tokio::time::sleep(at.saturating_sub(start.elapsed())).await;
+            let slot = slots.clone().acquire_owned().await?;
+            let req = ServeRequest {
+                prompt: Prompt::Text { text: prompt.clone(), chat },
+                max_tokens,
+                sampling: SamplingParams::default(),
+                stop: Vec::new(),
+                ignore_eos: true,
+                endpoint: "bench",
             };
-            let _ = slots_tx.send(());
-            (tokens, reason)
-        }));
-    }
-    let results: Vec<(Vec<u32>, FinishReason)> = threads.into_iter().map(|t| t.join().expect("a request thread ends")).collect();
+            let (_, mut rx) = handle.submit(req).map_err(|e| anyhow!("submit: {e}"))?;
+            clients.push(tokio::spawn(async move {
+                let mut tokens = Vec::new();
+                let reason = loop {
+                    match rx.recv().await {
+                        Some(ServeEvent::Started { .. }) => {}
+                        Some(ServeEvent::Tokens { ids, .. }) => tokens.extend(ids),
+                        Some(ServeEvent::Finished { reason, .. }) => break reason,
+                        None => break FinishReason::Error("the engine went away".into()),
+                    }
+                };
+                drop(slot);
+                (tokens, reason)
+            }));
+        }
+        let mut results = Vec::with_capacity(clients.len());
+        for client in clients {
+            results.push(client.await?);
+        }
+        anyhow::Ok(results)
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     let stats = handle.stats();
     let latency = handle.take_latency_samples();
@@ -101,6 +104,8 @@ pub fn run(
     }
     let ms = |v: &Vec<f64>, p| percentile(v.clone(), p) * 1e3;
     let output: usize = results.iter().map(|(t, _)| t.len()).sum();
+    let t = stats.step_times;
+    let per_step = |s: f64| s * 1e3 / t.steps.max(1) as f64;
     Ok(json!({
         "concurrency": concurrency,
         "request_rate": rate,
@@ -112,6 +117,9 @@ pub fn run(
         "mean_accept_length": stats.spec_accept_length,
         "ttft_ms": {"p50": ms(&latency.ttft_seconds, 0.5), "p99": ms(&latency.ttft_seconds, 0.99)},
         "itl_ms": {"p50": ms(&latency.itl_seconds, 0.5), "p99": ms(&latency.itl_seconds, 0.99)},
+        // Where a scheduler step's time went, on average: the host's parts and the wait for the device.
+        "step_ms": {"steps": t.steps, "schedule": per_step(t.schedule_s), "launch": per_step(t.launch_s), "wait": per_step(t.wait_s),
+                    "commit": per_step(t.commit_s), "publish": per_step(t.publish_s)},
         "token_ids": results.iter().map(|(t, _)| json!(t)).collect::<Vec<_>>(),
     }))
 }

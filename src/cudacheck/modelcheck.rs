@@ -19,7 +19,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::compile::CompiledModule;
 use crate::backend::cuda::shard::RankInfo;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{AttnWindow, Backend, BackendError, Mask};
+use crate::backend::{AttnWindow, Backend, BackendError, KvDtype, Mask};
 use crate::engine::kv::KvCache;
 use crate::engine::lifecycle::Engine;
 use crate::engine::llama::{Capacity, Family, LlamaConfig, LlamaModel, Logits};
@@ -61,11 +61,12 @@ fn load_model<B: Backend>(b: Arc<B>, dir: &Path, cap: Capacity) -> anyhow::Resul
     Ok(model)
 }
 
-/// Prefill `prompt` and decode one token greedily; the logits of every prefill row and of
-/// the decode step.
-pub(crate) fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32]) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
+/// Prefill `prompt` and decode one token greedily with the KV cache in `kv_dtype`; the
+/// logits of every prefill row and of the decode step.
+pub(crate) fn logits_of<B: Backend>(b: Arc<B>, dir: &Path, prompt: &[u32], kv_dtype: KvDtype) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
     let n = prompt.len();
     let mut model = load_model(b.clone(), dir, Capacity { rows: 32, logit_rows: 32, positions: 128 })?;
+    model.set_kv_dtype(kv_dtype);
     let mut kv = model.new_kv(64)?;
     model.inputs.set(&*b, prompt, &(0..n).collect::<Vec<_>>());
     model.forward(&mut kv, AttnWindow { prefix: 0, region: n, queries: n }, Mask::Causal, Logits::All);
@@ -90,11 +91,13 @@ pub struct Verdict {
     pub ok: Option<bool>,
 }
 
-/// Logits of `test` against the CPU reference on the checkpoint in `dir`.
+/// Logits of `test` against the CPU reference on the checkpoint in `dir`, the reference's
+/// KV cache rounded as the test backend's is.
 pub fn logits_check<B: Backend>(test: Arc<B>, dir: &Path) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let prompt: Vec<u32> = (0..12).map(|i| (i * 97 + 5) % 2048).collect();
-    let (gp, gd) = logits_of(test, dir, &prompt)?;
-    let (cp, cd) = logits_of(Arc::new(CpuBackend), dir, &prompt)?;
+    let kv_dtype = test.kv_dtype();
+    let (gp, gd) = logits_of(test, dir, &prompt, kv_dtype)?;
+    let (cp, cd) = logits_of(Arc::new(CpuBackend), dir, &prompt, kv_dtype)?;
     let (ep, ed) = (rel_err(&gp, &cp), rel_err(&gd, &cd));
     let v = vec![
         Verdict { name: "logits vs CPU, prefill of 12 (rel. error)".into(), value: format!("{ep:.2e}"), ok: Some(ep < 1e-2) },

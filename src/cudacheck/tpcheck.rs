@@ -14,7 +14,7 @@ use super::modelcheck::{logits_of, rel_err, spec_for, Verdict};
 use crate::backend::cuda::compile::CompiledModule;
 use crate::backend::cuda::tp::{open_group, open_group_with};
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{Backend, BackendError, Shard};
+use crate::backend::{Backend, BackendError, KvDtype, Shard};
 use crate::engine::lifecycle::Engine;
 use crate::engine::ranks::{RankGroup, Serve};
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome, PreflightFn};
@@ -173,10 +173,11 @@ pub fn tp_check(modules: &[CompiledModule], world: usize) -> anyhow::Result<(Vec
 pub fn tp_model_check(modules: &[CompiledModule], small: &Path, world: usize) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let prompt: Vec<u32> = (0..12).map(|i| (i * 97 + 5) % 2048).collect();
     let one = open_group(Some(modules), 1)?.remove(0);
-    let (p1, d1) = logits_of(Arc::new(one), &small.join("target"), &prompt)?;
+    let (p1, d1) = logits_of(Arc::new(one), &small.join("target"), &prompt, KvDtype::Bf16)?;
     let ranks = open_group(Some(modules), world)?;
     let per_rank: Vec<anyhow::Result<(Vec<f32>, Vec<f32>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = ranks.into_iter().map(|b| s.spawn(|| logits_of(Arc::new(b), &small.join("target"), &prompt))).collect();
+        let handles: Vec<_> =
+            ranks.into_iter().map(|b| s.spawn(|| logits_of(Arc::new(b), &small.join("target"), &prompt, KvDtype::Bf16))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a rank thread panicked")))).collect()
     });
     let mut per_rank = per_rank.into_iter().collect::<anyhow::Result<Vec<_>>>()?;

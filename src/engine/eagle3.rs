@@ -277,7 +277,7 @@ impl<B: Backend> Eagle3Drafter<B> {
             rope: c.rope.table(b, cap.positions)?,
             inputs: StepInputs::new(b, rows)?,
             scratch: LayerScratch::new(b, rows, &shape)?,
-            kv: KvCache::new(b, 1, kv_slots, shape.kv_heads * c.head_dim)?,
+            kv: KvCache::new(b, 1, kv_slots, shape.kv_heads * c.head_dim, b.kv_dtype())?,
             geometry: AttnGeometry {
                 heads: shape.heads,
                 kv_heads: shape.kv_heads,
@@ -366,7 +366,7 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
 
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
         if self.kv.slots != kv_slots {
-            self.kv = KvCache::new(&*self.backend, 1, kv_slots, self.kv_width())?;
+            self.kv = KvCache::new(&*self.backend, 1, kv_slots, self.kv_width(), self.backend.kv_dtype())?;
         }
         self.ensure_positions(kv_slots)?;
         self.top = TopK::new(&*self.backend, self.capacity.logit_rows, topk)?;
@@ -376,7 +376,7 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
 
     fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError> {
         self.ensure_positions(kv_slots)?;
-        Ok(DraftState { kv: KvCache::new(&*self.backend, 1, kv_slots, self.kv_width())?, len: 0 })
+        Ok(DraftState { kv: KvCache::new(&*self.backend, 1, kv_slots, self.kv_width(), self.backend.kv_dtype())?, len: 0 })
     }
 
     fn swap_state(&mut self, state: &mut DraftState<B>) {

@@ -2,37 +2,38 @@
 //! once. Slot `p` holds the token at position `p` of the committed sequence; the slots after the
 //! committed length are scratch for a verify tree or draft-tree levels.
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, KvDtype};
 
-/// Bytes one token takes: f32 K and V of `width` per layer.
-pub fn bytes_per_token(layers: usize, width: usize) -> u64 {
-    2 * (layers * width) as u64 * 4
+/// Bytes one token takes: K and V of `width` per layer in `dtype`.
+pub fn bytes_per_token(layers: usize, width: usize, dtype: KvDtype) -> u64 {
+    2 * (layers * width) as u64 * dtype.bytes()
 }
 
 pub struct KvCache<B: Backend> {
     pub k: Vec<B::Tensor>,
     pub v: Vec<B::Tensor>,
     pub slots: usize,
+    pub dtype: KvDtype,
     /// Bytes one slot takes over all the buffers.
     slot_bytes: u64,
 }
 
 impl<B: Backend> KvCache<B> {
-    pub fn new(backend: &B, layers: usize, slots: usize, width: usize) -> Result<Self, BackendError> {
+    pub fn new(backend: &B, layers: usize, slots: usize, width: usize, dtype: KvDtype) -> Result<Self, BackendError> {
         let mut k = Vec::with_capacity(layers);
         let mut v = Vec::with_capacity(layers);
         for _ in 0..layers {
-            k.push(backend.tensor(slots, width)?);
-            v.push(backend.tensor(slots, width)?);
+            k.push(backend.kv_tensor(slots, width, dtype)?);
+            v.push(backend.kv_tensor(slots, width, dtype)?);
         }
-        Ok(KvCache { k, v, slots, slot_bytes: bytes_per_token(layers, width) })
+        Ok(KvCache { k, v, slots, dtype, slot_bytes: bytes_per_token(layers, width, dtype) })
     }
 
     /// One buffer per layer and no V: an MLA target's latent (`kv_lora_rank +
     /// qk_rope_head_dim` per token), from which attention reads both keys and values.
     pub fn latent(backend: &B, layers: usize, slots: usize, width: usize) -> Result<Self, BackendError> {
         let k = (0..layers).map(|_| backend.tensor(slots, width)).collect::<Result<Vec<_>, _>>()?;
-        Ok(KvCache { k, v: Vec::new(), slots, slot_bytes: (layers * width) as u64 * 4 })
+        Ok(KvCache { k, v: Vec::new(), slots, dtype: KvDtype::F32, slot_bytes: (layers * width) as u64 * 4 })
     }
 
     /// The latent in two buffers per layer, as `Backend::mla_attention` reads it: the normed

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::cuda::gemm::GEMV_MAX_ROWS;
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, KvDtype};
 use crate::engine::capture::capture_phase;
 use crate::engine::compile::kernel_compile_phase;
 use crate::engine::context;
@@ -214,6 +214,7 @@ impl<B: Backend> Engine<B> {
         self.backend.set_deterministic(spec.deterministic);
         let memory = plan.memory.as_ref().map_err(|f| unresolved(&events, f))?;
         phase(&events, PhaseId::KvAlloc, PhaseState::Started, None);
+        self.set_kv_dtype(plan.kv_dtype);
         let sizing = self.size_kv(spec, &plan).map_err(|f| fail(&events, PhaseId::KvAlloc, f))?;
         self.alloc_kv(memory, sizing, plan.graph_max_bs)
             .map_err(|e| fail(&events, PhaseId::KvAlloc, error_finding(Side::Target, PhaseId::KvAlloc, &e)))?;
@@ -378,6 +379,15 @@ impl<B: Backend> Engine<B> {
         Ok(out)
     }
 
+    /// The loaded target keeps its KV in what `--kv-cache-dtype` asked (auto: the backend's).
+    fn set_kv_dtype(&mut self, asked: Option<KvDtype>) {
+        let dtype = asked.unwrap_or(self.backend.kv_dtype());
+        let t = self.target.as_mut().expect("target loaded before kv-alloc");
+        if let Some(model) = t.model.as_mut().or(t.target.as_mut().map(|t| &mut t.model)) {
+            model.set_kv_dtype(dtype);
+        }
+    }
+
     /// How many tokens the KV pool holds (`kv_budget`): from the device's memory after the
     /// target loaded, or the CPU's budget; the `memory-budget` finding when one request of
     /// the full context does not fit.
@@ -390,7 +400,7 @@ impl<B: Backend> Engine<B> {
             _ => None,
         };
         let tp = self.backend.tp_world();
-        let per_token = model.kv_bytes_per_token() + drafter.map_or(0, |d| d.kv_bytes_per_token(tp));
+        let per_token = model.kv_bytes_per_token() + drafter.map_or(0, |d| d.kv_bytes_per_token(tp, self.backend.kv_dtype()));
         let memory_source = match self.backend.device_memory() {
             Some((free, total)) => {
                 // A kept drafter is already in `free`; one still to load is not.

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::backend::rope::{yarn_mscale, RopeParams, RopeScaling};
 use crate::backend::{
-    AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedBatch, PagedScratch, Projection, RopeStyle, RopeTable, Shard,
+    AttnGeometry, AttnWindow, Backend, BackendError, KvDtype, KvStore, Mask, PagedBatch, PagedScratch, Projection, RopeStyle, RopeTable,
+    Shard,
 };
 use crate::engine::kv::KvCache;
 use crate::engine::weights::Loader;
@@ -464,6 +465,8 @@ pub struct LlamaModel<B: Backend> {
     weight_bytes: u64,
     /// This rank's heads (all of them at tp = 1).
     geometry: AttnGeometry,
+    /// What `new_kv` keeps K and V in.
+    kv_dtype: KvDtype,
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -508,6 +511,7 @@ impl<B: Backend> LlamaModel<B> {
             norm,
             weight_bytes,
             capacity: cap,
+            kv_dtype: backend.kv_dtype(),
             config,
             backend,
         })
@@ -524,7 +528,20 @@ impl<B: Backend> LlamaModel<B> {
 
     /// Bytes of KV one token takes in this rank's cache.
     pub fn kv_bytes_per_token(&self) -> u64 {
-        crate::engine::kv::bytes_per_token(self.config.layers, self.geometry.kv_heads * self.geometry.head_dim)
+        crate::engine::kv::bytes_per_token(self.config.layers, self.geometry.kv_heads * self.geometry.head_dim, self.kv_dtype)
+    }
+
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype
+    }
+
+    /// Keep the KV caches made from now on in `dtype` (`--kv-cache-dtype`); the gather
+    /// scratch of batched forwards is sized again with them.
+    pub fn set_kv_dtype(&mut self, dtype: KvDtype) {
+        if dtype != self.kv_dtype {
+            self.kv_dtype = dtype;
+            self.scratch.paged = None;
+        }
     }
 
     /// Cover positions `0 .. positions` with the RoPE table (a longer context than the one
@@ -538,7 +555,7 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     pub fn new_kv(&self, slots: usize) -> Result<KvCache<B>, BackendError> {
-        KvCache::new(&*self.backend, self.config.layers, slots, self.geometry.kv_heads * self.geometry.head_dim)
+        KvCache::new(&*self.backend, self.config.layers, slots, self.geometry.kv_heads * self.geometry.head_dim, self.kv_dtype)
     }
 
     /// Capture the inputs of `layers` (ascending) from now on; `None` stops capturing.
@@ -629,7 +646,7 @@ impl<B: Backend> LlamaModel<B> {
             self.capacity.logit_rows = logit_rows;
         }
         self.ensure_positions(positions)?;
-        self.scratch.paged = Some(PagedScratch::new(&*b, seq_rows, positions, &self.geometry)?);
+        self.scratch.paged = Some(PagedScratch::new(&*b, seq_rows, positions, &self.geometry, self.kv_dtype)?);
         Ok(())
     }
 

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::backend::KvDtype;
 use crate::engine::context::{self, TargetContext};
 use crate::engine::eagle3::Eagle3Config;
 use crate::engine::findings::{error_finding, missing_flag, UNSUPPORTED_ALGORITHM};
@@ -49,6 +50,8 @@ pub struct LaunchPlan {
     /// The KV caches kv-alloc and drafter-load size; unresolved when the target's config
     /// gives no usable context (kv-alloc's failure).
     pub memory: Result<MemoryPlan, Finding>,
+    /// The target's KV dtype as `--kv-cache-dtype` asks; `None` (auto) is the backend's.
+    pub kv_dtype: Option<KvDtype>,
     pub drafter: DraftPlan,
 }
 
@@ -132,6 +135,15 @@ impl LaunchPlan {
     pub fn resolve(spec: &LaunchSpec) -> Result<LaunchPlan, Finding> {
         let given = spec.model_path.as_deref().ok_or_else(|| missing_flag("--model-path", "target model folder"))?;
         let dir = local_folder("--model-path", given, spec.revision.as_deref())?;
+        let kv_dtype = KvDtype::from_flag(spec.kv_cache_dtype.as_deref()).map_err(|message| {
+            let value = serde_json::Value::from(spec.kv_cache_dtype.clone());
+            Finding::new(UNREADABLE_INPUT, Severity::Error, PhaseId::Preflight, message).with_evidence(Evidence::new(
+                Side::Launch,
+                "--kv-cache-dtype",
+                "--kv-cache-dtype",
+                value,
+            ))
+        })?;
         let key = TargetKey { dir, dtype: spec.dtype.clone(), tp: spec.tp(), ep: spec.ep(), device: spec.device };
         let target = TargetPlan::read(key).map_err(|e| error_finding(Side::Target, PhaseId::TargetLoad, &e))?;
         let (shape, shape_warnings) = tree_shape(spec);
@@ -151,6 +163,7 @@ impl LaunchPlan {
             shape_warnings,
             graph_max_bs: spec.cuda_graph_max_bs.unwrap_or(DEFAULT_MAX_BS),
             memory,
+            kv_dtype,
             drafter,
         })
     }
@@ -226,11 +239,11 @@ impl DrafterPlan {
     }
 
     /// Bytes of KV one token takes in the drafter's cache on each of `tp` ranks (as
-    /// `kv::KvCache` holds them).
-    pub fn kv_bytes_per_token(&self, tp: usize) -> u64 {
+    /// `kv::KvCache` holds them, in `dtype`).
+    pub fn kv_bytes_per_token(&self, tp: usize, dtype: KvDtype) -> u64 {
         match &self.key {
-            DrafterKey::Eagle3(_, c) => crate::engine::kv::bytes_per_token(1, c.kv_heads.div_ceil(tp.max(1)) * c.head_dim),
-            DrafterKey::Standalone(_, c) => c.kv_bytes_per_token(tp),
+            DrafterKey::Eagle3(_, c) => crate::engine::kv::bytes_per_token(1, c.kv_heads.div_ceil(tp.max(1)) * c.head_dim, dtype),
+            DrafterKey::Standalone(_, c) => c.kv_bytes_per_token(tp, dtype),
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::{mpsc, Arc};
 
-use crate::engine::scheduler::{Batch, SchedulerConfig, SeqRequest, SeqUpdate};
+use crate::engine::scheduler::{Batch, SchedulerConfig, SeqRequest, SeqUpdate, StepTimes};
 use crate::engine::EngineError;
 use crate::model::tokenizer::TextTokenizer;
 
@@ -128,5 +128,9 @@ impl Batch for GroupBatch {
 
     fn tokenizer(&self) -> Arc<TextTokenizer> {
         self.tokenizer.clone()
+    }
+
+    fn step_times(&self) -> StepTimes {
+        self.on_first(|b| b.step_times()).unwrap_or_default()
     }
 }

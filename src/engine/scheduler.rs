@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -97,6 +98,22 @@ pub struct SeqUpdate {
     pub finished: Option<Finish>,
 }
 
+/// Where the steps went, summed over them (`specdeck bench` reports each part a step).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTimes {
+    pub steps: u64,
+    /// Planning the batch and writing its ids, positions, masks and table.
+    pub schedule_s: f64,
+    /// Issuing the forward; a backend that computes as it is called (the CPU) computes here.
+    pub launch_s: f64,
+    /// Waiting for the forward's argmax: a GPU's work that the launch did not cover.
+    pub wait_s: f64,
+    /// Accepting, committing and drafting the next trees.
+    pub commit_s: f64,
+    /// The serving thread's handling of the step's updates (text, events, metrics).
+    pub publish_s: f64,
+}
+
 struct Seq<B: Backend> {
     id: u64,
     /// The prompt, then every produced token (the drafter reads them).
@@ -147,6 +164,7 @@ pub struct Scheduler<B: Backend> {
     argmax: B::Ids,
     /// One sequence's verify rows as probabilities (sampling).
     probs: B::Tensor,
+    times: StepTimes,
 }
 
 /// A scheduler's own buffers (`Scheduler::buffers`).
@@ -188,6 +206,7 @@ impl<B: Backend> Scheduler<B> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             next_id: 1,
+            times: StepTimes::default(),
         })
     }
 
@@ -233,6 +252,7 @@ impl<B: Backend> Scheduler<B> {
             return Ok(Vec::new());
         }
         let b = self.target.model.backend().clone();
+        let start = Instant::now();
         let parts = self.plan();
         let rows: usize = parts.iter().map(|p| p.rows).sum();
         let (mut ids, mut positions, mut slots) = (Vec::with_capacity(rows), Vec::with_capacity(rows), Vec::with_capacity(parts.len()));
@@ -274,6 +294,7 @@ impl<B: Backend> Scheduler<B> {
         // The table goes up ahead of the forward, which then only enqueues work (the ids and
         // positions were written above, the argmax reads its logits on the device).
         b.prepare_paged_batch(&paged);
+        let scheduled = Instant::now();
         let (Target { model, kv, .. }, argmax) = (&mut self.target, &mut self.argmax);
         let mut forward = Ok(());
         let mut step = || {
@@ -289,11 +310,13 @@ impl<B: Backend> Scheduler<B> {
         forward?;
         drop(paged);
         drop(batch);
+        let launched = Instant::now();
         let argmax = if logit_rows.is_empty() {
             Vec::new()
         } else {
             b.read_ids(&self.argmax, logit_rows.len())?.into_iter().map(|t| t as u32).collect()
         };
+        let read = Instant::now();
         let mut updates = Vec::with_capacity(parts.len());
         let mut logit_row = 0;
         for p in parts {
@@ -314,6 +337,12 @@ impl<B: Backend> Scheduler<B> {
         for u in updates.iter().filter(|u| u.finished.is_some()) {
             self.cancel(u.id);
         }
+        let t = &mut self.times;
+        t.steps += 1;
+        t.schedule_s += scheduled.duration_since(start).as_secs_f64();
+        t.launch_s += launched.duration_since(scheduled).as_secs_f64();
+        t.wait_s += read.duration_since(launched).as_secs_f64();
+        t.commit_s += read.elapsed().as_secs_f64();
         Ok(updates)
     }
 
@@ -465,6 +494,8 @@ pub trait Batch: Send {
     fn step(&mut self) -> Result<Vec<SeqUpdate>, EngineError>;
     /// The target's tokenizer.
     fn tokenizer(&self) -> Arc<TextTokenizer>;
+    /// Where the steps so far went (`publish_s` is the serving thread's to add).
+    fn step_times(&self) -> StepTimes;
 }
 
 impl<B: Backend> Batch for Scheduler<B> {
@@ -551,6 +582,10 @@ impl<B: Backend> Batch for Scheduler<B> {
 
     fn tokenizer(&self) -> Arc<TextTokenizer> {
         self.tokenizer.clone()
+    }
+
+    fn step_times(&self) -> StepTimes {
+        self.times
     }
 }
 

@@ -19,7 +19,7 @@ use crate::engine::findings::{error_finding, BACKEND_ERROR};
 use crate::engine::handle::Placed;
 use crate::engine::request::{Cancel, LaunchOutcome, PreflightFn};
 pub use crate::engine::sampling::SamplingParams;
-use crate::engine::scheduler::{Batch, Finish, SchedulerConfig, SeqRequest, SeqUpdate};
+use crate::engine::scheduler::{Batch, Finish, SchedulerConfig, SeqRequest, SeqUpdate, StepTimes};
 use crate::event::{Event, EventSink, LogLevel};
 use crate::finding::{Finding, Severity, Side};
 use crate::model::tokenizer::{TextStream, TextTokenizer};
@@ -134,6 +134,8 @@ pub struct ServeStats {
     pub gen_throughput: f64,
     pub kv_blocks_total: usize,
     pub kv_blocks_free: usize,
+    /// Where the scheduler's steps went, the serving thread's handling included.
+    pub step_times: StepTimes,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -520,11 +522,13 @@ struct Serving<'a> {
     requests: HashMap<u64, Request>,
     /// (time, output tokens, accept length) of recent steps.
     recent: VecDeque<(Instant, usize, Option<usize>)>,
+    /// Seconds spent on the steps' updates.
+    publish_s: f64,
 }
 
 impl<'a> Serving<'a> {
     fn new(batch: &'a mut dyn Batch, worker: &'a Worker) -> Serving<'a> {
-        Serving { batch, worker, requests: HashMap::new(), recent: VecDeque::new() }
+        Serving { batch, worker, requests: HashMap::new(), recent: VecDeque::new(), publish_s: 0.0 }
     }
 
     /// Wait for a command when there is nothing to run, else take the ones there are and
@@ -557,7 +561,11 @@ impl<'a> Serving<'a> {
                 continue;
             }
             match self.batch.step() {
-                Ok(updates) => self.updates(updates),
+                Ok(updates) => {
+                    let start = Instant::now();
+                    self.updates(updates);
+                    self.publish_s += start.elapsed().as_secs_f64();
+                }
                 Err(e) => {
                     self.worker.events.log(LogLevel::Error, "serving", format!("step: {e}"));
                     self.end_all(&FinishReason::Error(e.to_string()));
@@ -660,10 +668,15 @@ impl<'a> Serving<'a> {
                         continue;
                     }
                     let mut piece = r.stream.push(&tok, ids).unwrap_or_default();
-                    // A stop string ends the output before it, even across two steps' text.
+                    // A stop string ends the output before it, even across two steps' text:
+                    // one that ends in the new piece starts at most its length before it.
                     let before = r.text.len();
                     r.text.push_str(&piece);
-                    if let Some(at) = r.stop.iter().filter_map(|s| r.text.find(s.as_str())).min() {
+                    let mut from = before.saturating_sub(r.stop.iter().map(String::len).max().unwrap_or(0));
+                    while !r.text.is_char_boundary(from) {
+                        from -= 1;
+                    }
+                    if let Some(at) = r.stop.iter().filter_map(|s| r.text[from..].find(s.as_str()).map(|at| from + at)).min() {
                         piece = r.text[before.min(at)..at].to_string();
                         r.text.truncate(at);
                         r.cut = true;
@@ -731,6 +744,7 @@ impl<'a> Serving<'a> {
         st.running = self.batch.running();
         st.queued = self.batch.queued();
         (st.kv_blocks_free, st.kv_blocks_total) = self.batch.blocks();
+        st.step_times = StepTimes { publish_s: self.publish_s, ..self.batch.step_times() };
         let accepts: Vec<usize> = self.recent.iter().filter_map(|r| r.2).collect();
         st.spec_accept_length = if accepts.is_empty() { 0.0 } else { accepts.iter().sum::<usize>() as f64 / accepts.len() as f64 };
         st.gen_throughput = match (self.recent.front(), self.recent.back()) {

@@ -68,7 +68,7 @@ impl<B: Backend> Target<B> {
     /// kept when its size is unchanged (a request overwrites the slots it reads), so a
     /// relaunch neither frees nor zeroes it again.
     pub fn resized(self, kv_slots: usize, tree_slots: usize) -> Result<Self, EngineError> {
-        if self.kv.slots == kv_slots && self.tree_slots == tree_slots {
+        if self.kv.slots == kv_slots && self.tree_slots == tree_slots && self.kv.dtype == self.model.kv_dtype() {
             return Ok(self);
         }
         Target::new(self.into_model(), kv_slots, tree_slots)

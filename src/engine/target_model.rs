@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{AttnWindow, Backend, BackendError, Mask, PagedBatch};
+use crate::backend::{AttnWindow, Backend, BackendError, KvDtype, Mask, PagedBatch};
 use crate::engine::deepseek::{DeepseekModel, DeepseekTargetConfig};
 use crate::engine::drafter::TargetHead;
 use crate::engine::kv::{self, KvCache};
@@ -42,11 +42,11 @@ impl TargetConfig {
         }
     }
 
-    /// Bytes of KV one token takes on each of `tp` ranks: f32 K and V per layer, or one
-    /// token's latent (`kv::KvCache::latent`), which no rank splits.
-    pub fn kv_bytes_per_token(&self, tp: usize) -> u64 {
+    /// Bytes of KV one token takes on each of `tp` ranks: K and V per layer in `dtype`, or
+    /// one token's f32 latent (`kv::KvCache::latent`), which no rank splits.
+    pub fn kv_bytes_per_token(&self, tp: usize, dtype: KvDtype) -> u64 {
         match self {
-            TargetConfig::Llama(c) => kv::bytes_per_token(c.layers, c.kv_heads.div_ceil(tp.max(1)) * c.head_dim),
+            TargetConfig::Llama(c) => kv::bytes_per_token(c.layers, c.kv_heads.div_ceil(tp.max(1)) * c.head_dim, dtype),
             TargetConfig::Deepseek(c) => (c.text.layers * c.text.latent_width()) as u64 * 4,
         }
     }
@@ -156,6 +156,21 @@ impl<B: Backend> TargetModel<B> {
         match self {
             TargetModel::Llama(m) => m.new_kv(slots),
             TargetModel::Deepseek(m) => m.new_kv(slots),
+        }
+    }
+
+    /// Keep the KV caches made from now on in `dtype` (`LlamaModel::set_kv_dtype`). An MLA
+    /// target keeps its latent in f32 whatever is asked.
+    pub fn set_kv_dtype(&mut self, dtype: KvDtype) {
+        if let TargetModel::Llama(m) = self {
+            m.set_kv_dtype(dtype);
+        }
+    }
+
+    pub fn kv_dtype(&self) -> KvDtype {
+        match self {
+            TargetModel::Llama(m) => m.kv_dtype(),
+            TargetModel::Deepseek(_) => KvDtype::F32,
         }
     }
 

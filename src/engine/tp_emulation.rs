@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use crate::backend::cpu::{CpuBackend, CpuIds, CpuTensor, CpuWeight};
 use crate::backend::cuda::shard::{shard_values, RankInfo};
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeTable, Shard};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, KvDtype, Mask, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 /// The group's meeting point for `all_reduce`.
@@ -66,6 +66,9 @@ impl Backend for RankCpu {
     }
     fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<CpuTensor, BackendError> {
         CpuBackend.tensor_from(cols, data)
+    }
+    fn kv_tensor(&self, rows: usize, cols: usize, dtype: KvDtype) -> Result<CpuTensor, BackendError> {
+        CpuBackend.kv_tensor(rows, cols, dtype)
     }
     fn ids(&self, len: usize) -> Result<CpuIds, BackendError> {
         CpuBackend.ids(len)

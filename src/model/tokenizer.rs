@@ -145,22 +145,29 @@ impl TextTokenizer {
 }
 
 /// Decodes a growing list of ids into text pieces, holding back an incomplete UTF-8 tail.
+/// Each push decodes a window from the ids before the last piece on (their text is the
+/// context a tokenizer needs to place a leading space), not the whole output: a step costs
+/// the same at token 10 and at token 10,000.
 #[derive(Default)]
 pub struct TextStream {
     ids: Vec<u32>,
-    emitted: usize,
+    /// The window's start: the first id of the piece before the last one emitted.
+    prefix: usize,
+    /// The ids up to here are in the text emitted.
+    read: usize,
 }
 
 impl TextStream {
     /// Add ids; return the new text they complete.
     pub fn push(&mut self, tok: &TextTokenizer, ids: &[u32]) -> Result<String, TokenizerError> {
         self.ids.extend_from_slice(ids);
-        let text = tok.decode(&self.ids)?;
-        if text.ends_with('\u{FFFD}') || text.len() < self.emitted || !text.is_char_boundary(self.emitted) {
+        let before = tok.decode(&self.ids[self.prefix..self.read])?;
+        let text = tok.decode(&self.ids[self.prefix..])?;
+        if text.ends_with('\u{FFFD}') || text.len() <= before.len() || !text.is_char_boundary(before.len()) {
             return Ok(String::new());
         }
-        let piece = text[self.emitted..].to_string();
-        self.emitted = text.len();
+        let piece = text[before.len()..].to_string();
+        (self.prefix, self.read) = (self.read, self.ids.len());
         Ok(piece)
     }
 }
@@ -184,6 +191,11 @@ mod tests {
         let mut stream = TextStream::default();
         assert_eq!(stream.push(&tok, &[5]).unwrap(), "w5");
         assert_eq!(stream.push(&tok, &[2, 9]).unwrap(), " w9");
+        // However long the output, the pieces add up to the whole text.
+        let ids: Vec<u32> = (0..300).map(|i| 2 + (i * 7) % 14).collect();
+        let mut stream = TextStream::default();
+        let pieces: String = ids.chunks(3).map(|c| stream.push(&tok, c).unwrap()).collect();
+        assert_eq!(pieces, tok.decode(&ids).unwrap());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod route;
 mod skinny;
 
 use super::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
-use super::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, PagedScratch, PagedSeq, RopeStyle, RopeTable, Shard};
+use super::{AttnGeometry, AttnWindow, Backend, BackendError, KvDtype, Mask, PagedScratch, PagedSeq, RopeStyle, RopeTable, Shard};
 use crate::model::checkpoint::TensorView;
 
 pub use attention::dot;
@@ -38,6 +38,16 @@ fn alloc_f32(len: usize, what: &str) -> Result<Vec<f32>, BackendError> {
             return Err(oom());
         }
         Ok(Vec::from_raw_parts(ptr, len, len))
+    }
+}
+
+/// Values into a tensor, rounded to bf16 where it is a bf16 KV cache (round to nearest
+/// even, as the GPU's stores round).
+fn write_values(bf16: bool, to: &mut [f32], from: &[f32]) {
+    if bf16 {
+        to.iter_mut().zip(from).for_each(|(t, &f)| *t = half::bf16::from_f32(f).to_f32());
+    } else {
+        to.copy_from_slice(from);
     }
 }
 
@@ -85,12 +95,16 @@ impl Backend for CpuBackend {
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CpuTensor, BackendError> {
-        Ok(CpuTensor { data: alloc_f32(rows * cols, "a scratch tensor")?, cols })
+        Ok(CpuTensor { data: alloc_f32(rows * cols, "a scratch tensor")?, cols, bf16: false })
+    }
+
+    fn kv_tensor(&self, rows: usize, cols: usize, dtype: KvDtype) -> Result<CpuTensor, BackendError> {
+        Ok(CpuTensor { data: alloc_f32(rows * cols, "a KV cache")?, cols, bf16: dtype == KvDtype::Bf16 })
     }
 
     fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<CpuTensor, BackendError> {
         assert!(cols > 0 && data.len() % cols == 0, "tensor_from: {} values are not rows of {cols}", data.len());
-        Ok(CpuTensor { data: data.to_vec(), cols })
+        Ok(CpuTensor { data: data.to_vec(), cols, bf16: false })
     }
 
     fn ids(&self, len: usize) -> Result<CpuIds, BackendError> {
@@ -255,7 +269,7 @@ impl Backend for CpuBackend {
     fn copy_rows(&self, src: &CpuTensor, src_start: usize, dst: &mut CpuTensor, dst_start: usize, n: usize) {
         assert_eq!(src.cols, dst.cols, "copy_rows: widths differ");
         let c = src.cols;
-        dst.data[dst_start * c..(dst_start + n) * c].copy_from_slice(&src.data[src_start * c..(src_start + n) * c]);
+        write_values(dst.bf16, &mut dst.data[dst_start * c..(dst_start + n) * c], &src.data[src_start * c..(src_start + n) * c]);
     }
 
     fn copy_cols(&self, src: &CpuTensor, n: usize, dst: &mut CpuTensor, dst_col: usize) {
@@ -268,7 +282,7 @@ impl Backend for CpuBackend {
     fn gather_rows(&self, src: &CpuTensor, rows: &[usize], dst: &mut CpuTensor) {
         assert_eq!(src.cols, dst.cols, "gather_rows: widths differ");
         for (i, &r) in rows.iter().enumerate() {
-            dst.data[i * dst.cols..][..dst.cols].copy_from_slice(src.row(r));
+            write_values(dst.bf16, &mut dst.data[i * dst.cols..][..dst.cols], src.row(r));
         }
     }
 
@@ -356,6 +370,33 @@ mod tests {
 
     fn t(cols: usize, data: &[f32]) -> CpuTensor {
         CpuBackend.tensor_from(cols, data).unwrap()
+    }
+
+    /// A bf16 KV cache holds what a GPU's does: each stored value rounded to the nearest
+    /// bf16, ties to even; an f32 cache keeps the values.
+    #[test]
+    fn a_bf16_kv_cache_rounds_what_it_stores() {
+        let values = [1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -3.0, 0.1];
+        let src = t(2, &values);
+        let (mut bf16, mut f32) = (CpuBackend.kv_tensor(3, 2, KvDtype::Bf16).unwrap(), CpuBackend.kv_tensor(3, 2, KvDtype::F32).unwrap());
+        CpuBackend.copy_rows(&src, 0, &mut bf16, 1, 2);
+        CpuBackend.copy_rows(&src, 0, &mut f32, 1, 2);
+        assert_eq!(CpuBackend.read_rows(&bf16, 1, 2).unwrap(), [1.0, 1.015625, -3.0, 0.100_097_656]);
+        assert_eq!(CpuBackend.read_rows(&f32, 1, 2).unwrap(), values);
+        let mut gathered = CpuBackend.kv_tensor(2, 2, KvDtype::Bf16).unwrap();
+        CpuBackend.gather_rows(&src, &[1], &mut gathered);
+        assert_eq!(CpuBackend.read_rows(&gathered, 0, 1).unwrap(), [-3.0, 0.100_097_656]);
+    }
+
+    #[test]
+    fn kv_cache_dtype_flag() {
+        assert_eq!(KvDtype::from_flag(None), Ok(None));
+        assert_eq!(KvDtype::from_flag(Some("auto")), Ok(None));
+        assert_eq!(KvDtype::from_flag(Some("bfloat16")), Ok(Some(KvDtype::Bf16)));
+        assert_eq!(
+            KvDtype::from_flag(Some("fp8_e5m2")),
+            Err("--kv-cache-dtype fp8_e5m2: the engine keeps its KV cache in bf16 or f32 (use auto or bf16)".to_string())
+        );
     }
 
     #[test]

@@ -19,8 +19,8 @@ use super::sources::{attention_kernel, heads_per_block, prefill_mma_kernel, PREF
 use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{
-    paged_attention_per_seq, residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvStore, Mask, PagedBatch, PagedScratch,
-    Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
+    paged_attention_per_seq, residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvDtype, KvStore, Mask, PagedBatch,
+    PagedScratch, Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
 };
 use crate::knobs::Knobs;
 use crate::model::checkpoint::TensorView;
@@ -62,10 +62,12 @@ const CHUNK_THREADS: u32 = 256;
 /// Largest row list (`gather_rows`, `move_rows`, `sample` exclusions) per call.
 const MAX_LIST: usize = 4096;
 
+/// f32 activations, or a bf16 KV cache (`bf16`), whose values sit two to a slot of `buf`.
 pub struct CudaTensor {
     pub(super) buf: DeviceBuf<f32>,
     rows: usize,
     pub(super) cols: usize,
+    pub(super) bf16: bool,
 }
 
 impl CudaTensor {
@@ -79,7 +81,16 @@ impl CudaTensor {
 
     /// Device address of row `row`.
     fn row_ptr(&self, row: usize) -> u64 {
-        self.buf.ptr() + (row * self.cols * std::mem::size_of::<f32>()) as u64
+        self.buf.ptr() + (row * self.words(1) * std::mem::size_of::<f32>()) as u64
+    }
+
+    /// Slots of `buf` that `rows` rows take (half the elements in a bf16 cache).
+    fn words(&self, rows: usize) -> usize {
+        if self.bf16 {
+            rows * self.cols / 2
+        } else {
+            rows * self.cols
+        }
     }
 }
 
@@ -303,6 +314,16 @@ impl CudaBackend {
         };
         let grid = (g.heads as u32, queries.div_ceil(tile_q) as u32);
         self.kernel(kernel, grid, warps * 32, shared as u32, &mut args, None);
+    }
+
+    /// Whether `k` and `v` are bf16 KV caches (`kv_tensor`), as the attention kernels and
+    /// the KV stores take them; else the op is an error of the step.
+    fn bf16_kv(&self, op: &str, k: &CudaTensor, v: &CudaTensor) -> bool {
+        let ok = k.bf16 && v.bf16;
+        if !ok {
+            self.gpu.record(|| format!("{op}: K and V must be bf16 KV caches (Backend::kv_tensor)"));
+        }
+        ok
     }
 
     /// Whether a forward of `queries` queries takes the tiled prefill kernel: a prompt chunk,
@@ -535,14 +556,29 @@ impl Backend for CudaBackend {
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
-        Ok(CudaTensor { buf: self.gpu.alloc(rows * cols, "activations")?, rows, cols })
+        Ok(CudaTensor { buf: self.gpu.alloc(rows * cols, "activations")?, rows, cols, bf16: false })
+    }
+
+    /// Always bf16: the attention kernels read K and V as bf16 (kernels/attention.cu).
+    fn kv_tensor(&self, rows: usize, cols: usize, dtype: KvDtype) -> Result<CudaTensor, BackendError> {
+        if dtype != KvDtype::Bf16 || cols % 2 != 0 {
+            return Err(BackendError::Device(format!(
+                "a KV cache of {} rows {cols} wide: the CUDA backend keeps K and V as bf16 rows of an even width",
+                dtype.name()
+            )));
+        }
+        Ok(CudaTensor { buf: self.gpu.alloc(rows * cols / 2, "KV cache")?, rows, cols, bf16: true })
+    }
+
+    fn kv_dtype(&self) -> KvDtype {
+        KvDtype::Bf16
     }
 
     fn tensor_from(&self, cols: usize, data: &[f32]) -> Result<CudaTensor, BackendError> {
         assert!(cols > 0 && data.len() % cols == 0, "tensor_from: {} values are not rows of {cols}", data.len());
         let buf = self.gpu.alloc(data.len(), "tables")?;
         self.gpu.upload(data, buf.ptr());
-        Ok(CudaTensor { buf, rows: data.len() / cols, cols })
+        Ok(CudaTensor { buf, rows: data.len() / cols, cols, bf16: false })
     }
 
     fn ids(&self, len: usize) -> Result<CudaIds, BackendError> {
@@ -617,7 +653,12 @@ impl Backend for CudaBackend {
 
     fn read_rows(&self, src: &CudaTensor, start: usize, n: usize) -> Result<Vec<f32>, BackendError> {
         self.readable()?;
-        self.gpu.download(&src.buf, start * src.cols, n * src.cols)
+        let words = self.gpu.download(&src.buf, src.words(start), src.words(n))?;
+        if !src.bf16 {
+            return Ok(words);
+        }
+        // Two bf16 values a slot, the lower-addressed one in the low half (little-endian).
+        Ok(words.iter().flat_map(|w| [w.to_bits() as u16, (w.to_bits() >> 16) as u16]).map(|b| bf16::from_bits(b).to_f32()).collect())
     }
 
     fn read_elements(&self, src: &CudaTensor, coords: &[(usize, usize)]) -> Result<Vec<f32>, BackendError> {
@@ -718,7 +759,7 @@ impl Backend for CudaBackend {
         let hd = table.head_dim;
         let (heads, kv_heads) = (q.cols / hd, k.cols / hd);
         assert!(v.cols == k.cols && cache.0.cols == k.cols && cache.1.cols == k.cols, "rope_store_kv: k, v and cache widths differ");
-        if n == 0 {
+        if n == 0 || !self.bf16_kv("rope_store_kv", cache.0, cache.1) {
             return;
         }
         let mut args = [
@@ -752,6 +793,9 @@ impl Backend for CudaBackend {
             let [q, k, v] = qkv;
             return self.rope_store_kv(q.out, k.out, v.out, table, store.positions, n, store.cache, store.slot);
         };
+        if !self.bf16_kv("qkv_rope_store_kv", store.cache.0, store.cache.1) {
+            return;
+        }
         let (k_cache, v_cache) = (store.cache.0.buf.ptr(), store.cache.1.buf.ptr());
         assert!(
             store.cache.0.cols == segs[1].n_out && store.cache.1.cols == segs[2].n_out,
@@ -822,7 +866,7 @@ impl Backend for CudaBackend {
         mask: Mask<'_, Self>,
         out: &mut CudaTensor,
     ) {
-        if window.queries == 0 {
+        if window.queries == 0 || !self.bf16_kv("attention", k, v) {
             return;
         }
         if g.head_dim > 256 {
@@ -883,6 +927,9 @@ impl Backend for CudaBackend {
     ) {
         // Trees (explicit masks), and graph steps whose table was not uploaded ahead
         // (`prepare_paged_batch`), go one sequence at a time.
+        if !self.bf16_kv("paged_attention_batch", cache.0, cache.1) {
+            return;
+        }
         let tree = batch.seqs.iter().any(|s| matches!(s.mask, Mask::Explicit(_)));
         let graph = self.graphs.in_step();
         let table = match graph {
@@ -1013,17 +1060,24 @@ impl Backend for CudaBackend {
 
     fn copy_rows(&self, src: &CudaTensor, src_start: usize, dst: &mut CudaTensor, dst_start: usize, n: usize) {
         assert_eq!(src.cols, dst.cols, "copy_rows: widths differ");
+        // Into a bf16 cache the values are rounded; between caches the slots move as they are.
+        let (kernel, cols) = match (src.bf16, dst.bf16) {
+            (false, false) => ("copy_rows_f32", src.cols),
+            (false, true) => ("copy_rows_to_bf16", src.cols),
+            (true, true) => ("copy_rows_f32", src.words(1)),
+            (true, false) => return self.gpu.record(|| "copy_rows: from a bf16 KV cache into f32 activations".to_string()),
+        };
         let mut args = [
             Arg::Ptr(src.buf.ptr()),
             Arg::Ptr(dst.buf.ptr()),
-            Arg::I32(src.cols as i32),
+            Arg::I32(cols as i32),
             Arg::I32(n as i32),
             Arg::I32(src_start as i32),
             Arg::I32(dst_start as i32),
             NULL,
         ];
         let values = [src_start as i32, dst_start as i32];
-        self.launch_elems("copy_rows_f32", n * src.cols, &mut args, Some(Dynamic { values: &values, value_args: &[4, 5], ptr_arg: 6 }));
+        self.launch_elems(kernel, n * cols, &mut args, Some(Dynamic { values: &values, value_args: &[4, 5], ptr_arg: 6 }));
     }
 
     fn copy_cols(&self, src: &CudaTensor, n: usize, dst: &mut CudaTensor, dst_col: usize) {
@@ -1044,9 +1098,13 @@ impl Backend for CudaBackend {
         if rows.is_empty() {
             return;
         }
+        if src.bf16 != dst.bf16 {
+            return self.gpu.record(|| "gather_rows: between a bf16 KV cache and f32 activations".to_string());
+        }
         let list = to_usize_ids(rows);
-        let mut args = [Arg::Ptr(src.buf.ptr()), Arg::Ptr(dst.buf.ptr()), Arg::I32(src.cols as i32), NULL];
-        let block = row_block(src.cols * 8);
+        let cols = src.words(1);
+        let mut args = [Arg::Ptr(src.buf.ptr()), Arg::Ptr(dst.buf.ptr()), Arg::I32(cols as i32), NULL];
+        let block = row_block(cols * 8);
         self.kernel(
             "gather_rows_f32",
             (rows.len() as u32, 1),
@@ -1065,8 +1123,9 @@ impl Backend for CudaBackend {
         // start first, then the source rows.
         let mut values = vec![dst_start as i32];
         values.extend(to_usize_ids(src_rows));
-        let mut args = [Arg::Ptr(t.buf.ptr()), Arg::I32(t.cols as i32), NULL, Arg::I32(src_rows.len() as i32)];
-        let block = row_block(t.cols * 8);
+        let cols = t.words(1);
+        let mut args = [Arg::Ptr(t.buf.ptr()), Arg::I32(cols as i32), NULL, Arg::I32(src_rows.len() as i32)];
+        let block = row_block(cols * 8);
         self.kernel("move_rows_f32", (1, 1), block, 0, &mut args, Some(Dynamic { values: &values, value_args: &[], ptr_arg: 2 }));
     }
 

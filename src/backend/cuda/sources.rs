@@ -99,6 +99,7 @@ pub const SOURCES: &[KernelSource] = &[
             "add_bias_f32",
             "f32_to_bf16",
             "copy_rows_f32",
+            "copy_rows_to_bf16",
             "copy_cols_f32",
             "gather_rows_f32",
             "move_rows_f32",
