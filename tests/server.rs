@@ -276,6 +276,18 @@ fn eight_concurrent_requests_each_equal_their_sequential_answer_and_run_batched_
             .map(|t| t.join().unwrap())
             .collect();
         assert_eq!(concurrent, sequential, "round {round}");
+        // `bench --url` as the load generator: the same answers, streamed, 3 at a time.
+        let prompts = dir.path().join("prompts.jsonl");
+        std::fs::write(&prompts, eight_prompts().iter().map(|p| format!("{}\n", json!({"prompt": p}))).collect::<String>()).unwrap();
+        let bench = Command::new(env!("CARGO_BIN_EXE_specdeck"))
+            .args(["bench", "--url", &server.base, "--prompts", path(&prompts), "--max-new-tokens", "160", "--concurrency", "3", "--json"])
+            .output()
+            .unwrap();
+        assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+        let load: Value = serde_json::from_slice(&bench.stdout).unwrap();
+        assert_eq!(load["texts"], json!(sequential), "round {round}");
+        assert_eq!((load["output_tokens"].as_u64(), load["model"].as_str()), (Some(8 * 160), Some(path(&p.target))), "{load}");
+        assert!(load["ttft_ms"]["p50"].as_f64().unwrap() > 0.0 && load["itl_ms"]["p99"].as_f64().unwrap() > 0.0, "{load}");
         let (_, code, _) = server.terminate();
         assert_eq!(code, Some(143));
         // Batched: several of the concurrent eight started before the first of them finished.

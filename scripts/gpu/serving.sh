@@ -3,7 +3,8 @@
 # tokens/s of the 8B-shaped checkpoint through the continuous-batching scheduler at
 # concurrency 1, 8, 32 and 64 (512 random-token prompts, 256 output tokens, EOS ignored),
 # transformers' batched generate on the same weights at batch 64 as the reference, and
-# batch-1 decode at a 32K-token context. Raw JSON under $OUT; builds nothing (stage.sh).
+# batch-1 decode at a 32K-token context, and the c32 load again over HTTP (`bench --url`
+# against `launch --port`). Raw JSON under $OUT; builds nothing (stage.sh).
 # SPECDECK_SERVING_HF=0 skips the transformers step.
 #
 # usage (GPU machine, repository root):  bash .gpu/cuda/serving.sh
@@ -28,6 +29,22 @@ for c in 1 8 32 64; do
     step "serve-c$c" 120 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompts-c$c.jsonl" \
         --max-new-tokens 256 --concurrency "$c" --json
 done
+
+# The same c32 load over HTTP: `specdeck launch --port` serving, `specdeck bench --url` as the
+# load generator (streamed /v1/completions, TTFT and ITL on the wire).
+"$BIN" --headless launch --device cuda --model-path "$MODEL" --port 30000 --max-running-requests 32 \
+    >"$OUT/http-server.out" 2>"$OUT/http-server.err" &
+SERVER=$!
+for _ in $(seq 1 120); do
+    grep -q "^ready in " "$OUT/http-server.out" 2>/dev/null && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+done
+step http-c32 120 "$BIN" bench --url http://127.0.0.1:30000 --prompts "$OUT/prompts-c32.jsonl" \
+    --max-new-tokens 256 --concurrency 32 --json
+kill -TERM $SERVER 2>/dev/null
+wait $SERVER
+echo "http server exit $?" >>"$OUT/steps.log"
 
 # Batch-1 decode at a 32K-token context (one prompt of 32,000 tokens).
 prompts 1 32000 >"$OUT/prompts-32k.jsonl"

@@ -25,10 +25,12 @@ pub const AFTER_HELP: &str = "\
 Examples:
   specdeck bench --model-path T --speculative-draft-model-path D --speculative-algorithm EAGLE3 --prompts p.jsonl
   specdeck bench --model-path T --speculative-draft-model-path D --prompts p.jsonl --compare-target-only --json
+  specdeck bench --url http://127.0.0.1:30000 --prompts p.jsonl --max-new-tokens 256 --concurrency 32 --json
 
 Exit status: 0 measured, 1 a finding stopped the launch (before anything loads) or, with
 --compare-target-only, the speculative tokens differ from the target-only ones, 2 unreadable input,
-a bad flag value, an --apply id that no finding offers, or an engine error. With --json a failure
+a bad flag value, an --apply id that no finding offers, an engine error, or (with --url) a server
+that cannot be reached or answers wrongly. With --json a failure
 prints {\"error\": {\"kind\", \"message\", \"findings\"}} on stdout.";
 
 #[derive(Args, Debug)]
@@ -60,6 +62,10 @@ pub struct BenchArgs {
     /// With --concurrency: requests arrive as a Poisson process of R a second (else all at once).
     #[arg(long, value_name = "R", requires = "concurrency")]
     request_rate: Option<f64>,
+    /// With --concurrency: send the prompts to the OpenAI-compatible server at this address
+    /// (specdeck's, SGLang's or vLLM's) as streamed requests, instead of launching an engine.
+    #[arg(long, value_name = "http://HOST:PORT", requires = "concurrency")]
+    url: Option<String>,
 }
 
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
@@ -166,6 +172,16 @@ pub fn run(args: &BenchArgs, color: ColorChoice) -> anyhow::Result<i32> {
 
 /// The figures printed; the status is 1 when speculative and target-only tokens differ.
 fn bench(args: &BenchArgs, color: ColorChoice) -> Result<i32, Failure> {
+    if let (Some(url), Some(concurrency)) = (&args.url, args.concurrency) {
+        if !args.flags.is_empty() {
+            let e = anyhow!("--url sends to a running server: launch flags (--model-path, --apply, ...) do not apply");
+            return Err(Failure::new(Kind::Input, e));
+        }
+        let prompts = read_prompts(&args.prompts).map_err(|e| Failure::new(Kind::Input, e))?;
+        let out = super::bench_http::run(url, &prompts, args.chat, args.max_new_tokens, concurrency, args.request_rate)
+            .map_err(|e| Failure::new(Kind::Server, e))?;
+        return Ok(print_bench(&out, args));
+    }
     let spec = launch_spec(&args.flags)?;
     let prompts = read_prompts(&args.prompts).map_err(|e| Failure::new(Kind::Input, e))?;
     if let Some(concurrency) = args.concurrency {

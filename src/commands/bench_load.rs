@@ -102,26 +102,46 @@ pub fn run(
     if let Some((_, reason)) = results.iter().find(|(_, r)| matches!(r, FinishReason::Error(_) | FinishReason::Cancelled)) {
         return Err(anyhow!("a request ended with {reason:?}"));
     }
-    let ms = |v: &Vec<f64>, p| percentile(v.clone(), p) * 1e3;
     let output: usize = results.iter().map(|(t, _)| t.len()).sum();
     let t = stats.step_times;
     let per_step = |s: f64| s * 1e3 / t.steps.max(1) as f64;
-    Ok(json!({
-        "concurrency": concurrency,
-        "request_rate": rate,
-        "prompts": prompts.len(),
-        "seconds": seconds,
-        "output_tokens": output,
-        "output_tokens_per_s": output as f64 / seconds,
-        "prompt_tokens": stats.prompt_tokens_total,
-        "mean_accept_length": stats.spec_accept_length,
-        "ttft_ms": {"p50": ms(&latency.ttft_seconds, 0.5), "p99": ms(&latency.ttft_seconds, 0.99)},
-        "itl_ms": {"p50": ms(&latency.itl_seconds, 0.5), "p99": ms(&latency.itl_seconds, 0.99)},
-        // Where a scheduler step's time went, on average: the host's parts and the wait for the device.
-        "step_ms": {"steps": t.steps, "schedule": per_step(t.schedule_s), "launch": per_step(t.launch_s), "wait": per_step(t.wait_s),
-                    "commit": per_step(t.commit_s), "publish": per_step(t.publish_s)},
-        "token_ids": results.iter().map(|(t, _)| json!(t)).collect::<Vec<_>>(),
-    }))
+    let load = Load { concurrency, rate, prompts: prompts.len(), seconds, output: output as u64, prompt_tokens: stats.prompt_tokens_total };
+    let mut out = load.figures(&latency.ttft_seconds, &latency.itl_seconds);
+    out["mean_accept_length"] = json!(stats.spec_accept_length);
+    // Where a scheduler step's time went, on average: the host's parts and the wait for the device.
+    out["step_ms"] = json!({"steps": t.steps, "schedule": per_step(t.schedule_s), "launch": per_step(t.launch_s), "wait": per_step(t.wait_s),
+                            "commit": per_step(t.commit_s), "publish": per_step(t.publish_s),
+                            "padding_seqs": t.padding_seqs as f64 / t.steps.max(1) as f64});
+    out["token_ids"] = results.iter().map(|(t, _)| json!(t)).collect();
+    Ok(out)
+}
+
+/// What a load run measured, in process or over HTTP (`bench_http`).
+pub(super) struct Load {
+    pub concurrency: usize,
+    pub rate: Option<f64>,
+    pub prompts: usize,
+    pub seconds: f64,
+    pub output: u64,
+    pub prompt_tokens: u64,
+}
+
+impl Load {
+    /// The figures both kinds of load run report, TTFT and ITL samples in seconds.
+    pub fn figures(&self, ttft: &[f64], itl: &[f64]) -> Value {
+        let ms = |v: &[f64], p| percentile(v.to_vec(), p) * 1e3;
+        json!({
+            "concurrency": self.concurrency,
+            "request_rate": self.rate,
+            "prompts": self.prompts,
+            "seconds": self.seconds,
+            "output_tokens": self.output,
+            "output_tokens_per_s": self.output as f64 / self.seconds,
+            "prompt_tokens": self.prompt_tokens,
+            "ttft_ms": {"p50": ms(ttft, 0.5), "p99": ms(ttft, 0.99)},
+            "itl_ms": {"p50": ms(itl, 0.5), "p99": ms(itl, 0.99)},
+        })
+    }
 }
 
 #[cfg(test)]

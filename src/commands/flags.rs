@@ -70,6 +70,11 @@ impl FromArgMatches for LaunchFlags {
 }
 
 impl LaunchFlags {
+    /// Whether no launch flag (nor `--apply`) was given.
+    pub fn is_empty(&self) -> bool {
+        self.given.is_empty() && self.apply.is_empty()
+    }
+
     /// Build a spec: the flags given, on top of `base` (a pasted command line, or empty),
     /// with `SGLANG_*` variables of this process's environment added.
     pub fn to_spec(&self, base: LaunchSpec) -> Result<LaunchSpec, SpecError> {

@@ -19,6 +19,8 @@ pub(super) enum Kind {
     Input,
     /// The engine failed after the launch.
     Engine,
+    /// The server `bench --url` sends to could not be reached, or answered wrongly.
+    Server,
 }
 
 impl Kind {
@@ -28,6 +30,7 @@ impl Kind {
             Kind::Apply => "apply",
             Kind::Input => "input",
             Kind::Engine => "engine",
+            Kind::Server => "server",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! console/ and model/. Flag names follow SGLang's, so a user can paste their launch line.
 
 mod bench;
+mod bench_http;
 mod bench_load;
 mod bench_table;
 pub mod catalog;

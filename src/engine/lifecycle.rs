@@ -24,7 +24,7 @@ use crate::engine::plan::{
 };
 use crate::engine::rank_vote::RankVote;
 use crate::engine::request::{Cancel, GenerateRequest, LaunchOutcome};
-use crate::engine::scheduler::{Batch, EngineParts, Scheduler, SchedulerConfig};
+use crate::engine::scheduler::{self, Batch, EngineParts, Scheduler, SchedulerConfig};
 use crate::engine::spec_decode::{self, Decoding, Generation, OnTokens, Sampling, Target};
 use crate::engine::standalone::StandaloneDrafter;
 use crate::engine::target_model::TargetModel;
@@ -219,7 +219,7 @@ impl<B: Backend> Engine<B> {
         self.alloc_kv(memory, sizing, plan.graph_max_bs)
             .map_err(|e| fail(&events, PhaseId::KvAlloc, error_finding(Side::Target, PhaseId::KvAlloc, &e)))?;
         phase(&events, PhaseId::KvAlloc, PhaseState::Done, Some(sizing.describe()));
-        self.capture_target_graphs(&plan)?;
+        self.capture_target_graphs(spec, &plan)?;
 
         match &plan.drafter {
             DraftPlan::None => {
@@ -250,10 +250,11 @@ impl<B: Backend> Engine<B> {
         Ok(reused)
     }
 
-    /// The `target-graph-capture` phase: the greedy verify step of each size the launch
-    /// uses (1 row for a decode, the draft tokens for a verify) recorded and captured, one
-    /// progress event per size; sizes above `--cuda-graph-max-bs` stay eager.
-    fn capture_target_graphs(&mut self, plan: &LaunchPlan) -> Result<(), Finding> {
+    /// The `target-graph-capture` phase, one progress event per batch size: the greedy
+    /// verify step of one sequence at each length the launch uses (1 row for a decode, the
+    /// draft tokens for a verify), and the scheduler's steps at each size of SGLang's list
+    /// (`scheduler::batch_layout`); sizes above `--cuda-graph-max-bs` stay eager.
+    fn capture_target_graphs(&mut self, spec: &LaunchSpec, plan: &LaunchPlan) -> Result<(), Finding> {
         if !self.backend.uses_graphs() {
             phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("no CUDA graphs on this backend".into()));
             return Ok(());
@@ -262,16 +263,35 @@ impl<B: Backend> Engine<B> {
             phase(&self.events, PhaseId::TargetGraphCapture, PhaseState::Skipped, Some("this target's forward runs eagerly".into()));
             return Ok(());
         }
-        let mut sizes = vec![1u32];
-        if plan.algorithm != Algorithm::None && self.shape.draft_tokens > 1 {
-            sizes.push(self.shape.draft_tokens as u32);
+        let speculative = plan.algorithm != Algorithm::None;
+        let mut single = vec![1u32];
+        if speculative && self.shape.draft_tokens > 1 {
+            single.push(self.shape.draft_tokens as u32);
         }
+        single.retain(|&rows| rows <= plan.graph_max_bs);
         let tree = !self.shape.is_chain();
-        let max_bs = plan.graph_max_bs;
         let gpu = self.backend.gpu_ordinal();
         let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated before graph capture");
+        let cfg = SchedulerConfig::from_spec(spec);
+        let layout = scheduler::batch_layout(&cfg, speculative.then_some(self.shape), target.max_tokens(), target.graph_rows > 0);
+        let mut sizes: Vec<u32> = single.iter().copied().chain(layout.graph_sizes.iter().map(|&s| s as u32)).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let max_bs = plan.graph_max_bs.max(cfg.graph_max_bs.try_into().unwrap_or(u32::MAX));
         capture_phase(&self.events, PhaseId::TargetGraphCapture, &sizes, max_bs, gpu, |bs| {
-            target.capture_verify(bs as usize, tree && bs > 1).map_err(|e| match e {
+            let captured = (|| {
+                // The scheduler's buffers first: growing them afterwards would move what the
+                // single-sequence graphs point into.
+                scheduler::keep_buffers(target, &layout)?;
+                if single.contains(&bs) {
+                    target.capture_verify(bs as usize, tree && bs > 1)?;
+                }
+                if layout.graph_sizes.contains(&(bs as usize)) {
+                    scheduler::capture_steps(target, &layout, bs as usize)?;
+                }
+                Ok(())
+            })();
+            captured.map_err(|e| match e {
                 EngineError::Backend(b) => b,
                 other => BackendError::Device(other.to_string()),
             })
@@ -520,6 +540,12 @@ impl<B: Backend> Engine<B> {
         loaded.target = Some(parts.target);
         self.drafter = key.zip(parts.drafter).map(|(key, drafter)| LoadedDrafter { key, drafter });
         served
+    }
+
+    /// The launched target with its KV pool (tests reach into it).
+    #[cfg(test)]
+    pub(crate) fn target_mut(&mut self) -> Option<&mut Target<B>> {
+        self.target.as_mut().and_then(|t| t.target.as_mut())
     }
 
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {

@@ -467,6 +467,8 @@ pub struct LlamaModel<B: Backend> {
     geometry: AttnGeometry,
     /// What `new_kv` keeps K and V in.
     kv_dtype: KvDtype,
+    /// (rows, positions) the paged scratch holds, while there is one.
+    paged_size: (usize, usize),
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -512,6 +514,7 @@ impl<B: Backend> LlamaModel<B> {
             weight_bytes,
             capacity: cap,
             kv_dtype: backend.kv_dtype(),
+            paged_size: (0, 0),
             config,
             backend,
         })
@@ -646,7 +649,13 @@ impl<B: Backend> LlamaModel<B> {
             self.capacity.logit_rows = logit_rows;
         }
         self.ensure_positions(positions)?;
-        self.scratch.paged = Some(PagedScratch::new(&*b, seq_rows, positions, &self.geometry, self.kv_dtype)?);
+        // Buffers that already hold the sizes stay where they are: graph steps captured at
+        // launch over them (`scheduler::capture_steps`) replay when serving starts.
+        let (rows_now, positions_now) = self.paged_size;
+        if self.scratch.paged.is_none() || seq_rows > rows_now || positions > positions_now {
+            self.scratch.paged = Some(PagedScratch::new(&*b, seq_rows, positions, &self.geometry, self.kv_dtype)?);
+            self.paged_size = (seq_rows, positions);
+        }
         Ok(())
     }
 

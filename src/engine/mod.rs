@@ -6,6 +6,7 @@
 //! headless `generate` and `bench` of src/commands/); `request` holds what all three are asked
 //! and answer.
 
+pub mod batch_buffers;
 pub(crate) mod capture;
 pub(crate) mod compile;
 pub mod context;

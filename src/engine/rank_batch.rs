@@ -3,9 +3,10 @@
 //! group gives each of them the same call at once, so that their forwards meet in the same
 //! all-reduces. The ranks' answers must agree (ids, tokens); rank 0's are the group's.
 
+use std::cell::Cell;
 use std::sync::{mpsc, Arc};
 
-use crate::engine::scheduler::{Batch, SchedulerConfig, SeqRequest, SeqUpdate, StepTimes};
+use crate::engine::scheduler::{Batch, BatchStatus, SchedulerConfig, SeqRequest, SeqUpdate, StepTimes};
 use crate::engine::EngineError;
 use crate::model::tokenizer::TextTokenizer;
 
@@ -27,6 +28,10 @@ pub struct GroupBatch {
     config: SchedulerConfig,
     context: usize,
     tokenizer: Arc<TextTokenizer>,
+    /// Rank 0's status as its last step left it, until a submit or cancel changes it: the
+    /// serving thread reads it after every step, and asking again would cost the hot path
+    /// a second round trip to the ranks.
+    status: Cell<Option<BatchStatus>>,
 }
 
 fn stopped(rank: usize) -> EngineError {
@@ -43,7 +48,7 @@ impl GroupBatch {
             }))
             .map_err(|_| stopped(0))?;
         let (config, context, tokenizer) = rx.recv().map_err(|_| stopped(0))?;
-        Ok(GroupBatch { ranks, config, context, tokenizer })
+        Ok(GroupBatch { ranks, config, context, tokenizer, status: Cell::new(None) })
     }
 
     /// `f` on every rank's scheduler at once; the answers in rank order.
@@ -97,33 +102,41 @@ impl Batch for GroupBatch {
     }
 
     fn running(&self) -> usize {
-        self.on_first(|b| b.running()).unwrap_or(0)
+        self.status().running
     }
 
     fn queued(&self) -> usize {
-        self.on_first(|b| b.queued()).unwrap_or(0)
+        self.status().queued
     }
 
     fn blocks(&self) -> (usize, usize) {
-        self.on_first(|b| b.blocks()).unwrap_or((0, 0))
+        let s = self.status();
+        (s.kv_blocks_free, s.kv_blocks_total)
     }
 
     fn is_idle(&self) -> bool {
-        self.on_first(|b| b.is_idle()).unwrap_or(true)
+        self.status().is_idle()
     }
 
     fn submit(&mut self, req: SeqRequest) -> Result<u64, EngineError> {
+        self.status.set(None);
         let ids = self.on_all(move |b| b.submit(req.clone()).map_err(|e| e.to_string()))?;
         Self::agreed(ids, "queued the request under an id")?.map_err(EngineError::Request)
     }
 
     fn cancel(&mut self, id: u64) -> bool {
+        self.status.set(None);
         self.on_all(move |b| b.cancel(id)).is_ok_and(|c| c.into_iter().all(|c| c))
     }
 
     fn step(&mut self) -> Result<Vec<SeqUpdate>, EngineError> {
-        let updates = self.on_all(|b| b.step().map_err(|e| e.to_string()))?;
-        Self::agreed(updates, "stepped to tokens")?.map_err(EngineError::Request)
+        self.status.set(None);
+        let answers = self.on_all(|b| b.step().map_err(|e| e.to_string()).map(|u| (u, b.status())))?;
+        let status = answers.first().and_then(|a| a.as_ref().ok()).map(|(_, s)| *s);
+        let updates = answers.into_iter().map(|a| a.map(|(u, _)| u)).collect();
+        let updates = Self::agreed(updates, "stepped to tokens")?.map_err(EngineError::Request)?;
+        self.status.set(status);
+        Ok(updates)
     }
 
     fn tokenizer(&self) -> Arc<TextTokenizer> {
@@ -131,6 +144,16 @@ impl Batch for GroupBatch {
     }
 
     fn step_times(&self) -> StepTimes {
-        self.on_first(|b| b.step_times()).unwrap_or_default()
+        self.status().times
+    }
+
+    fn status(&self) -> BatchStatus {
+        if let Some(s) = self.status.get() {
+            return s;
+        }
+        // A group whose rank 0 stopped shows as idle and empty; its next step reports why.
+        let s = self.on_first(|b| b.status()).unwrap_or_default();
+        self.status.set(Some(s));
+        s
     }
 }

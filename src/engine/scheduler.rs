@@ -20,7 +20,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::{Backend, BatchSeq, Mask, PagedBatch, PagedSeq};
+use crate::engine::batch_buffers::{BatchBuffers, BatchLayout};
 use crate::engine::drafter::{AuxRows, DraftState, Drafter};
+use crate::engine::graph_sizes::capture_sizes;
 use crate::engine::kv_budget::BLOCK_TOKENS;
 use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
 use crate::engine::plan::PREFILL_CHUNK;
@@ -34,15 +36,19 @@ use crate::spec::LaunchSpec;
 
 /// `--max-running-requests` when absent.
 pub const DEFAULT_MAX_RUNNING: usize = 8;
+/// The largest batch a graph step is captured for, whatever the flags ask (SGLang's own
+/// capture list ends at 512 on the largest GPUs).
+const GRAPH_BS_CAP: usize = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
     pub max_running: usize,
     /// Most prompt tokens one step prefills, over all sequences.
     pub chunk: usize,
-    /// Decode and verify steps of at most this many sequences run as graph steps, one graph
-    /// per batch size and verify length, where the target runs graphs at all
-    /// (`--cuda-graph-max-bs`; without it, every batch up to `max_running`).
+    /// Decode and verify steps of at most this many sequences run as graph steps, padded
+    /// up to the next size of SGLang's capture list (`graph_sizes::capture_sizes`), one graph
+    /// per size and verify length, where the target runs graphs at all
+    /// (`--cuda-graph-max-bs`; without it, up to `max_running`).
     pub graph_max_bs: usize,
 }
 
@@ -112,6 +118,25 @@ pub struct StepTimes {
     pub commit_s: f64,
     /// The serving thread's handling of the step's updates (text, events, metrics).
     pub publish_s: f64,
+    /// Padding sequences that filled graph steps up to their captured sizes.
+    pub padding_seqs: u64,
+}
+
+/// What the serving thread shows of a scheduler after a step, in one answer (a
+/// tensor-parallel group asks its rank 0 once, not once a count).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BatchStatus {
+    pub running: usize,
+    pub queued: usize,
+    pub kv_blocks_free: usize,
+    pub kv_blocks_total: usize,
+    pub times: StepTimes,
+}
+
+impl BatchStatus {
+    pub fn is_idle(&self) -> bool {
+        self.running == 0 && self.queued == 0
+    }
 }
 
 struct Seq<B: Backend> {
@@ -159,19 +184,143 @@ pub struct Scheduler<B: Backend> {
     waiting: VecDeque<Seq<B>>,
     running: Vec<Seq<B>>,
     next_id: u64,
-    /// One tree mask per running sequence.
-    masks: Vec<B::Ids>,
-    argmax: B::Ids,
-    /// One sequence's verify rows as probabilities (sampling).
-    probs: B::Tensor,
+    buffers: BatchBuffers<B>,
+    /// The blocks the padding sequences of graph steps write (`pad_table`).
+    pad: BlockTable,
     times: StepTimes,
 }
 
-/// A scheduler's own buffers (`Scheduler::buffers`).
-struct Buffers<B: Backend> {
-    argmax: B::Ids,
-    probs: B::Tensor,
-    masks: Vec<B::Ids>,
+/// The layout of a scheduler over `cfg`: a tree shape (topk > 1) runs one sequence at a
+/// time, chains and target-only decoding `max_running`. With `graphs`, steps of chains pad
+/// up to the sizes of SGLang's list up to `--cuda-graph-max-bs`, as far as the first that
+/// holds `max_running` sequences.
+pub fn batch_layout(cfg: &SchedulerConfig, drafter: Option<TreeShape>, max_tokens: usize, graphs: bool) -> BatchLayout {
+    let tree_rows = drafter.map_or(1, |s| s.draft_tokens);
+    let max_running = if drafter.is_some_and(|s| !s.is_chain()) { 1 } else { cfg.max_running };
+    // The drafter reads a prefill chunk in one forward of its own capacity; without chunking
+    // (SGLang's -1) a whole prompt, which the context bounds, is one chunk.
+    let whole = cfg.chunk.min(max_tokens).max(1);
+    let chunk = if drafter.is_some() { whole.min(PREFILL_CHUNK) } else { whole };
+    let mut graph_sizes = Vec::new();
+    if graphs {
+        // The first size of the list that holds max_running is at most its next multiple of 8.
+        let max_bs = cfg.graph_max_bs.min(max_running.next_multiple_of(8)).min(GRAPH_BS_CAP);
+        for size in capture_sizes(max_bs as u32).into_iter().map(|s| s as usize) {
+            graph_sizes.push(size);
+            if size >= max_running {
+                break;
+            }
+        }
+    }
+    BatchLayout { tree_rows, max_running, chunk, graph_sizes }
+}
+
+/// The target's batch buffers for `layout`: the ones it keeps when they fit (a graph step
+/// captured over them then replays), else new ones; the model's batch capacity sized too.
+fn batch_buffers<B: Backend>(target: &mut Target<B>, layout: &BatchLayout) -> Result<BatchBuffers<B>, EngineError> {
+    let b = target.model.backend().clone();
+    let logit_rows = layout.step_seqs() * layout.tree_rows;
+    let positions = target.max_tokens() + layout.tree_rows;
+    target.model.set_batch_capacity(layout.chunk + logit_rows, logit_rows, layout.chunk.max(layout.tree_rows), positions)?;
+    if let Some(kept) = target.batch.take().filter(|kept| &kept.layout == layout) {
+        return Ok(kept);
+    }
+    Ok(BatchBuffers {
+        layout: layout.clone(),
+        argmax: b.ids(logit_rows)?,
+        probs: b.tensor(layout.tree_rows, target.model.vocab())?,
+        masks: (0..layout.max_running).map(|_| b.ids(layout.tree_rows * layout.tree_rows)).collect::<Result<Vec<_>, _>>()?,
+    })
+}
+
+/// Size the target's batch buffers for `layout` now and keep them with it.
+pub fn keep_buffers<B: Backend>(target: &mut Target<B>, layout: &BatchLayout) -> Result<(), EngineError> {
+    target.batch = Some(batch_buffers(target, layout)?);
+    Ok(())
+}
+
+/// The blocks that a graph step's padding sequences write, taken first from a fresh pool
+/// (so always its first blocks); none without graphs.
+fn pad_table(pool: &mut BlockPool, layout: &BatchLayout) -> BlockTable {
+    let mut pad = BlockTable::default();
+    if !layout.graph_sizes.is_empty() {
+        pad.reserve(pool, layout.tree_rows);
+    }
+    pad
+}
+
+/// The graph key of a step of `seqs` sequences (padded) of `rows` rows each.
+fn step_key(seqs: usize, rows: usize) -> String {
+    format!("scheduler-step/{seqs}x{rows}")
+}
+
+/// Append `seqs` padding sequences of `rows` rows to a step's inputs: token 0 at positions
+/// `0 .. rows` over the pad table's slots, each seeing only itself. Their rows compute as any
+/// other and their results go unread; rows never mix across sequences, so the real ones are
+/// unchanged.
+fn pad_inputs(pad: &BlockTable, seqs: usize, rows: usize, ids: &mut Vec<u32>, positions: &mut Vec<usize>, slots: &mut Vec<Vec<usize>>) {
+    for _ in 0..seqs {
+        ids.extend(std::iter::repeat_n(0, rows));
+        positions.extend(0..rows);
+        slots.push(pad.slots(rows));
+    }
+}
+
+/// One forward of a step's batch and the argmax of its logit rows, as the graph step
+/// `graph` where given (everything in it only enqueues work).
+fn forward_and_argmax<B: Backend>(
+    target: &mut Target<B>,
+    argmax: &mut B::Ids,
+    paged: &PagedBatch<'_, B>,
+    logit_rows: &[usize],
+    graph: Option<&str>,
+) -> Result<(), EngineError> {
+    let b = target.model.backend().clone();
+    let Target { model, kv, .. } = target;
+    let mut forward = Ok(());
+    let mut step = || {
+        forward = model.forward_batch(kv, paged, logit_rows);
+        if forward.is_ok() && !logit_rows.is_empty() {
+            b.argmax(model.logits(), logit_rows.len(), argmax);
+        }
+    };
+    match graph {
+        Some(key) => b.graph_step(key, &mut step),
+        None => step(),
+    }
+    Ok(forward?)
+}
+
+/// Record and capture the graph steps of `seqs` sequences (a size of `layout.graph_sizes`)
+/// at every verify length, on padding alone, into the target's batch buffers: the launch's
+/// `target-graph-capture` phase, so that serving replays them from its first step. The
+/// padding writes only the pad table's slots, which a scheduler keeps for itself.
+pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, seqs: usize) -> Result<(), EngineError> {
+    let b = target.model.backend().clone();
+    let mut buffers = batch_buffers(target, layout)?;
+    let pad = pad_table(&mut BlockPool::new(target.kv.slots / BLOCK_TOKENS), layout);
+    let mut captured = Ok(());
+    for rows in layout.step_rows() {
+        let (mut ids, mut positions, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        pad_inputs(&pad, seqs, rows, &mut ids, &mut positions, &mut slots);
+        target.model.inputs().set(&*b, &ids, &positions);
+        let batch: Vec<BatchSeq<'_, B>> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, slots)| BatchSeq { seq: PagedSeq { row: i * rows, queries: rows, slots }, mask: Mask::Causal })
+            .collect();
+        let logit_rows: Vec<usize> = (0..ids.len()).collect();
+        let paged = PagedBatch::new(&batch, ids.len());
+        b.prepare_paged_batch(&paged);
+        // The first run records the step, the second captures it.
+        for _ in 0..2 {
+            captured =
+                captured.and_then(|_| forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows))));
+        }
+        captured = captured.and_then(|_| b.read_ids(&buffers.argmax, 1).map(drop).map_err(EngineError::from));
+    }
+    target.batch = Some(buffers);
+    captured
 }
 
 impl<B: Backend> Scheduler<B> {
@@ -179,23 +328,19 @@ impl<B: Backend> Scheduler<B> {
     /// time; chains and target-only decoding run `max_running`. On an error (a target that
     /// cannot batch, buffers that do not fit) the parts come back with it.
     pub fn new(mut parts: EngineParts<B>, cfg: SchedulerConfig) -> Result<Scheduler<B>, Box<(EngineError, EngineParts<B>)>> {
-        let tree_rows = if parts.drafter.is_some() { parts.shape.draft_tokens } else { 1 };
-        let max_running = if parts.drafter.is_some() && !parts.shape.is_chain() { 1 } else { cfg.max_running };
-        // The drafter reads a prefill chunk in one forward of its own capacity; without chunking
-        // (SGLang's -1) a whole prompt, which the context bounds, is one chunk.
-        let whole = cfg.chunk.min(parts.target.max_tokens()).max(1);
-        let chunk = if parts.drafter.is_some() { whole.min(PREFILL_CHUNK) } else { whole };
-        let buffers = match Self::buffers(&mut parts.target, tree_rows, max_running, chunk) {
+        let shape = parts.drafter.is_some().then_some(parts.shape);
+        let layout = batch_layout(&cfg, shape, parts.target.max_tokens(), parts.target.graph_rows > 0);
+        let buffers = match batch_buffers(&mut parts.target, &layout) {
             Ok(b) => b,
             Err(e) => return Err(Box::new((e, parts))),
         };
         let EngineParts { target, drafter, tokenizer, shape } = parts;
-        let Buffers { argmax, probs, masks } = buffers;
+        let mut pool = BlockPool::new(target.kv.slots / BLOCK_TOKENS);
+        let (tree_rows, max_running, chunk) = (layout.tree_rows, layout.max_running, layout.chunk);
         Ok(Scheduler {
-            pool: BlockPool::new(target.kv.slots / BLOCK_TOKENS),
-            argmax,
-            probs,
-            masks,
+            pad: pad_table(&mut pool, &layout),
+            pool,
+            buffers,
             stop_ids: tokenizer.stop_ids().to_vec(),
             tokenizer,
             cfg: SchedulerConfig { max_running, chunk, ..cfg },
@@ -210,19 +355,10 @@ impl<B: Backend> Scheduler<B> {
         })
     }
 
-    /// The batch's capacity in the target, then the argmax ids, the probabilities of one
-    /// sequence's verify rows and one tree mask per running sequence.
-    fn buffers(target: &mut Target<B>, tree_rows: usize, max_running: usize, chunk: usize) -> Result<Buffers<B>, EngineError> {
-        let b = target.model.backend().clone();
-        let logit_rows = max_running * tree_rows;
-        let positions = target.max_tokens() + tree_rows;
-        target.model.set_batch_capacity(chunk + logit_rows, logit_rows, chunk.max(tree_rows), positions)?;
-        let masks = (0..max_running).map(|_| b.ids(tree_rows * tree_rows)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Buffers { argmax: b.ids(logit_rows)?, probs: b.tensor(tree_rows, target.model.vocab())?, masks })
-    }
-
-    /// The parts it served from, for the engine to keep (every request is dropped).
-    pub fn into_parts(self) -> EngineParts<B> {
+    /// The parts it served from, for the engine to keep (every request is dropped), the
+    /// batch buffers with the target.
+    pub fn into_parts(mut self) -> EngineParts<B> {
+        self.target.batch = Some(self.buffers);
         EngineParts { target: self.target, drafter: self.drafter, tokenizer: self.tokenizer, shape: self.shape }
     }
 
@@ -270,17 +406,20 @@ impl<B: Backend> Scheduler<B> {
             }
             slots.push(s.table.slots(s.committed + p.rows));
         }
-        let graph = self.graph_key(&parts);
+        // A graph step runs at a captured batch size: padding sequences fill it up.
+        let graph = self.graph_step(&parts);
+        let (padding, pad_rows) = graph.as_ref().map_or((0, 0), |&(seqs, rows)| (seqs - parts.len(), rows));
+        pad_inputs(&self.pad, padding, pad_rows, &mut ids, &mut positions, &mut slots);
         self.target.model.inputs().set(&*b, &ids, &positions);
-        for (p, mask) in parts.iter().zip(self.masks.iter_mut()) {
+        for (p, mask) in parts.iter().zip(self.buffers.masks.iter_mut()) {
             if let Some(t) = p.tree.as_ref().filter(|t| !t.is_chain()) {
                 b.write_ids(mask, &t.mask());
             }
         }
-        let batch: Vec<BatchSeq<'_, B>> = parts
+        let mut batch: Vec<BatchSeq<'_, B>> = parts
             .iter()
             .zip(&slots)
-            .zip(&self.masks)
+            .zip(&self.buffers.masks)
             .map(|((p, slots), mask)| {
                 let tree_mask = p.tree.as_ref().is_some_and(|t| !t.is_chain());
                 BatchSeq {
@@ -289,33 +428,27 @@ impl<B: Backend> Scheduler<B> {
                 }
             })
             .collect();
-        let logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
-        let paged = PagedBatch::new(&batch, rows);
+        batch.extend(
+            slots[parts.len()..]
+                .iter()
+                .enumerate()
+                .map(|(i, slots)| BatchSeq { seq: PagedSeq { row: rows + i * pad_rows, queries: pad_rows, slots }, mask: Mask::Causal }),
+        );
+        let mut logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
+        let read_rows = logit_rows.len();
+        logit_rows.extend(rows..ids.len());
+        let paged = PagedBatch::new(&batch, ids.len());
         // The table goes up ahead of the forward, which then only enqueues work (the ids and
         // positions were written above, the argmax reads its logits on the device).
         b.prepare_paged_batch(&paged);
         let scheduled = Instant::now();
-        let (Target { model, kv, .. }, argmax) = (&mut self.target, &mut self.argmax);
-        let mut forward = Ok(());
-        let mut step = || {
-            forward = model.forward_batch(kv, &paged, &logit_rows);
-            if forward.is_ok() && !logit_rows.is_empty() {
-                b.argmax(model.logits(), logit_rows.len(), argmax);
-            }
-        };
-        match &graph {
-            Some(key) => b.graph_step(key, &mut step),
-            None => step(),
-        }
-        forward?;
+        let key = graph.map(|(seqs, rows)| step_key(seqs, rows));
+        forward_and_argmax(&mut self.target, &mut self.buffers.argmax, &paged, &logit_rows, key.as_deref())?;
         drop(paged);
         drop(batch);
         let launched = Instant::now();
-        let argmax = if logit_rows.is_empty() {
-            Vec::new()
-        } else {
-            b.read_ids(&self.argmax, logit_rows.len())?.into_iter().map(|t| t as u32).collect()
-        };
+        let argmax =
+            if read_rows == 0 { Vec::new() } else { b.read_ids(&self.buffers.argmax, read_rows)?.into_iter().map(|t| t as u32).collect() };
         let read = Instant::now();
         let mut updates = Vec::with_capacity(parts.len());
         let mut logit_row = 0;
@@ -339,6 +472,7 @@ impl<B: Backend> Scheduler<B> {
         }
         let t = &mut self.times;
         t.steps += 1;
+        t.padding_seqs += padding as u64;
         t.schedule_s += scheduled.duration_since(start).as_secs_f64();
         t.launch_s += launched.duration_since(scheduled).as_secs_f64();
         t.wait_s += read.duration_since(launched).as_secs_f64();
@@ -346,17 +480,16 @@ impl<B: Backend> Scheduler<B> {
         Ok(updates)
     }
 
-    /// The graph key of a step whose every part is a chain of the same length over causal
-    /// attention (decode steps, or EAGLE-3 and STANDALONE chain verifies), for a batch the
-    /// graphs cover: the ops and their shapes repeat for the same count and length. Steps
-    /// with a prompt chunk, a tree mask, or verify chains of mixed lengths run eagerly.
-    fn graph_key(&self, parts: &[Part]) -> Option<String> {
-        if self.target.graph_rows == 0 || parts.len() > self.cfg.graph_max_bs {
-            return None;
-        }
+    /// (padded sequences, rows each) of a step whose every part is a chain of the same
+    /// length over causal attention (decode steps, or EAGLE-3 and STANDALONE chain verifies),
+    /// for a batch a captured size holds: the ops and their shapes repeat for the same size
+    /// and length. Steps with a prompt chunk, a tree mask, or verify chains of mixed lengths
+    /// run eagerly.
+    fn graph_step(&self, parts: &[Part]) -> Option<(usize, usize)> {
+        let seqs = self.buffers.layout.padded(parts.len())?;
         let rows = parts.first()?.rows;
         let uniform = parts.iter().all(|p| p.rows == rows && p.tree.as_ref().is_some_and(Tree::is_chain));
-        uniform.then(|| format!("scheduler-step/{}x{rows}", parts.len()))
+        uniform.then_some((seqs, rows))
     }
 
     /// The step's parts: every decoding sequence's verify tree, then prefill chunks in
@@ -395,20 +528,23 @@ impl<B: Backend> Scheduler<B> {
         // The coins in the batch-1 path's order (`spec_decode::Target::verify`).
         let coins: Vec<f32> = (0..n).map(|_| s.rng.random::<f32>()).collect();
         let final_coin: f32 = s.rng.random();
-        b.copy_rows(self.target.model.logits(), logit_row, &mut self.probs, 0, n);
-        b.softmax(&mut self.probs, n, s.sampling.temperature);
+        b.copy_rows(self.target.model.logits(), logit_row, &mut self.buffers.probs, 0, n);
+        b.softmax(&mut self.buffers.probs, n, s.sampling.temperature);
         if !s.sampling.filters() {
             let coords: Vec<(usize, usize)> = (1..n).map(|c| (t.parent[c].expect("non-root"), t.tokens[c] as usize)).collect();
             let mut child_prob = vec![0.0];
-            child_prob.extend(b.read_elements(&self.probs, &coords)?);
+            child_prob.extend(b.read_elements(&self.buffers.probs, &coords)?);
             let walk = verify::sample(t, &child_prob, &coins, verify::lossless);
-            let next = b.sample(&self.probs, walk.last(), &walk.rejected, final_coin)?;
+            let next = b.sample(&self.buffers.probs, walk.last(), &walk.rejected, final_coin)?;
             return Ok((walk, next));
         }
         // top-k / top-p: the filtered distributions on the host.
         let vocab = self.target.model.vocab();
-        let rows: Vec<Vec<f32>> =
-            b.read_rows(&self.probs, 0, n)?.chunks(vocab).map(|r| sampling::filtered(r, s.sampling.top_k, s.sampling.top_p)).collect();
+        let rows: Vec<Vec<f32>> = b
+            .read_rows(&self.buffers.probs, 0, n)?
+            .chunks(vocab)
+            .map(|r| sampling::filtered(r, s.sampling.top_k, s.sampling.top_p))
+            .collect();
         let mut child_prob = vec![0.0];
         child_prob.extend((1..n).map(|c| rows[t.parent[c].expect("non-root")][t.tokens[c] as usize]));
         let walk = verify::sample(t, &child_prob, &coins, verify::lossless);
@@ -496,6 +632,11 @@ pub trait Batch: Send {
     fn tokenizer(&self) -> Arc<TextTokenizer>;
     /// Where the steps so far went (`publish_s` is the serving thread's to add).
     fn step_times(&self) -> StepTimes;
+    /// The counts and times at once.
+    fn status(&self) -> BatchStatus {
+        let (kv_blocks_free, kv_blocks_total) = self.blocks();
+        BatchStatus { running: self.running(), queued: self.queued(), kv_blocks_free, kv_blocks_total, times: self.step_times() }
+    }
 }
 
 impl<B: Backend> Batch for Scheduler<B> {
@@ -504,7 +645,7 @@ impl<B: Backend> Batch for Scheduler<B> {
     }
 
     fn context(&self) -> usize {
-        self.target.max_tokens().min(self.pool.total() * BLOCK_TOKENS - self.tree_rows)
+        self.target.max_tokens().min(self.blocks().1 * BLOCK_TOKENS - self.tree_rows)
     }
 
     fn running(&self) -> usize {
@@ -516,7 +657,7 @@ impl<B: Backend> Batch for Scheduler<B> {
     }
 
     fn blocks(&self) -> (usize, usize) {
-        (self.pool.free_blocks(), self.pool.total())
+        (self.pool.free_blocks(), self.pool.total() - self.pad.blocks())
     }
 
     fn is_idle(&self) -> bool {

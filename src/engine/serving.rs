@@ -741,10 +741,10 @@ impl<'a> Serving<'a> {
 
     fn publish(&self) {
         let mut st = self.worker.live.stats.lock().expect("stats lock");
-        st.running = self.batch.running();
-        st.queued = self.batch.queued();
-        (st.kv_blocks_free, st.kv_blocks_total) = self.batch.blocks();
-        st.step_times = StepTimes { publish_s: self.publish_s, ..self.batch.step_times() };
+        let status = self.batch.status();
+        (st.running, st.queued) = (status.running, status.queued);
+        (st.kv_blocks_free, st.kv_blocks_total) = (status.kv_blocks_free, status.kv_blocks_total);
+        st.step_times = StepTimes { publish_s: self.publish_s, ..status.times };
         let accepts: Vec<usize> = self.recent.iter().filter_map(|r| r.2).collect();
         st.spec_accept_length = if accepts.is_empty() { 0.0 } else { accepts.iter().sum::<usize>() as f64 / accepts.len() as f64 };
         st.gen_throughput = match (self.recent.front(), self.recent.back()) {

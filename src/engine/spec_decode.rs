@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::{AttnWindow, Backend, Mask};
+use crate::engine::batch_buffers::BatchBuffers;
 use crate::engine::drafter::{AuxRows, Candidate, Drafter};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::Logits;
@@ -41,6 +42,9 @@ pub struct Target<B: Backend> {
     /// graph steps, recorded once per row count and shape and replayed after
     /// (`Backend::graph_step`, a GPU backend; 0: none).
     pub graph_rows: usize,
+    /// The continuous-batching scheduler's buffers, kept between servings (and from the
+    /// launch's graph capture on) so that its graph steps replay.
+    pub batch: Option<BatchBuffers<B>>,
 }
 
 impl<B: Backend> Target<B> {
@@ -55,6 +59,7 @@ impl<B: Backend> Target<B> {
             tree_slots,
             context: None,
             graph_rows: 0,
+            batch: None,
             model,
         })
     }

@@ -223,3 +223,36 @@ fn a_9k_token_prompt_runs_in_a_32k_context_with_default_flags() {
         assert_eq!(s.blocks().0, s.blocks().1);
     });
 }
+
+/// Graph steps pad their batch up to a captured size (SGLang's list: 1, 2, 4, 8) with
+/// sequences of their own on the scheduler's pad block. On the CPU a graph step runs its ops
+/// eagerly, so this checks what padding does to the real rows (nothing) and to the pool (one
+/// block, not counted), after the launch-time capture of every size has run on the padding.
+#[test]
+fn padded_graph_steps_keep_every_answer_and_the_pool() {
+    for algorithm in [Algorithm::None, Algorithm::Eagle3] {
+        let mut l = launched(algorithm, |_| {});
+        let want = sequential(&mut l.engine, &prompts()[..7]);
+        let shape = (algorithm == Algorithm::Eagle3).then_some(l.engine.decoding(1, None).shape);
+        let target = l.engine.target_mut().unwrap();
+        target.graph_rows = 8;
+        let layout = batch_layout(&EIGHT, shape, target.max_tokens(), true);
+        assert_eq!(layout.graph_sizes, vec![1, 2, 4, 8]);
+        for seqs in [1, 2, 4, 8] {
+            capture_steps(target, &layout, seqs).unwrap();
+        }
+        let (got, (free, total), padding) = scheduled(&mut l.engine, EIGHT, |s| {
+            let total = s.blocks().1;
+            for p in &prompts()[..7] {
+                s.submit(request(p, SamplingParams::default())).unwrap();
+            }
+            let out = run(s);
+            (out.into_values().map(|(t, _)| t).collect::<Vec<_>>(), (s.blocks().0, total), s.step_times().padding_seqs)
+        });
+        assert_eq!(got, want, "{algorithm:?}");
+        assert_eq!(free, total, "{algorithm:?}");
+        // Seven running (or fewer, as they finish) pad up to 8 and to 4.
+        assert!(padding > 0, "{algorithm:?}");
+        assert_eq!(sequential(&mut l.engine, &prompts()[..7]), want, "{algorithm:?}");
+    }
+}
