@@ -248,19 +248,42 @@ struct Layer<B: Backend> {
     ffn: FeedForward<B>,
 }
 
-/// Weight elements of one layer on this rank: `(held, read by a token)`.
-fn layer_elements(mla: &Mla, c: &DeepseekConfig, i: usize, split: Split, ep: usize) -> Result<(usize, usize), BackendError> {
+/// Weight elements of one layer on this rank: `(held, read by a token, of those the routed
+/// experts')`.
+fn layer_elements(mla: &Mla, c: &DeepseekConfig, i: usize, split: Split, ep: usize) -> Result<(usize, usize, usize), BackendError> {
     let base = 2 * c.hidden + mla.elements();
     if !c.is_moe_layer(i) {
         let mlp = 3 * c.hidden * split.part(c.intermediate, "intermediate_size")?.len();
-        return Ok((base + mlp, base + mlp));
+        return Ok((base + mlp, base + mlp, 0));
     }
     let share = MoeShare::of(c, split, ep)?;
     let per_expert = 3 * c.hidden * share.width.len();
     let shared = (c.moe.shared_experts * c.moe.intermediate).checked_div(split.world).unwrap_or(0) * 3 * c.hidden;
     let fixed = base + c.moe.experts * (c.hidden + 1) + shared;
     let read = c.moe.per_token * share.own.len() / c.moe.experts;
-    Ok((fixed + share.own.len() * per_expert, fixed + read * per_expert))
+    Ok((fixed + share.own.len() * per_expert, fixed + read * per_expert, read * per_expert))
+}
+
+/// Bytes of `elements` routed-expert weights as a layer keeps them: FP8 with an f32 scale a
+/// block, or the backend's weight dtype.
+fn routed_bytes<B: Backend>(b: &B, ffn: &FeedForward<B>, elements: usize) -> usize {
+    let block = match ffn {
+        FeedForward::Moe(RoutedExperts { fp8: Some((_, _, block)), .. }) => Some(*block),
+        _ => None,
+    };
+    kept_bytes(elements, block, dtype_bytes(b))
+}
+
+/// Bytes of `elements` weights: one each and an f32 scale per FP8 block, or `dtype_bytes`.
+fn kept_bytes(elements: usize, fp8_block: Option<[usize; 2]>, dtype_bytes: usize) -> usize {
+    match fp8_block {
+        Some([br, bc]) => elements + elements.div_ceil(br * bc) * 4,
+        None => elements * dtype_bytes,
+    }
+}
+
+fn dtype_bytes<B: Backend>(b: &B) -> usize {
+    b.weight_dtype().bitsize() / 8
 }
 
 /// The activations of a forward of up to `rows` rows.
@@ -351,6 +374,8 @@ pub(crate) struct DeviceStack<B: Backend> {
     buffers: Buffers<B>,
     /// Weight elements held, and read by one token.
     pub elements: (u64, u64),
+    /// Bytes of weights one token reads, each in the dtype it is kept in.
+    pub read_bytes: u64,
 }
 
 impl<B: Backend> DeviceStack<B> {
@@ -370,11 +395,14 @@ impl<B: Backend> DeviceStack<B> {
         let mut layers = Vec::with_capacity(c.layers);
         let mut elements = (embed.elements() + norm.len() + lm_head.map_or(0, Linear::elements), 0);
         elements.1 = elements.0;
+        let mut read_bytes = elements.1 * dtype_bytes(b);
         for i in 0..c.layers {
             let l = format!("{p}model.layers.{i}.");
             let mla = Mla::load(ld, &format!("{l}self_attn."), c, heads.clone())?;
-            let (held, read) = layer_elements(&mla, c, i, split, ep)?;
+            let (held, read, routed) = layer_elements(&mla, c, i, split, ep)?;
             elements = (elements.0 + held, elements.1 + read);
+            let ffn = FeedForward::load(ld, b, &format!("{l}mlp."), c, i, split, ep)?;
+            read_bytes += (read - routed) * dtype_bytes(b) + routed_bytes(b, &ffn, routed);
             layers.push(Layer {
                 input_ln: vector(b, &ld.host_f32(&format!("{l}input_layernorm.weight"), &[c.hidden])?, &format!("{l}input_layernorm"))?,
                 attn: Attention::from_host(b, &mla, &shape, &format!("{l}self_attn."))?,
@@ -383,7 +411,7 @@ impl<B: Backend> DeviceStack<B> {
                     &ld.host_f32(&format!("{l}post_attention_layernorm.weight"), &[c.hidden])?,
                     &format!("{l}post_attention_layernorm"),
                 )?,
-                ffn: FeedForward::load(ld, b, &format!("{l}mlp."), c, i, split, ep)?,
+                ffn,
             });
         }
         let embed_w = Arc::new(weight(b, &embed.w, c.hidden, "model.embed_tokens.weight")?);
@@ -425,6 +453,7 @@ impl<B: Backend> DeviceStack<B> {
             eps: c.eps,
             widths,
             elements: (elements.0 as u64, elements.1 as u64),
+            read_bytes: read_bytes as u64,
         })
     }
 
@@ -523,5 +552,20 @@ impl<B: Backend> DeviceStack<B> {
         b.gather_rows(&f.h, logit_rows, picked);
         b.rms_norm(picked, &self.norm, eps, logit_rows.len(), normed);
         b.matmul(normed, &self.lm_head, None, logit_rows.len(), logits);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept_bytes;
+
+    /// A DeepSeek-V3 token's 8 routed experts of 3 × 7168 × 2048: FP8 is a byte an element
+    /// and an f32 per 128 × 128 block, half of bf16's bytes and a little more.
+    #[test]
+    fn fp8_experts_count_a_byte_an_element_and_their_block_scales() {
+        let elements = 8 * 3 * 7168 * 2048;
+        assert_eq!(kept_bytes(elements, Some([128, 128]), 2), elements + elements / 16384 * 4);
+        assert_eq!(kept_bytes(elements, None, 2), 2 * elements);
+        assert_eq!(kept_bytes(100, Some([128, 128]), 2), 104);
     }
 }

@@ -199,13 +199,13 @@ impl<B: Backend> DeepseekModel<B> {
     }
 
     /// Bytes of weights one decode step reads: each MoE layer's router, shared experts and
-    /// `num_experts_per_tok` routed experts, in the dtype they are kept in.
+    /// `num_experts_per_tok` routed experts, in the dtype they are kept in (f32 on the host;
+    /// on a device the backend's weight dtype, and FP8 with its block scales for FP8 experts).
     pub fn weight_bytes(&self) -> u64 {
-        let per_element = match &self.stack {
-            Stack::Host(_) => 4,
-            Stack::Device(_) => self.backend.weight_dtype().bitsize() as u64 / 8,
-        };
-        per_element * self.elements().1
+        match &self.stack {
+            Stack::Host(_) => 4 * self.elements().1,
+            Stack::Device(d) => d.read_bytes,
+        }
     }
 
     /// Weight elements held, and read by one token.
