@@ -280,14 +280,14 @@ impl<B: Backend> Engine<B> {
         let max_bs = plan.graph_max_bs.max(cfg.graph_max_bs.try_into().unwrap_or(u32::MAX));
         capture_phase(&self.events, PhaseId::TargetGraphCapture, &sizes, max_bs, gpu, |bs| {
             let captured = (|| {
-                // The scheduler's buffers first: growing them afterwards would move what the
-                // single-sequence graphs point into.
-                scheduler::keep_buffers(target, &layout)?;
-                if single.contains(&bs) {
-                    target.capture_verify(bs as usize, tree && bs > 1)?;
-                }
+                // The scheduler's steps first: they size its buffers, and growing those after
+                // would move what the single-sequence graphs point into (size 1 is in both
+                // lists whenever graphs run, so this happens at the first size).
                 if layout.graph_sizes.contains(&(bs as usize)) {
                     scheduler::capture_steps(target, &layout, bs as usize)?;
+                }
+                if single.contains(&bs) {
+                    target.capture_verify(bs as usize, tree && bs > 1)?;
                 }
                 Ok(())
             })();

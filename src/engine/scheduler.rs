@@ -233,12 +233,6 @@ fn batch_buffers<B: Backend>(target: &mut Target<B>, layout: &BatchLayout) -> Re
     })
 }
 
-/// Size the target's batch buffers for `layout` now and keep them with it.
-pub fn keep_buffers<B: Backend>(target: &mut Target<B>, layout: &BatchLayout) -> Result<(), EngineError> {
-    target.batch = Some(batch_buffers(target, layout)?);
-    Ok(())
-}
-
 /// The blocks that a graph step's padding sequences write, taken first from a fresh pool
 /// (so always its first blocks); none without graphs.
 fn pad_table(pool: &mut BlockPool, layout: &BatchLayout) -> BlockTable {
@@ -264,6 +258,14 @@ fn pad_inputs(pad: &BlockTable, seqs: usize, rows: usize, ids: &mut Vec<u32>, po
         positions.extend(0..rows);
         slots.push(pad.slots(rows));
     }
+}
+
+/// The padding sequences of a step, over their slot lists (`pad_inputs`), from row `first_row`.
+fn padding_seqs<B: Backend>(slots: &[Vec<usize>], first_row: usize, rows: usize) -> impl Iterator<Item = BatchSeq<'_, B>> {
+    slots
+        .iter()
+        .enumerate()
+        .map(move |(i, slots)| BatchSeq { seq: PagedSeq { row: first_row + i * rows, queries: rows, slots }, mask: Mask::Causal })
 }
 
 /// One forward of a step's batch and the argmax of its logit rows, as the graph step
@@ -304,11 +306,7 @@ pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, s
         let (mut ids, mut positions, mut slots) = (Vec::new(), Vec::new(), Vec::new());
         pad_inputs(&pad, seqs, rows, &mut ids, &mut positions, &mut slots);
         target.model.inputs().set(&*b, &ids, &positions);
-        let batch: Vec<BatchSeq<'_, B>> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, slots)| BatchSeq { seq: PagedSeq { row: i * rows, queries: rows, slots }, mask: Mask::Causal })
-            .collect();
+        let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&slots, 0, rows).collect();
         let logit_rows: Vec<usize> = (0..ids.len()).collect();
         let paged = PagedBatch::new(&batch, ids.len());
         b.prepare_paged_batch(&paged);
@@ -428,12 +426,7 @@ impl<B: Backend> Scheduler<B> {
                 }
             })
             .collect();
-        batch.extend(
-            slots[parts.len()..]
-                .iter()
-                .enumerate()
-                .map(|(i, slots)| BatchSeq { seq: PagedSeq { row: rows + i * pad_rows, queries: pad_rows, slots }, mask: Mask::Causal }),
-        );
+        batch.extend(padding_seqs(&slots[parts.len()..], rows, pad_rows));
         let mut logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
         let read_rows = logit_rows.len();
         logit_rows.extend(rows..ids.len());
