@@ -17,11 +17,12 @@
 // keys at the pool slots table[table[2r + 1] + j] for j < table[2r] (its sequence's slots
 // in position order, its own last): the host writes the table once per forward.
 //
-// Grid: (heads * splits, rows). Heads are the fast index so that the query heads sharing a
-// KV head run side by side and read its keys once from HBM. Block: `warps` warps. A query
-// that sees V keys is split over used = min(splits, max(1, V / ATTENTION_SPLIT_KEYS))
-// blocks (the rest return at once): by V alone, so a query sums the same alone, batched, or
-// as a verify row. Key rank r of the query's visible sequence goes to worker r % (used *
+// Grid: (heads / HG * slots, rows). Heads are the fast index so that the query heads sharing
+// a KV head run side by side and read its keys once from HBM. Block: `warps` warps. A query
+// that sees V keys is split used = min(splits, max(1, V / ATTENTION_SPLIT_KEYS)) ways: by
+// V alone, so a query sums the same alone, batched, or as a verify row. The host sizes the
+// slots to fill the GPU, not to the splits: a slot takes every slots-th split (a slot past
+// `used` returns at once). Key rank r of the query's visible sequence goes to worker r % (used *
 // warps) (worker = split * warps + warp), KG of a worker's keys at a time (their K and V
 // rows loaded together, so several loads are in flight); lane l holds a run of PER =
 // ceil(head_dim / 32) elements of q and of the output (head_dim up to 256). With more than
@@ -131,19 +132,47 @@ struct Splits {
     int* counters;
 };
 
+// Whether this block is the last of a (row, head group)'s `used` split blocks to get here,
+// counted at the group's first pair: the last merges them, and its reads then see every
+// block's writes.
+__device__ __forceinline__ bool last_split(const Splits& splits, int pair, int used) {
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&splits.counters[pair], 1) == used - 1;
+    __syncthreads();
+    const bool last = s_last != 0;
+    if (last) __threadfence();
+    return last;
+}
+
+// Element d of one head's output from its `used` split states ([max, sum, width sums] each),
+// merged in split order.
+__device__ __forceinline__ float merged_split(const volatile float* states, int used, int width, int d) {
+    float m_max = -INFINITY;
+    for (int z = 0; z < used; ++z) m_max = fmaxf(m_max, states[z * (width + 2)]);
+    float total = 0.f, num = 0.f;
+    for (int z = 0; z < used; ++z) {
+        const float mz = states[z * (width + 2)];
+        if (mz == -INFINITY) continue;
+        const float c = __expf(mz - m_max);
+        total += states[z * (width + 2) + 1] * c;
+        num += states[z * (width + 2) + 2 + d] * c;
+    }
+    return total > 0.f ? num / total : 0.f;
+}
+
 // One block: the HG query heads h0 .. h0 + HG - 1, which share KV head kvh, so that each
 // K and V row is read once for all of them (they came from HBM once before, but from L2
 // once per head, which bounded batched and long-context decode). Each head's sums are
 // formed exactly as a block of its own forms them.
 template <int PER, int KG, bool WIDE, int HG>
-__device__ __forceinline__ void attend_keys(const float* q, const bf16* k, const bf16* v, float* o, int heads, int kv_heads,
-                                            int head_dim, float scale, const Keys keys, int pair, Splits splits) {
+__device__ __forceinline__ void attend_split(const float* q, const bf16* k, const bf16* v, float* o, int heads,
+                                             int kv_heads, int head_dim, float scale, const Keys& keys, int pair,
+                                             Splits splits, int split, int used) {
     extern __shared__ float smem[];
-    __shared__ int s_last;
-    const int groups = heads / HG, h0 = (blockIdx.x % groups) * HG, split = blockIdx.x / groups;
+    const int h0 = (blockIdx.x % (heads / HG)) * HG;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int used = min(splits.count, max(1, keys.visible() / ATTENTION_SPLIT_KEYS));
-    if (split >= used) return;
     const int kvh = h0 / (heads / kv_heads);
     const int workers = used * warps, worker = split * warps + warp;
     // Lanes hold consecutive runs of PER elements; with a head_dim that is not a multiple
@@ -281,34 +310,28 @@ __device__ __forceinline__ void attend_keys(const float* q, const bf16* k, const
         }
         merge = state != nullptr;
     }
-    if (!merge) return;
-    // The last block of the group to get here merges (the group's first pair counts): its
-    // reads see every block's writes.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&splits.counters[pair], 1) == used - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!merge || !last_split(splits, pair, used)) return;
     for (int i = 0; i < HG; ++i) {
         const volatile float* states = splits.partial + (long long)(pair + i) * splits.count * (head_dim + 2);
-        float m_max = -INFINITY;
-        for (int z = 0; z < used; ++z) m_max = fmaxf(m_max, states[z * (head_dim + 2)]);
-        float total = 0.f;
-        for (int z = 0; z < used; ++z) {
-            const float mz = states[z * (head_dim + 2)];
-            if (mz != -INFINITY) total += states[z * (head_dim + 2) + 1] * __expf(mz - m_max);
-        }
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-            float num = 0.f;
-            for (int z = 0; z < used; ++z) {
-                const float mz = states[z * (head_dim + 2)];
-                if (mz != -INFINITY) num += states[z * (head_dim + 2) + 2 + d] * __expf(mz - m_max);
-            }
-            o[i * head_dim + d] = total > 0.f ? num / total : 0.f;
-        }
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) o[i * head_dim + d] = merged_split(states, used, head_dim, d);
     }
     if (threadIdx.x == 0) splits.counters[pair] = 0;
+}
+
+// A block's share of a query's splits: the grid holds gridDim.x / (heads / HG) split slots,
+// and slot z takes splits z, z + slots, ... of the `used` the query's own key count calls
+// for. Each split sums as a block of its own would, so the bits depend on the key count
+// alone, not on the slots a launch has: a large batch launches one slot and no idle blocks.
+template <int PER, int KG, bool WIDE, int HG>
+__device__ __forceinline__ void attend_keys(const float* q, const bf16* k, const bf16* v, float* o, int heads, int kv_heads,
+                                            int head_dim, float scale, const Keys keys, int pair, Splits splits) {
+    const int groups = heads / HG, slot = blockIdx.x / groups, slots = gridDim.x / groups;
+    const int used = min(splits.count, max(1, keys.visible() / ATTENTION_SPLIT_KEYS));
+    for (int split = slot; split < used; split += slots) {
+        // The last split's states are still being read from shared memory.
+        if (split != slot) __syncthreads();
+        attend_split<PER, KG, WIDE, HG>(q, k, v, o, heads, kv_heads, head_dim, scale, keys, pair, splits, split, used);
+    }
 }
 
 template <int PER, int KG, int HG>
@@ -543,17 +566,131 @@ extern "C" __global__ void __launch_bounds__(PREFILL_WARPS * 32)
         prefill_tiles<false>(q, k, v, out, heads, kv_heads, head_dim, scale, row0, queries, visible0_arg, table);
 }
 
+// A warp's 16 query rows on tf32 mma.m16n8k8 tiles, as the tensor-core kernels below hold
+// them: each thread keeps rows g and g + 8 (g = lane / 4, t = lane % 4). In S = Q·Kᵀ, k-slots
+// t and t + 4 of an 8-wide d step are elements 2t and 2t + 1 (the same for Q and K, so the sum
+// is the same dot product), which ldmatrix gives as one pair of a K row. The scores stay in the
+// accumulator registers, at keys 2t and 2t + 1 of each 8-key tile; P·V takes k-slot t as key
+// 2t and t + 4 as key 2t + 1, so the scores are already its A operand, and ldmatrix.trans gives
+// V's matching pair of rows. K and V rows sit D + 8 values apart in shared memory, which keeps
+// both ldmatrix reads conflict-free.
+template <int D>
+struct MmaRows {
+    static constexpr int S = D + 8, DT = D / 8;
+    // Q (times the scale) as A fragments.
+    unsigned qa[DT][4];
+    // The output sums, the running max of rows g and g + 8, and this thread's share of their
+    // softmax sums (the quad's four shares are added by `sums`).
+    float o[DT][4];
+    float m_lo, m_hi, l_lo, l_hi;
+
+    // Rows g and g + 8 of Q from `lo` and `hi` (an absent row is zeros).
+    __device__ __forceinline__ void start(const float* lo, const float* hi, float scale, int t) {
+#pragma unroll
+        for (int s = 0; s < DT; ++s) {
+            const float2 l2 = lo ? load2(lo + 8 * s + 2 * t) : make_float2(0.f, 0.f);
+            const float2 h2 = hi ? load2(hi + 8 * s + 2 * t) : make_float2(0.f, 0.f);
+            qa[s][0] = tf32_of(l2.x * scale);
+            qa[s][1] = tf32_of(h2.x * scale);
+            qa[s][2] = tf32_of(l2.y * scale);
+            qa[s][3] = tf32_of(h2.y * scale);
+        }
+#pragma unroll
+        for (int n = 0; n < DT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+        m_lo = m_hi = -INFINITY;
+        l_lo = l_hi = 0.f;
+    }
+
+    // The scores of NT 8-key tiles whose K rows start at `ks`, each over d in two chains of
+    // products (two in flight instead of one), added at the end.
+    template <int NT>
+    __device__ __forceinline__ void scores(float (&s)[NT][4], const bf16* ks, int lane) const {
+        const int ld_row = lane & 7, ld_matrix = lane >> 3;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            float odd[4] = {0.f, 0.f, 0.f, 0.f};
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int d4 = 0; d4 < DT; d4 += 4) {
+                unsigned kb[4];
+                ldmatrix_x4<false>(kb, ks + (8 * j + ld_row) * S + 8 * (d4 + ld_matrix));
+#pragma unroll
+                for (int m = 0; m < 4; ++m)
+                    mma_tf32(m % 2 ? odd : s[j], qa[d4 + m][0], qa[d4 + m][1], qa[d4 + m][2], qa[d4 + m][3], tf32_low(kb[m]),
+                             tf32_high(kb[m]));
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] += odd[e];
+        }
+    }
+
+    // Fold NT tiles of scores (masked keys at -inf) into the running softmax and O += P·V
+    // with the V rows at `vs`. Rows that have seen no key yet stay at zero.
+    template <int NT>
+    __device__ __forceinline__ void fold(float (&s)[NT][4], const bf16* vs, int lane) {
+        const int ld_row = lane & 7, ld_matrix = lane >> 3;
+        float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
+            mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int offset = 1; offset < 4; offset *= 2) {
+            mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, offset));
+            mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, offset));
+        }
+        // The exponentials of a row with no key yet start from 0, which leaves its sums at zero.
+        const float base_lo = mx_lo == -INFINITY ? 0.f : mx_lo, base_hi = mx_hi == -INFINITY ? 0.f : mx_hi;
+        const float c_lo = __expf(m_lo - base_lo), c_hi = __expf(m_hi - base_hi);
+        l_lo *= c_lo;
+        l_hi *= c_hi;
+#pragma unroll
+        for (int n = 0; n < DT; ++n) {
+            o[n][0] *= c_lo;
+            o[n][1] *= c_lo;
+            o[n][2] *= c_hi;
+            o[n][3] *= c_hi;
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const float p0 = __expf(s[j][0] - base_lo), p1 = __expf(s[j][1] - base_lo);
+            const float p2 = __expf(s[j][2] - base_hi), p3 = __expf(s[j][3] - base_hi);
+            l_lo += p0 + p1;
+            l_hi += p2 + p3;
+            const unsigned a0 = tf32_of(p0), a1 = tf32_of(p2), a2 = tf32_of(p1), a3 = tf32_of(p3);
+#pragma unroll
+            for (int n4 = 0; n4 < DT; n4 += 4) {
+                unsigned vb[4];
+                ldmatrix_x4<true>(vb, vs + (8 * j + ld_row) * S + 8 * (n4 + ld_matrix));
+#pragma unroll
+                for (int m = 0; m < 4; ++m) mma_tf32(o[n4 + m], a0, a1, a2, a3, tf32_low(vb[m]), tf32_high(vb[m]));
+            }
+        }
+        m_lo = mx_lo;
+        m_hi = mx_hi;
+    }
+
+    // The quad's softmax sums of rows g and g + 8 (every lane of the quad ends with them).
+    __device__ __forceinline__ void sums() {
+#pragma unroll
+        for (int offset = 1; offset < 4; offset *= 2) {
+            l_lo += __shfl_xor_sync(0xffffffffu, l_lo, offset);
+            l_hi += __shfl_xor_sync(0xffffffffu, l_hi, offset);
+        }
+    }
+};
+
 // The same causal prefill on the tensor cores (tf32 mma.m16n8k8, f32 accumulation), for
 // heads of D = 64 or 128: a block takes PREFILL_MMA_TILE_Q consecutive queries of one head,
-// 16 a warp, as the A rows of its products; both products are mma tiles: S = Q·Kᵀ over a tile
-// of PREFILL_MMA_TILE_K keys, then O += P·V. The scores stay in the accumulator registers,
-// where each thread holds two query rows (g and g + 8 of its warp's 16) at keys 2t and
-// 2t + 1 of each 8-key tile; P·V takes k-slot t of a tile as key 2t and k-slot t + 4 as key
-// 2t + 1, so the scores are already laid out as its A operand and V's rows are read to
-// match. K and V tiles sit in shared memory rounded to tf32, rows D + 4 floats apart, which
-// makes both products' fragment reads conflict-free. A query's sums depend on its own keys
-// and the tile grid from key 0 only, so a prompt sums the same however it was chunked.
-// Dynamic shared memory: 2 * PREFILL_MMA_TILE_K * (D + 4) floats.
+// 16 a warp as the rows of its MmaRows; both products are mma tiles: S = Q·Kᵀ over a tile of
+// PREFILL_MMA_TILE_K keys, then O += P·V. The K and V tiles stay bf16 in shared memory (a bf16
+// is exact in tf32), copied there by cp.async two tiles deep: the next tile's copies are in
+// flight while this one's products run (copied through registers and synchronised before any
+// product, the loads were most of the kernel's time: testdata/gpu/run-22/NOTES.md). A query's
+// sums depend on its own keys and the tile grid from key 0 only, so a prompt sums the same
+// however it was chunked. Dynamic shared memory: 2 (stages) * 2 (K, V) * PREFILL_MMA_TILE_K *
+// (D + 8) bf16.
 #define PREFILL_MMA_TILE_Q 64
 #define PREFILL_MMA_TILE_K 32
 #define PREFILL_MMA_WARPS 4
@@ -562,11 +699,12 @@ template <int D>
 __device__ __forceinline__ void prefill_mma(const float* q, const bf16* k, const bf16* v, float* out, int heads,
                                             int kv_heads, float scale, int row0, int queries, int visible0_arg,
                                             const int* table) {
-    constexpr int S = D + 4, KT = PREFILL_MMA_TILE_K, NT = KT / 8, DT = D / 8;
-    constexpr int PIECES = KT * D / 4 / (PREFILL_MMA_WARPS * 32);
-    extern __shared__ float prefill_smem[];
-    float* ks = prefill_smem;  // [KT][S]
-    float* vs = ks + KT * S;   // [KT][S]
+    constexpr int S = D + 8, KT = PREFILL_MMA_TILE_K, NT = KT / 8, DT = D / 8, THREADS = PREFILL_MMA_WARPS * 32;
+    // 16-byte pieces of one tile's K (or V) rows, and a thread's share.
+    constexpr int ROW_PIECES = D / 8, PIECES = KT * ROW_PIECES / THREADS;
+    static_assert(DT % 4 == 0 && KT * ROW_PIECES % THREADS == 0, "ldmatrix takes four 8-wide steps at a time");
+    extern __shared__ __align__(16) unsigned char prefill_stages[];
+    bf16* stages = reinterpret_cast<bf16*>(prefill_stages);  // [2][K, V][KT][S]
     const int h = blockIdx.x, kvh = h / (heads / kv_heads);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int first = blockIdx.y * PREFILL_MMA_TILE_Q;
@@ -583,125 +721,231 @@ __device__ __forceinline__ void prefill_mma(const float* q, const bf16* k, const
     const int keys = visible0 + first + tile_queries - 1;
     const int warp_keys = visible0 + first + min(warp * 16 + 15, tile_queries - 1);
 
-    unsigned qa[DT][4];
-    {
-        const float* lo = q + (row0 + first + q_lo) * q_width + (long long)h * D;
-        const float* hi = q + (row0 + first + q_hi) * q_width + (long long)h * D;
+    // Tile `base` into stage `stage` (zeros past the keys the block sees).
+    auto copy_tile = [&](int base, int stage) {
+        bf16* ks = stages + stage * 2 * KT * S;
+        bf16* vs = ks + KT * S;
 #pragma unroll
-        for (int s = 0; s < DT; ++s) {
-            qa[s][0] = tf32_of(lo[8 * s + t] * scale);
-            qa[s][1] = tf32_of(hi[8 * s + t] * scale);
-            qa[s][2] = tf32_of(lo[8 * s + t + 4] * scale);
-            qa[s][3] = tf32_of(hi[8 * s + t + 4] * scale);
+        for (int r = 0; r < PIECES; ++r) {
+            const int at = threadIdx.x + r * THREADS, j = at / ROW_PIECES, c = at % ROW_PIECES;
+            const bool valid = base + j < keys;
+            const long long row = valid ? (slots ? slots[base + j] : base + j) * kv_width + head_at + 8 * c : 0;
+            cp_async16(ks + j * S + 8 * c, k + row, valid);
+            cp_async16(vs + j * S + 8 * c, v + row, valid);
         }
-    }
-    float o[DT][4];
-#pragma unroll
-    for (int n = 0; n < DT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    // Running max of rows lo and hi, and this thread's share of their sums (the quad's four
-    // shares are added at the end: the max, and so each rescaling, is the quad's).
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+        cp_async_commit();
+    };
+    copy_tile(0, 0);
 
-    for (int base = 0; base < keys; base += KT) {
+    MmaRows<D> rows;
+    rows.start(q + (row0 + first + q_lo) * q_width + (long long)h * D, q + (row0 + first + q_hi) * q_width + (long long)h * D,
+               scale, t);
+
+    for (int base = 0, stage = 0; base < keys; base += KT, stage ^= 1) {
+        // The next tile's copies go out before this one's products; an empty group at the end
+        // keeps the wait below the same.
+        if (base + KT < keys)
+            copy_tile(base + KT, stage ^ 1);
+        else
+            cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
-        {
-            float4 kp[PIECES], vp[PIECES];
+        const bf16* ks = stages + stage * 2 * KT * S;
+        const bf16* vs = ks + KT * S;
+        if (!idle && base < warp_keys) {
+            float s[NT][4];
+            rows.scores(s, ks, lane);
 #pragma unroll
-            for (int r = 0; r < PIECES; ++r) {
-                const int at = threadIdx.x + r * PREFILL_MMA_WARPS * 32, j = at / (D / 4), c = at % (D / 4);
-                kp[r] = vp[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (base + j < keys) {
-                    const long long row = (slots ? slots[base + j] : base + j) * kv_width + head_at;
-                    kp[r] = load4(k + row + 4 * c);
-                    vp[r] = load4(v + row + 4 * c);
-                }
+            for (int j = 0; j < NT; ++j) {
+                const int key = base + 8 * j + 2 * t;
+                if (key >= vis_lo) s[j][0] = -INFINITY;
+                if (key + 1 >= vis_lo) s[j][1] = -INFINITY;
+                if (key >= vis_hi) s[j][2] = -INFINITY;
+                if (key + 1 >= vis_hi) s[j][3] = -INFINITY;
             }
-            auto rounded = [](float4 f) {
-                return make_float4(__uint_as_float(tf32_of(f.x)), __uint_as_float(tf32_of(f.y)),
-                                   __uint_as_float(tf32_of(f.z)), __uint_as_float(tf32_of(f.w)));
-            };
-#pragma unroll
-            for (int r = 0; r < PIECES; ++r) {
-                const int at = threadIdx.x + r * PREFILL_MMA_WARPS * 32, j = at / (D / 4), c = at % (D / 4);
-                *reinterpret_cast<float4*>(ks + j * S + 4 * c) = rounded(kp[r]);
-                *reinterpret_cast<float4*>(vs + j * S + 4 * c) = rounded(vp[r]);
-            }
+            rows.fold(s, vs, lane);
         }
+        // Every warp is done with this stage before the next iteration copies into it.
         __syncthreads();
-        if (idle || base >= warp_keys) continue;
-        float s[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-            const float* krow = ks + (8 * j + g) * S + t;
-#pragma unroll
-            for (int d = 0; d < DT; ++d)
-                mma_tf32(s[j], qa[d][0], qa[d][1], qa[d][2], qa[d][3], __float_as_uint(krow[8 * d]),
-                         __float_as_uint(krow[8 * d + 4]));
-        }
-        float mx_lo = m_lo, mx_hi = m_hi;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const int key = base + 8 * j + 2 * t;
-            if (key >= vis_lo) s[j][0] = -INFINITY;
-            if (key + 1 >= vis_lo) s[j][1] = -INFINITY;
-            if (key >= vis_hi) s[j][2] = -INFINITY;
-            if (key + 1 >= vis_hi) s[j][3] = -INFINITY;
-            mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
-            mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
-        }
-#pragma unroll
-        for (int offset = 1; offset < 4; offset *= 2) {
-            mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, offset));
-            mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, offset));
-        }
-        // Key 0 is in the first tile and every query sees it, so the maxima are finite here.
-        const float c_lo = __expf(m_lo - mx_lo), c_hi = __expf(m_hi - mx_hi);
-        l_lo *= c_lo;
-        l_hi *= c_hi;
-#pragma unroll
-        for (int n = 0; n < DT; ++n) {
-            o[n][0] *= c_lo;
-            o[n][1] *= c_lo;
-            o[n][2] *= c_hi;
-            o[n][3] *= c_hi;
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const float p0 = __expf(s[j][0] - mx_lo), p1 = __expf(s[j][1] - mx_lo);
-            const float p2 = __expf(s[j][2] - mx_hi), p3 = __expf(s[j][3] - mx_hi);
-            l_lo += p0 + p1;
-            l_hi += p2 + p3;
-            const unsigned a0 = tf32_of(p0), a1 = tf32_of(p2), a2 = tf32_of(p1), a3 = tf32_of(p3);
-            const float* v0 = vs + (8 * j + 2 * t) * S + g;
-#pragma unroll
-            for (int n = 0; n < DT; ++n)
-                mma_tf32(o[n], a0, a1, a2, a3, __float_as_uint(v0[8 * n]), __float_as_uint(v0[S + 8 * n]));
-        }
-        m_lo = mx_lo;
-        m_hi = mx_hi;
     }
-#pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-        l_lo += __shfl_xor_sync(0xffffffffu, l_lo, offset);
-        l_hi += __shfl_xor_sync(0xffffffffu, l_hi, offset);
-    }
-    const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
+    cp_async_wait<0>();
+    rows.sums();
+    const float inv_lo = rows.l_lo > 0.f ? 1.f / rows.l_lo : 0.f, inv_hi = rows.l_hi > 0.f ? 1.f / rows.l_hi : 0.f;
     float* lo = out + (row0 + first + r_lo) * q_width + (long long)h * D + 2 * t;
     float* hi = out + (row0 + first + r_hi) * q_width + (long long)h * D + 2 * t;
 #pragma unroll
     for (int n = 0; n < DT; ++n) {
-        if (r_lo < tile_queries) *reinterpret_cast<float2*>(lo + 8 * n) = make_float2(o[n][0] * inv_lo, o[n][1] * inv_lo);
-        if (r_hi < tile_queries) *reinterpret_cast<float2*>(hi + 8 * n) = make_float2(o[n][2] * inv_hi, o[n][3] * inv_hi);
+        if (r_lo < tile_queries) *reinterpret_cast<float2*>(lo + 8 * n) = make_float2(rows.o[n][0] * inv_lo, rows.o[n][1] * inv_lo);
+        if (r_hi < tile_queries) *reinterpret_cast<float2*>(hi + 8 * n) = make_float2(rows.o[n][2] * inv_hi, rows.o[n][3] * inv_hi);
     }
 }
 
-#define PREFILL_MMA_ENTRY(D)                                                                                           \
+// Step attention on the tensor cores for batches of many sequences (paged decode and chain
+// verify rows), for heads of D = 64 or 128 where the query heads sharing a KV head are at
+// most 16: a block takes one query row and one KV head, whose G = heads / kv_heads query heads
+// are the A rows of tf32 mma.m16n8k8 tiles (rows past G are zeros), so each K and V row is
+// read once for all of them (the one-query-a-block kernel reads it once per head or two, which
+// bounded batched decode: testdata/gpu/run-23/NOTES.md). The keys come in tiles of
+// STEP_MMA_TILE_K, copied by cp.async STEP_MMA_STAGES deep, and each of the block's warps takes
+// a quarter of every tile with a running softmax of its own; the warps merge in order at the
+// end. A row that sees V keys (at table slots, as
+// for paged_attention_f32) is split used = min(splits, max(1, V / STEP_MMA_SPLIT_KEYS)) ways
+// into equal runs, each tiled from its start: the bits depend on V alone, so a row sums the
+// same in any batch this kernel runs. Split states merge as in attend_split. Grid: (kv_heads *
+// slots, rows), slot z taking splits z, z + slots, ... Dynamic shared memory: STEP_MMA_STAGES
+// * 2 (K, V) * STEP_MMA_TILE_K * (D + 8) bf16 (more than the warps' states for the merge).
+#define STEP_MMA_TILE_K 64
+#define STEP_MMA_WARPS 4
+#define STEP_MMA_STAGES 3
+#define STEP_MMA_SPLIT_KEYS 512
+
+template <int D>
+__device__ __forceinline__ void step_mma_split(const float* q, const bf16* k, const bf16* v, float* o, int heads,
+                                               int kv_heads, float scale, const int* slots, int pair, Splits splits,
+                                               int split, int used, int total) {
+    constexpr int S = D + 8, KT = STEP_MMA_TILE_K, DT = D / 8, THREADS = STEP_MMA_WARPS * 32;
+    constexpr int ROW_PIECES = D / 8, PIECES = KT * ROW_PIECES / THREADS, WARP_KEYS = KT / STEP_MMA_WARPS;
+    static_assert(DT % 4 == 0 && WARP_KEYS == 16, "a warp takes two 8-key tiles of each tile");
+    extern __shared__ __align__(16) unsigned char step_stages[];
+    bf16* stages = reinterpret_cast<bf16*>(step_stages);  // [STAGES][K, V][KT][S]
+    const int kvh = blockIdx.x % kv_heads, group = heads / kv_heads, h0 = kvh * group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const long long kv_width = (long long)kv_heads * D, head_at = (long long)kvh * D;
+    // This split's ranks.
+    const int lo = (int)((long long)split * total / used), hi = (int)((long long)(split + 1) * total / used);
+    const int tiles = (hi - lo + KT - 1) / KT;
+
+    auto copy_tile = [&](int tile) {
+        bf16* ks = stages + (tile % STEP_MMA_STAGES) * 2 * KT * S;
+        bf16* vs = ks + KT * S;
+        const int base = lo + tile * KT;
+#pragma unroll
+        for (int r = 0; r < PIECES; ++r) {
+            const int at = threadIdx.x + r * THREADS, j = at / ROW_PIECES, c = at % ROW_PIECES;
+            const bool valid = base + j < hi;
+            const long long row = valid ? slots[base + j] * kv_width + head_at + 8 * c : 0;
+            cp_async16(ks + j * S + 8 * c, k + row, valid);
+            cp_async16(vs + j * S + 8 * c, v + row, valid);
+        }
+    };
+    // The first STAGES - 1 tiles go out before anything else (a group each, empty or not, so
+    // that the wait below always leaves the same count in flight).
+#pragma unroll
+    for (int tile = 0; tile < STEP_MMA_STAGES - 1; ++tile) {
+        if (tile < tiles) copy_tile(tile);
+        cp_async_commit();
+    }
+
+    // The G heads' queries are rows g and g + 8 (zeros past G).
+    MmaRows<D> rows;
+    rows.start(g < group ? q + (long long)(h0 + g) * D : nullptr, g + 8 < group ? q + (long long)(h0 + g + 8) * D : nullptr,
+               scale, t);
+
+    for (int tile = 0; tile < tiles; ++tile) {
+        // Tile + STAGES - 1 goes into the stage tile - 1 used, which every warp left at the
+        // end of the last iteration.
+        if (tile + STEP_MMA_STAGES - 1 < tiles) copy_tile(tile + STEP_MMA_STAGES - 1);
+        cp_async_commit();
+        cp_async_wait<STEP_MMA_STAGES - 1>();
+        __syncthreads();
+        const bf16* ks = stages + (tile % STEP_MMA_STAGES) * 2 * KT * S + warp * WARP_KEYS * S;
+        const bf16* vs = ks + KT * S;
+        const int first = lo + tile * KT + warp * WARP_KEYS;
+        float s[2][4];
+        rows.scores(s, ks, lane);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int rank = first + 8 * j + 2 * t;
+            if (rank >= hi) s[j][0] = s[j][2] = -INFINITY;
+            if (rank + 1 >= hi) s[j][1] = s[j][3] = -INFINITY;
+        }
+        // A warp's share of the last tile may be past the split: its rows then stay as they are.
+        rows.fold(s, vs, lane);
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+    rows.sums();
+    // The warps' states in the stage memory (free now): per warp, 16 rows of [max, sum, D sums].
+    float* states = reinterpret_cast<float*>(step_stages);
+    constexpr int ROW = D + 2;
+    float* mine = states + warp * 16 * ROW;
+    if (t == 0) {
+        mine[g * ROW] = rows.m_lo;
+        mine[g * ROW + 1] = rows.l_lo;
+        mine[(g + 8) * ROW] = rows.m_hi;
+        mine[(g + 8) * ROW + 1] = rows.l_hi;
+    }
+#pragma unroll
+    for (int n = 0; n < DT; ++n) {
+        mine[g * ROW + 2 + 8 * n + 2 * t] = rows.o[n][0];
+        mine[g * ROW + 3 + 8 * n + 2 * t] = rows.o[n][1];
+        mine[(g + 8) * ROW + 2 + 8 * n + 2 * t] = rows.o[n][2];
+        mine[(g + 8) * ROW + 3 + 8 * n + 2 * t] = rows.o[n][3];
+    }
+    __syncthreads();
+    // Each head's warps merged in order: its output, or its split's state.
+    for (int at = threadIdx.x; at < group * D; at += THREADS) {
+        const int i = at / D, d = at % D;
+        float m_all = -INFINITY;
+        for (int w = 0; w < STEP_MMA_WARPS; ++w) m_all = fmaxf(m_all, states[(w * 16 + i) * ROW]);
+        float denom = 0.f, num = 0.f;
+        for (int w = 0; w < STEP_MMA_WARPS; ++w) {
+            const float* st = states + (w * 16 + i) * ROW;
+            if (st[0] == -INFINITY) continue;
+            const float c = __expf(st[0] - m_all);
+            denom += st[1] * c;
+            num += st[2 + d] * c;
+        }
+        if (used == 1) {
+            o[(long long)(h0 + i) * D + d] = denom > 0.f ? num / denom : 0.f;
+        } else {
+            float* state = splits.partial + ((long long)(pair + i) * splits.count + split) * (D + 2);
+            state[2 + d] = num;
+            if (d == 0) {
+                state[0] = m_all;
+                state[1] = denom;
+            }
+        }
+    }
+    if (used == 1 || !last_split(splits, pair, used)) return;
+    for (int at = threadIdx.x; at < group * D; at += THREADS) {
+        const int i = at / D, d = at % D;
+        o[(long long)(h0 + i) * D + d] = merged_split(splits.partial + (long long)(pair + i) * splits.count * (D + 2), used, D, d);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) splits.counters[pair] = 0;
+}
+
+// One row's block: its splits (see above).
+template <int D>
+__device__ __forceinline__ void step_mma(const float* q, const bf16* k, const bf16* v, float* o, int heads, int kv_heads,
+                                         float scale, const int* slots, int total, int pair, Splits splits) {
+    const int used = min(splits.count, max(1, total / STEP_MMA_SPLIT_KEYS));
+    const int slot = blockIdx.x / kv_heads, count = gridDim.x / kv_heads;
+    for (int split = slot; split < used; split += count) {
+        // The last split's states are still being read from shared memory.
+        if (split != slot) __syncthreads();
+        step_mma_split<D>(q, k, v, o, heads, kv_heads, scale, slots, pair, splits, split, used, total);
+    }
+}
+
+// The tensor-core kernels of one head width: the prefill (prefill_mma) and the step
+// attention over a paged pool (step_mma), with the arguments of paged_attention_f32_p*.
+#define MMA_ENTRY(D)                                                                                                   \
     extern "C" __global__ void __launch_bounds__(PREFILL_MMA_WARPS * 32) prefill_attention_tf32_d##D(                   \
         const float* q, const bf16* k, const bf16* v, float* out, int heads, int kv_heads, int head_dim, float scale,   \
         int row0, int queries, int visible0_arg, const int* table) {                                                   \
         pdl_enter();                                                                                                    \
         prefill_mma<D>(q, k, v, out, heads, kv_heads, scale, row0, queries, visible0_arg, table);                       \
+    }                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(STEP_MMA_WARPS * 32) paged_attention_tf32_d##D(                        \
+        const float* q, const bf16* k, const bf16* v, float* out, int heads, int kv_heads, int head_dim, float scale,   \
+        const int* table, int row_base, int splits, float* partial, int* counters) {                                    \
+        pdl_enter();                                                                                                    \
+        const int row = row_base + blockIdx.y, h0 = blockIdx.x % kv_heads * (heads / kv_heads);                         \
+        const long long at = (long long)row * heads * D;                                                               \
+        step_mma<D>(q + at, k, v, out + at, heads, kv_heads, scale, table + table[2 * row + 1], table[2 * row],         \
+                    blockIdx.y * heads + h0, Splits{splits, partial, counters});                                        \
     }
-PREFILL_MMA_ENTRY(64)
-PREFILL_MMA_ENTRY(128)
+MMA_ENTRY(64)
+MMA_ENTRY(128)

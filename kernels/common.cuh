@@ -179,3 +179,38 @@ __device__ __forceinline__ void mma_tf32(float (&acc)[4], unsigned a0, unsigned 
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// Shared-memory address of a generic pointer, as cp.async and ldmatrix take it.
+__device__ __forceinline__ unsigned shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared without passing through registers (through L2 only), or 16 zero
+// bytes when !valid; asynchronous until cp_async_wait.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Until at most PENDING of this thread's committed groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory: lane l gives the address of row
+// l % 8 of matrix l / 8, and r[m] holds row g, columns 2t and 2t + 1 of matrix m (the lower
+// column in the low half), with g = lane / 4 and t = lane % 4. TRANS: column g, rows 2t and 2t + 1.
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row)));
+}
+
+// The two bf16 values of a packed pair as tf32 operands (a bf16 is exact in tf32).
+__device__ __forceinline__ unsigned tf32_low(unsigned pair) { return pair << 16; }
+__device__ __forceinline__ unsigned tf32_high(unsigned pair) { return pair & 0xffff0000u; }

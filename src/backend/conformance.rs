@@ -145,6 +145,7 @@ pub fn compare_backends<R: Backend, T: Backend>(reference: &R, test: &T, seed: u
     attention_ops(&mut p)?;
     long_attention_ops(&mut p)?;
     paged_batch_ops(&mut p)?;
+    wide_paged_batch_ops(&mut p)?;
     movement_ops(&mut p)?;
     decoding_ops(&mut p)?;
     test.sync()?;
@@ -569,6 +570,47 @@ fn draw_at_boundary(probs: &[f32], excluded: &[u32], coin: f32, token: u32) -> b
     before - slack <= point && point < before + probs[t] as f64 + slack
 }
 
+/// Decode rows of a batch of many sequences (`MANY_SEQS`, which a GPU runs on its tensor
+/// cores) over a shuffled pool, against the reference; and each row of a batch of
+/// `MANY_SEQS` against the same row in a batch of more, which must be equal to the bit: a
+/// row's sums depend on its own keys alone.
+fn wide_paged_batch_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
+    const MANY_SEQS: usize = 16;
+    let g = LONG_GEOMETRY;
+    let (q_width, kv_width) = (g.heads * g.head_dim, g.kv_heads * g.head_dim);
+    let mut pool: Vec<usize> = (0..LONG_SLOTS).collect();
+    for i in (1..pool.len()).rev() {
+        pool.swap(i, p.rng.random_range(0..=i));
+    }
+    // Keys of 20 decode rows: short ones, and some that split over blocks on a GPU.
+    let lens: Vec<usize> = (0..MANY_SEQS + 4).map(|i| if i % 5 == 4 { 500 + 50 * i } else { 9 + 7 * i }).collect();
+    let mut starts = vec![0];
+    for len in &lens {
+        starts.push(starts.last().expect("pushed") + len);
+    }
+    let (mut k, mut v) = (p.kv_tensor(LONG_SLOTS, kv_width, 1.0)?, p.kv_tensor(LONG_SLOTS, kv_width, 1.0)?);
+    let rows = lens.len();
+    let new_k = p.tensor(rows, kv_width, 1.0)?;
+    let new_v = p.tensor(rows, kv_width, 1.0)?;
+    let q = p.tensor(rows, q_width, 1.0)?;
+    let mut outputs = Vec::new();
+    for seqs in [rows, MANY_SEQS] {
+        let part = |i: usize| PagedSeq { row: i, queries: 1, slots: &pool[starts[i]..starts[i + 1]] };
+        let seqs_r: Vec<BatchSeq<'_, R>> = (0..seqs).map(|i| BatchSeq { seq: part(i), mask: Mask::Causal }).collect();
+        let seqs_t: Vec<BatchSeq<'_, T>> = (0..seqs).map(|i| BatchSeq { seq: part(i), mask: Mask::Causal }).collect();
+        let mut o = p.tensor(seqs, q_width, 0.0)?;
+        let mut scratch_r = PagedScratch::new(p.r, seqs, 4000, &g, KvDtype::Bf16)?;
+        let mut scratch_t = PagedScratch::new(p.t, seqs, 4000, &g, KvDtype::Bf16)?;
+        let (batch_r, batch_t) = (PagedBatch::new(&seqs_r, seqs), PagedBatch::new(&seqs_t, seqs));
+        p.r.paged_attention_batch(&q.r, (&new_k.r, &new_v.r), (&mut k.r, &mut v.r), &g, &batch_r, &mut scratch_r, &mut o.r);
+        p.t.paged_attention_batch(&q.t, (&new_k.t, &new_v.t), (&mut k.t, &mut v.t), &g, &batch_t, &mut scratch_t, &mut o.t);
+        p.compare(&format!("paged_attention_batch of {seqs} decode rows"), &o, seqs, TF32_TOL)?;
+        outputs.push(p.t.read_rows(&o.t, 0, seqs)?);
+    }
+    p.check(&format!("paged batch of {MANY_SEQS} rows == the same rows of {rows}"), &outputs[1], &outputs[0][..MANY_SEQS * q_width], 0.0);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,6 +645,8 @@ mod tests {
             "paged_attention_batch k pool",
             "paged batch row 0 (300 keys) == contiguous",
             "paged batch row 1 (6500 keys) == contiguous",
+            "paged_attention_batch of 20 decode rows",
+            "paged batch of 16 rows == the same rows of 20",
             "move_rows",
             "copy_rows into a bf16 KV cache",
             "gather_rows between bf16 KV caches",
@@ -614,7 +658,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 113);
+        assert_eq!(checks.len(), 116);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

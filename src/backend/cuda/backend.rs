@@ -15,7 +15,7 @@ use super::graph::{signature, Gate, Graphs};
 use super::nccl::NcclComm;
 use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
-use super::sources::{attention_kernel, heads_per_block, prefill_mma_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
+use super::sources::{attention_kernel, heads_per_block, prefill_mma_kernel, step_mma_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
 use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{
@@ -53,6 +53,18 @@ const PREFILL_TILE_Q: usize = 16;
 const PREFILL_TILE_K: usize = 32;
 const PREFILL_WARPS: u32 = 4;
 const PREFILL_MAX_HEAD: usize = 128;
+/// kernels/attention.cu's tensor-core paged step attention: keys a tile, warps a block, tiles
+/// in flight.
+const STEP_MMA_TILE_K: usize = 64;
+const STEP_MMA_WARPS: u32 = 4;
+const STEP_MMA_STAGES: usize = 3;
+/// Fewest sequences a paged step takes the tensor-core attention for. Its blocks are one a
+/// KV head, so a few sequences leave the GPU idle: on the H200 it made c1 and c8 slower
+/// (199.6 -> 126.2 and 1206 -> 909 tok/s) and c32 and c64 faster (2658 -> 3153, 3458 ->
+/// 4269; testdata/gpu/run-23/NOTES.md). Steps of fewer sequences, and every step under
+/// `--enable-deterministic-inference`, take the CUDA-core kernel, so that a sequence's
+/// bits depend on the batch only as the matmuls' do.
+const MMA_MIN_SEQS: usize = 16;
 /// kernels/attention.cu's tensor-core prefill: queries and keys a tile, warps a block.
 const PREFILL_MMA_TILE_Q: usize = 64;
 const PREFILL_MMA_TILE_K: usize = 32;
@@ -307,9 +319,10 @@ impl CudaBackend {
             g,
             [Arg::I32(row0 as i32), Arg::I32(queries as i32), Arg::I32(visible0 as i32), table.map_or(NULL, Arg::Ptr)],
         );
-        // Shared memory: the K and V tiles (the tensor-core kernel's rows 4 floats longer).
+        // Shared memory: the K and V tiles (the tensor-core kernel's are two stages of bf16
+        // rows 8 values longer).
         let (kernel, tile_q, warps, shared) = match prefill_mma_kernel(g.head_dim) {
-            Some(kernel) => (kernel, PREFILL_MMA_TILE_Q, PREFILL_MMA_WARPS, 2 * PREFILL_MMA_TILE_K * (g.head_dim + 4) * 4),
+            Some(kernel) => (kernel, PREFILL_MMA_TILE_Q, PREFILL_MMA_WARPS, 2 * 2 * PREFILL_MMA_TILE_K * (g.head_dim + 8) * 2),
             None => (PREFILL_ATTENTION_KERNEL, PREFILL_TILE_Q, PREFILL_WARPS, 2 * PREFILL_TILE_K * g.head_dim * 4),
         };
         let grid = (g.heads as u32, queries.div_ceil(tile_q) as u32);
@@ -353,6 +366,42 @@ impl CudaBackend {
         } else {
             1
         }
+    }
+
+    /// A paged step-attention launch of `rows` query rows over up to `keys` keys, whose
+    /// queries split up to `splits` ways: on the tensor cores where `mma` asks and the
+    /// geometry has a kernel, else on the CUDA cores.
+    fn paged_step_launch(&self, g: &AttnGeometry, rows: usize, keys: usize, splits: usize, mma: bool) -> StepLaunch {
+        match step_mma_kernel(g.head_dim, g.heads, g.kv_heads).filter(|_| mma) {
+            Some(kernel) => StepLaunch {
+                kernel,
+                blocks: (g.kv_heads * self.split_slots(rows * g.kv_heads, splits)) as u32,
+                threads: STEP_MMA_WARPS * 32,
+                shared: (STEP_MMA_STAGES * 2 * STEP_MMA_TILE_K * (g.head_dim + 8) * 2) as u32,
+            },
+            None => self.scalar_step_launch(g, rows, keys, splits, true, ATTENTION_WARPS),
+        }
+    }
+
+    /// The CUDA-core step attention of `warps` warps a block (kernels/attention.cu's
+    /// attention_f32_p*), with `heads_per_block`'s heads a block.
+    fn scalar_step_launch(&self, g: &AttnGeometry, rows: usize, keys: usize, splits: usize, paged: bool, warps: u32) -> StepLaunch {
+        let per_block = self.heads_per_block(g, rows, keys);
+        StepLaunch {
+            kernel: attention_kernel(g.head_dim, per_block, paged),
+            blocks: (g.heads / per_block * self.split_slots(rows * g.heads / per_block, splits)) as u32,
+            threads: warps * 32,
+            shared: per_block as u32 * warps * (g.head_dim as u32 + 2) * 4,
+        }
+    }
+
+    /// Split slots of a step-attention launch of `blocks` (row, head group) blocks whose
+    /// queries split up to `splits` ways: enough to fill the GPU twice over, and no more,
+    /// since a slot past a query's splits is an idle block (in a graph step of 64 rows at
+    /// 16 slots, 15 of 16 blocks were). A slot takes several splits where they are fewer,
+    /// which sums the same bits (kernels/attention.cu).
+    fn split_slots(&self, blocks: usize, splits: usize) -> usize {
+        (2 * self.gpu.sm_count as usize).div_ceil(blocks.max(1)).clamp(1, splits)
     }
 
     /// The device address of `batch`'s table when it is already there.
@@ -506,6 +555,15 @@ fn attention_args<const N: usize>(
         Arg::F32(g.scale),
     ];
     head.into_iter().chain(rest).collect()
+}
+
+/// What a step-attention launch takes besides its arguments (`CudaBackend::step_launch`).
+struct StepLaunch {
+    kernel: &'static str,
+    /// The grid's width (the rows are its height).
+    blocks: u32,
+    threads: u32,
+    shared: u32,
 }
 
 fn to_usize_ids(rows: &[usize]) -> Vec<i32> {
@@ -905,10 +963,9 @@ impl Backend for CudaBackend {
         // By the query count alone, so that a verify tree sums as decode steps do and a
         // tensor-parallel rank (fewer heads) as the whole model does.
         let warps = if step { ATTENTION_WARPS } else { PREFILL_ATTENTION_WARPS };
-        let per_block = self.heads_per_block(g, window.queries, window.prefix + window.region);
-        let shared = per_block as u32 * warps * (g.head_dim as u32 + 2) * 4;
-        let grid = ((g.heads / per_block * splits) as u32, window.queries as u32);
-        self.kernel(attention_kernel(g.head_dim, per_block, false), grid, warps * 32, shared, &mut args, Some(dynamic));
+        let launch = self.scalar_step_launch(g, window.queries, window.prefix + window.region, splits, false, warps);
+        let grid = (launch.blocks, window.queries as u32);
+        self.kernel(launch.kernel, grid, launch.threads, launch.shared, &mut args, Some(dynamic));
     }
 
     fn prepare_paged_batch(&self, batch: &PagedBatch<'_, Self>) {
@@ -963,12 +1020,12 @@ impl Backend for CudaBackend {
                 step_runs.push((row, queries));
             }
         }
-        // A graph replays at every length, so it launches the most splits (a query uses as
-        // many as its own keys call for, either way).
+        // A query splits as its own keys call for; a graph replays at every length, so any
+        // of its queries may take the most splits.
         let splits = if graph { ATTENTION_SPLITS } else { (batch.max_visible / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS) };
         let chunk = if splits > 1 { (SPLIT_PAIRS / g.heads).max(1) } else { batch.rows };
-        let per_block = self.heads_per_block(g, batch.rows, batch.max_visible);
-        let shared = per_block as u32 * ATTENTION_WARPS * (g.head_dim as u32 + 2) * 4;
+        let mma = batch.seqs.len() >= MMA_MIN_SEQS && !self.matmuls.deterministic();
+        let launch = self.paged_step_launch(g, chunk.min(batch.rows), batch.max_visible, splits, mma);
         for (start, len) in step_runs {
             for row_base in (start..start + len).step_by(chunk) {
                 let mut args = attention_args(
@@ -979,13 +1036,13 @@ impl Backend for CudaBackend {
                     [
                         Arg::Ptr(table),
                         Arg::I32(row_base as i32),
-                        Arg::I32(splits as i32),
+                        Arg::I32(ATTENTION_SPLITS as i32),
                         Arg::Ptr(self.split_states.ptr()),
                         Arg::Ptr(self.split_counters.ptr()),
                     ],
                 );
-                let grid = ((g.heads / per_block * splits) as u32, chunk.min(start + len - row_base) as u32);
-                self.kernel(attention_kernel(g.head_dim, per_block, true), grid, ATTENTION_WARPS * 32, shared, &mut args, None);
+                let grid = (launch.blocks, chunk.min(start + len - row_base) as u32);
+                self.kernel(launch.kernel, grid, launch.threads, launch.shared, &mut args, None);
             }
         }
     }
@@ -1228,5 +1285,8 @@ mod tests {
         assert_eq!(define("PREFILL_MMA_TILE_K"), PREFILL_MMA_TILE_K);
         assert_eq!(define("PREFILL_MMA_WARPS"), PREFILL_MMA_WARPS as usize);
         assert_eq!(define("ATTENTION_MAX_THREADS"), (ATTENTION_WARPS * 32) as usize);
+        assert_eq!(define("STEP_MMA_TILE_K"), STEP_MMA_TILE_K);
+        assert_eq!(define("STEP_MMA_WARPS"), STEP_MMA_WARPS as usize);
+        assert_eq!(define("STEP_MMA_STAGES"), STEP_MMA_STAGES);
     }
 }

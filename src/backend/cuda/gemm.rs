@@ -315,10 +315,15 @@ impl Matmuls {
         self.deterministic.store(on, Ordering::Relaxed);
     }
 
+    /// Whether `--enable-deterministic-inference` is on.
+    pub fn deterministic(&self) -> bool {
+        self.deterministic.load(Ordering::Relaxed)
+    }
+
     /// Whether a launch of more rows than the skinny kernels take goes through them in
     /// blocks of 8 rows.
     fn chunked(&self, input: Input) -> bool {
-        input.rows > GEMV_MAX_ROWS && self.deterministic.load(Ordering::Relaxed)
+        input.rows > GEMV_MAX_ROWS && self.deterministic()
     }
 
     /// The same x times each matrix: one skinny launch per three matrices, or cuBLAS.

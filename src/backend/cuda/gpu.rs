@@ -3,11 +3,11 @@
 //! enqueue work; errors surface at the next call that returns a `Result`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, ValidAsZeroBits};
 use cudarc::nvrtc::Ptx;
 
@@ -99,7 +99,13 @@ const MAX_ARGS: usize = 32;
 struct Kernel {
     func: CudaFunction,
     skipped: bool,
+    /// Whether the kernel may take the most dynamic shared memory the GPU allows a block
+    /// (set at its first launch past the default 48 KiB).
+    opted_in: AtomicBool,
 }
+
+/// Dynamic shared memory a launch may take without its kernel's own allowance.
+const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
 
 /// cuBLAS's workspace. Owned by us and set once, so cuBLAS never allocates while a CUDA
 /// graph is being captured (32 MiB is what cuBLAS asks for on Hopper).
@@ -189,11 +195,19 @@ impl Gpu {
                 let func = module
                     .load_function(f)
                     .map_err(|e| BackendError::Device(format!("GPU {ordinal}: kernel {f} in {}: {e}", m.source.file)))?;
-                kernels.insert(*f, Kernel { func, skipped: skipped.iter().any(|prefix| f.starts_with(prefix.as_str())) });
+                let skipped = skipped.iter().any(|prefix| f.starts_with(prefix.as_str()));
+                kernels.insert(*f, Kernel { func, skipped, opted_in: AtomicBool::new(false) });
             }
         }
         let _ = self.kernels.set(kernels);
         Ok(())
+    }
+
+    /// Let `func` take as much dynamic shared memory as a block may have on this GPU.
+    fn allow_shared(&self, func: &CudaFunction) -> Result<(), cudarc::driver::DriverError> {
+        let most = self.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let fixed = func.get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
+        func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, most - fixed)
     }
 
     pub fn kernels_loaded(&self) -> bool {
@@ -348,6 +362,14 @@ impl Gpu {
         };
         if kernel.skipped {
             return true;
+        }
+        if shared_mem > DEFAULT_DYNAMIC_SHARED && !kernel.opted_in.load(Ordering::Relaxed) {
+            // The tensor-core step attention keeps three K/V tiles in shared memory.
+            if let Err(e) = self.allow_shared(&kernel.func) {
+                self.record(|| format!("launch of {name}: shared memory past 48 KiB: {e}"));
+                return false;
+            }
+            kernel.opted_in.store(true, Ordering::Relaxed);
         }
         if args.len() > MAX_ARGS {
             self.record(|| format!("launch of {name}: {} arguments exceed {MAX_ARGS}", args.len()));

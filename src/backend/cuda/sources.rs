@@ -30,7 +30,7 @@ macro_rules! kernel_source {
 /// over contiguous slots, then over a paged pool, one head a block; then blocks of 2 heads
 /// (heads of 128), contiguous then paged; last the tiled prefill kernels (on the
 /// tensor cores for heads of 64 and 128, else on the CUDA cores).
-pub const ATTENTION_KERNELS: [&str; 21] = [
+pub const ATTENTION_KERNELS: [&str; 23] = [
     "attention_f32_p1",
     "attention_f32_p2",
     "attention_f32_p3",
@@ -52,6 +52,8 @@ pub const ATTENTION_KERNELS: [&str; 21] = [
     PREFILL_ATTENTION_KERNEL,
     "prefill_attention_tf32_d64",
     "prefill_attention_tf32_d128",
+    "paged_attention_tf32_d64",
+    "paged_attention_tf32_d128",
 ];
 
 pub const PREFILL_ATTENTION_KERNEL: &str = "prefill_attention_f32";
@@ -63,6 +65,18 @@ pub fn prefill_mma_kernel(head_dim: usize) -> Option<&'static str> {
         128 => Some(ATTENTION_KERNELS[20]),
         _ => None,
     }
+}
+
+/// The tensor-core paged step attention for `head_dim` and the query heads sharing a KV
+/// head (at most 16, the rows of an mma tile), when there is one.
+pub fn step_mma_kernel(head_dim: usize, heads: usize, kv_heads: usize) -> Option<&'static str> {
+    let grouped = kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= 16;
+    let kernel = match head_dim {
+        64 => ATTENTION_KERNELS[21],
+        128 => ATTENTION_KERNELS[22],
+        _ => return None,
+    };
+    grouped.then_some(kernel)
 }
 
 /// Query heads one step-attention block may take: 2 where they divide the heads sharing a
@@ -188,7 +202,7 @@ mod tests {
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
     /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS; attention.cu's
     /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share and heads a
-    /// block, PREFILL_MMA_ENTRY a tensor-core prefill kernel per head width.
+    /// block, MMA_ENTRY the tensor-core prefill and step kernels per head width.
     /// What the kernel regex finds inside a macro instead of a kernel's name: gemv.cu's
     /// parameter `NAME`, and `__launch_bounds__` where attention.cu pastes the name
     /// (`attention_f32##NAME`). The stamped names are added from the macros' uses.
@@ -198,14 +212,17 @@ mod tests {
     fn listed_functions_match_the_kernel_files() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
         let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
-        let prefill = regex::Regex::new(r"(?m)^PREFILL_MMA_ENTRY\((\d+)\)").unwrap();
+        let mma = regex::Regex::new(r"(?m)^MMA_ENTRY\((\d+)\)").unwrap();
         for src in SOURCES {
             let mut found: Vec<&str> =
                 re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| !MACRO_MATCHES.contains(n)).collect();
             let stamped: Vec<String> =
                 entry.captures_iter(src.text).flat_map(|c| ["", "paged_"].map(|kind| format!("{kind}attention_f32{}", &c[1]))).collect();
             found.extend(stamped.iter().map(String::as_str));
-            let stamped: Vec<String> = prefill.captures_iter(src.text).map(|c| format!("prefill_attention_tf32_d{}", &c[1])).collect();
+            let stamped: Vec<String> = mma
+                .captures_iter(src.text)
+                .flat_map(|c| ["prefill_attention", "paged_attention"].map(|kind| format!("{kind}_tf32_d{}", &c[1])))
+                .collect();
             found.extend(stamped.iter().map(String::as_str));
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
@@ -222,7 +239,7 @@ mod tests {
     /// wait for the previous kernel before it reads what that one wrote: a kernel written
     /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
     /// reach `pdl_wait` through `gemv_tile`, `attend_window` and `attend_paged`, which the GPU checks cover,
-    /// or call `pdl_enter` in the macro's own body, as PREFILL_MMA_ENTRY does).
+    /// or call `pdl_enter` in the macro's own body, as MMA_ENTRY's kernels do).
     #[test]
     fn every_written_out_kernel_waits_for_the_one_before() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
@@ -244,8 +261,9 @@ mod tests {
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");
         }
         let attention = source_of("prefill_attention_tf32_d128").unwrap().text;
-        let mma_entry = &attention[attention.find("#define PREFILL_MMA_ENTRY").unwrap()..];
-        assert!(mma_entry[..mma_entry.find("\nPREFILL_MMA_ENTRY(").unwrap()].contains("pdl_enter()"), "PREFILL_MMA_ENTRY never waits");
+        let mma_entry = &attention[attention.find("#define MMA_ENTRY").unwrap()..];
+        let mma_entry = &mma_entry[..mma_entry.find("\nMMA_ENTRY(").unwrap()];
+        assert_eq!(mma_entry.matches("pdl_enter()").count(), 2, "a kernel of MMA_ENTRY never waits");
     }
 
     /// Each geometry gets the kernel of its lane share and heads a block, and a geometry no
