@@ -13,6 +13,21 @@ extern "C" __global__ void silu_mul_f32(const float* gate, const float* up, floa
     }
 }
 
+// The gated MLP's activation from one stacked gate-up matmul (`products` [rows, 2 * cols]: a
+// row's gate products, then its up products): act = silu(gate) * up ([rows, cols]), as
+// silu_mul_f32 computes it, and, when `copy` is not NULL, act rounded to bf16 there (the
+// operand of the cuBLAS down matmul: src/backend/cuda/gemm.rs, `stage`).
+extern "C" __global__ void silu_mul_stacked_f32(const float* products, float* act, bf16* copy, int cols, long long len) {
+    pdl_enter();
+    GRID_STRIDE(i, len) {
+        const long long r = i / cols, c = i - r * cols;
+        const float g = products[2 * r * cols + c];
+        const float a = g / (1.f + __expf(-g)) * products[(2 * r + 1) * cols + c];
+        act[i] = a;
+        if (copy) put(copy + i, a);
+    }
+}
+
 // dst += src
 extern "C" __global__ void add_f32(float* dst, const float* src, long long len) {
     pdl_enter();

@@ -1,11 +1,13 @@
 // RMSNorm over f32 rows with a bf16 weight, one block per row:
 //   rmsnorm_f32:  out = x / rms(x) * w   (in place allowed: Qwen3's per-head norm runs over
 //                                        [tokens * heads, head_dim])
+// and, when `copy` is not NULL, the same rows rounded to bf16 there: the operand of the cuBLAS
+// matmul that reads them next, which then converts nothing (src/backend/cuda/gemm.rs, `stage`).
 // The residual add before a decoder layer's norms runs inside the o and down matmuls
 // (gemv.cu, `accumulate`), so the norm is a kernel of its own.
 
 // dst = src * inv * w over one row.
-__device__ void scale_row(const float* src, const bf16* __restrict__ w, float* dst, int n, float inv, bool vec) {
+__device__ void scale_row(const float* src, const bf16* __restrict__ w, float* dst, bf16* copy, int n, float inv, bool vec) {
     if (vec) {
         for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
             float v[8], g[8];
@@ -14,9 +16,14 @@ __device__ void scale_row(const float* src, const bf16* __restrict__ w, float* d
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * g[j];
             store8(dst + i, v);
+            if (copy) store8(copy + i, v);
         }
     } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i] * inv * __bfloat162float(w[i]);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float y = src[i] * inv * __bfloat162float(w[i]);
+            dst[i] = y;
+            if (copy) put(copy + i, y);
+        }
     }
 }
 
@@ -24,12 +31,14 @@ __device__ void scale_row(const float* src, const bf16* __restrict__ w, float* d
 // take the one-round path below (the host gives a row about 8 entries per thread).
 #define RMSNORM_CHUNKS 2
 
-extern "C" __global__ void __launch_bounds__(1024) rmsnorm_f32(const float* x, const bf16* w, float* out, int n, float eps) {
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm_f32(const float* x, const bf16* w, float* out, int n, float eps,
+                                                            bf16* copy_rows) {
     pdl_enter();
     __shared__ float scratch[32];
     const float* src = x + (long long)blockIdx.x * n;
     float* dst = out + (long long)blockIdx.x * n;
-    const bool vec = (n % 8 == 0) && aligned16(src) && aligned16(dst) && aligned16(w);
+    bf16* copy = copy_rows ? copy_rows + (long long)blockIdx.x * n : nullptr;
+    const bool vec = (n % 8 == 0) && aligned16(src) && aligned16(dst) && aligned16(w) && (!copy || aligned16(copy));
     if (vec && n <= 8 * RMSNORM_CHUNKS * (int)blockDim.x) {
         // The row and its weights come in one round of loads, all issued before any is
         // used: a loop that waits on each load before issuing the next made this
@@ -57,11 +66,12 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_f32(const float* x, c
 #pragma unroll
                 for (int j = 0; j < 8; ++j) v[c][j] = v[c][j] * inv * g[c][j];
                 store8(dst + i, v[c]);
+                if (copy) store8(copy + i, v[c]);
             }
         }
         return;
     }
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += src[i] * src[i];
-    scale_row(src, w, dst, n, rsqrtf(block_sum(ss, scratch) / (float)n + eps), vec);
+    scale_row(src, w, dst, copy, n, rsqrtf(block_sum(ss, scratch) / (float)n + eps), vec);
 }

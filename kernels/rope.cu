@@ -57,3 +57,40 @@ extern "C" __global__ void rope_store_kv_f32(float* q, float* k, const float* v,
     rotate_head(k + src, head_dim, cos_table, sin_table, pos, interleaved, k_cache + dst);
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) put(v_cache + dst + i, v[src + i]);
 }
+
+// The products of one stacked q, k, v matmul (`src`, [rows, (heads + 2 * kv_heads) * head_dim]
+// f32) into q, k and v ([rows, their widths]), each plus its bias (NULL: none), with q and k
+// rotated at the row's position when `rotate` is set (as rope_f32 rotates them). Grid: (rows,
+// heads + 2 * kv_heads): block y moves one head of q, then of k, then of v.
+extern "C" __global__ void split_qkv_f32(const float* src, float* q, float* k, float* v, const bf16* q_bias,
+                                         const bf16* k_bias, const bf16* v_bias, int heads, int kv_heads,
+                                         int head_dim, const float* cos_table, const float* sin_table,
+                                         const int* positions, int interleaved, int rotate) {
+    pdl_enter();
+    const int row = blockIdx.x, y = blockIdx.y;
+    const long long width = (long long)(heads + 2 * kv_heads) * head_dim;
+    const float* from = src + row * width + (long long)y * head_dim;
+    float* to;
+    const bf16* bias;
+    int head;
+    if (y < heads) {
+        head = y;
+        to = q + ((long long)row * heads + head) * head_dim;
+        bias = q_bias;
+    } else if (y < heads + kv_heads) {
+        head = y - heads;
+        to = k + ((long long)row * kv_heads + head) * head_dim;
+        bias = k_bias;
+    } else {
+        head = y - heads - kv_heads;
+        to = v + ((long long)row * kv_heads + head) * head_dim;
+        bias = v_bias;
+    }
+    if (bias) bias += (long long)head * head_dim;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) to[i] = from[i] + (bias ? __bfloat162float(bias[i]) : 0.f);
+    if (rotate && y < heads + kv_heads) {
+        // Each thread rotates pairs other threads copied.
+        __syncthreads();
+        rotate_head(to, head_dim, cos_table, sin_table, positions[row], interleaved, nullptr);
+    }
+}

@@ -110,6 +110,28 @@ impl<'a, R: Backend, T: Backend> Pair<'a, R, T> {
         })
     }
 
+    /// Weights that multiply one input, loaded together (`Backend::load_stacked`).
+    fn stacked(&mut self, shapes: &[&[usize]], scale: f32) -> Result<Vec<Weights<R, T>>, BackendError> {
+        let bytes: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|shape| self.random(shape.iter().product(), scale).iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect())
+            .collect();
+        let views: Vec<TensorView<'_>> = shapes
+            .iter()
+            .zip(&bytes)
+            .map(|(shape, data)| TensorView {
+                name: "conformance",
+                file: std::path::Path::new("(random)"),
+                dtype: Dtype::BF16,
+                shape,
+                data,
+            })
+            .collect();
+        let r = self.r.load_stacked(&views, Shard::Replicated)?;
+        let t = self.t.load_stacked(&views, Shard::Replicated)?;
+        Ok(r.into_iter().zip(t).map(|(r, t)| Both { r, t, _p: Default::default() }).collect())
+    }
+
     fn ids(&self, values: &[i32]) -> Result<Idss<R, T>, BackendError> {
         let mut r = self.r.ids(values.len())?;
         let mut t = self.t.ids(values.len())?;
@@ -142,6 +164,7 @@ pub fn compare_backends<R: Backend, T: Backend>(reference: &R, test: &T, seed: u
     let mut p = Pair { r: reference, t: test, rng: ChaCha8Rng::seed_from_u64(seed), out: Vec::new() };
     layer_ops(&mut p)?;
     fused_ops(&mut p)?;
+    stacked_ops(&mut p)?;
     attention_ops(&mut p)?;
     long_attention_ops(&mut p)?;
     paged_batch_ops(&mut p)?;
@@ -150,6 +173,76 @@ pub fn compare_backends<R: Backend, T: Backend>(reference: &R, test: &T, seed: u
     decoding_ops(&mut p)?;
     test.sync()?;
     Ok(p.out)
+}
+
+/// A layer's matmuls over weights loaded stacked (one allocation for q, k and v, one for gate
+/// and up), fed by the norm before them, as a batched forward runs them: q, k and v (q and k
+/// with a bias) split apart, and with RoPE (`qkv_rope`); the norm, gate-up-SiLU and down with
+/// the residual add. At 40 rows a GPU runs each stacked set as one cuBLAS launch reading the
+/// bf16 copy its norm wrote; the last op multiplies another tensor of the normed one's shape,
+/// which must not read that copy.
+fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
+    let (hidden, heads, kv_heads, hd, inter) = (256usize, 4usize, 2usize, 64usize, 768usize);
+    let widths = [heads * hd, kv_heads * hd, kv_heads * hd];
+    let qkv = p.stacked(&[&[widths[0], hidden], &[widths[1], hidden], &[widths[2], hidden]], 0.1)?;
+    let (q_bias, k_bias) = (p.weight(&[widths[0]], 0.1)?, p.weight(&[widths[1]], 0.1)?);
+    let gate_up = p.stacked(&[&[inter, hidden], &[inter, hidden]], 0.1)?;
+    let (down, norm) = (p.weight(&[hidden, inter], 0.1)?, p.weight(&[hidden], 1.0)?);
+    let (tr, tt) = rope_tables(p, hd, 600, RopeStyle::NeoX)?;
+    for rows in [5usize, 40] {
+        let h0 = p.random(rows * hidden, 30.0);
+        let mut h = p.tensor_from(hidden, &h0)?;
+        let mut normed = p.tensor(rows, hidden, 0.0)?;
+        let pos = p.ids(&(0..rows as i32).map(|i| 7 + 13 * i).collect::<Vec<_>>())?;
+        for rope in [false, true] {
+            let mut ys = [p.tensor(rows, widths[0], 0.0)?, p.tensor(rows, widths[1], 0.0)?, p.tensor(rows, widths[2], 0.0)?];
+            p.r.rms_norm(&h.r, &norm.r, 1e-6, rows, &mut normed.r);
+            p.t.rms_norm(&h.t, &norm.t, 1e-6, rows, &mut normed.t);
+            {
+                let [y0, y1, y2] = &mut ys;
+                let mut pr = [
+                    Projection { w: &qkv[0].r, bias: Some(&q_bias.r), out: &mut y0.r },
+                    Projection { w: &qkv[1].r, bias: Some(&k_bias.r), out: &mut y1.r },
+                    Projection { w: &qkv[2].r, bias: None, out: &mut y2.r },
+                ];
+                let mut pt = [
+                    Projection { w: &qkv[0].t, bias: Some(&q_bias.t), out: &mut y0.t },
+                    Projection { w: &qkv[1].t, bias: Some(&k_bias.t), out: &mut y1.t },
+                    Projection { w: &qkv[2].t, bias: None, out: &mut y2.t },
+                ];
+                if rope {
+                    p.r.qkv_rope(&normed.r, rows, &mut pr, &tr, &pos.r);
+                    p.t.qkv_rope(&normed.t, rows, &mut pt, &tt, &pos.t);
+                } else {
+                    p.r.matmul_many(&normed.r, rows, &mut pr);
+                    p.t.matmul_many(&normed.t, rows, &mut pt);
+                }
+            }
+            let op = if rope { "qkv_rope" } else { "matmul_many" };
+            for (y, name) in ys.iter().zip(["q", "k", "v"]) {
+                p.compare(&format!("stacked {op} {rows} rows, {name}"), y, rows, MATMUL_TOL)?;
+            }
+        }
+        let (mut gb, mut ub, mut act) = (p.tensor(rows, inter, 0.0)?, p.tensor(rows, inter, 0.0)?, p.tensor(rows, inter, 0.0)?);
+        let mut delta = p.tensor(rows, hidden, 0.0)?;
+        p.r.rms_norm(&h.r, &norm.r, 1e-6, rows, &mut normed.r);
+        p.t.rms_norm(&h.t, &norm.t, 1e-6, rows, &mut normed.t);
+        p.r.gate_up_silu(&normed.r, &gate_up[0].r, &gate_up[1].r, rows, &mut gb.r, &mut ub.r, &mut act.r);
+        p.t.gate_up_silu(&normed.t, &gate_up[0].t, &gate_up[1].t, rows, &mut gb.t, &mut ub.t, &mut act.t);
+        p.compare(&format!("stacked gate_up_silu {rows} rows"), &act, rows, MATMUL_TOL)?;
+        p.r.matmul_residual(&act.r, &down.r, rows, &mut delta.r, &mut h.r);
+        p.t.matmul_residual(&act.t, &down.t, rows, &mut delta.t, &mut h.t);
+        p.compare(&format!("norm, stacked gate-up, down + residual {rows} rows"), &h, rows, MATMUL_TOL)?;
+        // A norm's copy belongs to its own output: a matmul of another tensor converts that one.
+        let other = p.tensor(rows, hidden, 1.0)?;
+        let mut y = p.tensor(rows, inter, 0.0)?;
+        p.r.rms_norm(&h.r, &norm.r, 1e-6, rows, &mut normed.r);
+        p.t.rms_norm(&h.t, &norm.t, 1e-6, rows, &mut normed.t);
+        p.r.matmul(&other.r, &gate_up[0].r, None, rows, &mut y.r);
+        p.t.matmul(&other.t, &gate_up[0].t, None, rows, &mut y.t);
+        p.compare(&format!("matmul of another tensor after a norm {rows} rows"), &y, rows, MATMUL_TOL)?;
+    }
+    Ok(())
 }
 
 fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
@@ -658,7 +751,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 116);
+        assert_eq!(checks.len(), 134);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

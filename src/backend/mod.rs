@@ -435,6 +435,20 @@ pub trait Backend: Send + Sync + 'static {
     fn ids(&self, len: usize) -> Result<Self::Ids, BackendError>;
     /// Upload a checkpoint tensor (any float dtype) as this rank's shard.
     fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<Self::Weight, BackendError>;
+
+    /// Room for matmuls of up to `rows` rows, x of at most `widest_in` columns and stacked
+    /// products (`load_stacked`) of at most `widest_products`, made before any graph step
+    /// is captured over it. A backend with no matmul scratch has nothing to do.
+    fn reserve_matmuls(&self, _rows: usize, _widest_in: usize, _widest_products: usize) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Weights that multiply the same input (q, k and v; gate and up), each as `load_weight`
+    /// loads it. A GPU backend keeps them back to back in one allocation, so that one large
+    /// matmul can read them as a single matrix.
+    fn load_stacked(&self, views: &[TensorView<'_>], shard: Shard) -> Result<Vec<Self::Weight>, BackendError> {
+        views.iter().map(|v| self.load_weight(v, shard)).collect()
+    }
     /// The shape of a weight as held (`[out, in]` or `[len]`).
     fn weight_shape<'w>(&self, w: &'w Self::Weight) -> &'w [usize];
     /// Bytes of device memory a weight occupies.
@@ -672,6 +686,15 @@ pub trait Backend: Send + Sync + 'static {
         self.rope(k, table, positions, n);
         self.copy_rows(k, 0, cache.0, slot, n);
         self.copy_rows(v, 0, cache.1, slot, n);
+    }
+
+    /// A batched layer's attention inputs from its input `x[:n]`: `matmul_many` for q, k
+    /// and v, then RoPE on q and k (their rows go into the pool with the attention).
+    fn qkv_rope(&self, x: &Self::Tensor, n: usize, qkv: &mut [Projection<'_, Self>; 3], table: &RopeTable<Self>, positions: &Self::Ids) {
+        self.matmul_many(x, n, qkv);
+        let [q, k, _] = qkv;
+        self.rope(q.out, table, positions, n);
+        self.rope(k.out, table, positions, n);
     }
 
     /// A layer's attention inputs from its input `x[:n]`: `matmul_many` for q, k and v,

@@ -271,8 +271,8 @@ impl<B: Backend> Engine<B> {
         single.retain(|&rows| rows <= plan.graph_max_bs);
         let tree = !self.shape.is_chain();
         let gpu = self.backend.gpu_ordinal();
+        let cfg = SchedulerConfig::from_spec(spec, self.gpu_memory());
         let target = self.target.as_mut().and_then(|t| t.target.as_mut()).expect("kv allocated before graph capture");
-        let cfg = SchedulerConfig::from_spec(spec);
         let layout = scheduler::batch_layout(&cfg, speculative.then_some(self.shape), target.max_tokens(), target.graph_rows > 0);
         let mut sizes: Vec<u32> = single.iter().copied().chain(layout.graph_sizes.iter().map(|&s| s as u32)).collect();
         sizes.sort_unstable();
@@ -521,6 +521,11 @@ impl<B: Backend> Engine<B> {
     /// parts come back into this engine afterwards, so that a later relaunch still keeps what
     /// stays valid. An error, before `serve` runs, when no launch is ready or the target
     /// cannot run batched.
+    /// The total memory of this engine's GPU; `None` on the CPU.
+    pub fn gpu_memory(&self) -> Option<u64> {
+        self.backend.device_memory().map(|(_, total)| total)
+    }
+
     pub fn serve_batch(&mut self, cfg: SchedulerConfig, serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
         let not_ready = || EngineError::Request("the engine is not ready: launch it first".into());
         let loaded = self.target.as_mut().filter(|_| self.ready).ok_or_else(not_ready)?;

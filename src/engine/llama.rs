@@ -264,12 +264,16 @@ impl<B: Backend> Layer<B> {
                 Ok(None)
             }
         };
+        let (qn, kn, vn) = (name("self_attn.q_proj.weight"), name("self_attn.k_proj.weight"), name("self_attn.v_proj.weight"));
+        let [q, k, v] =
+            ld.stacked([(&qn, &[q_out, s.attn_in]), (&kn, &[kv_out, s.attn_in]), (&vn, &[kv_out, s.attn_in])], Shard::Column)?;
+        let (gn, un) = (name("mlp.gate_proj.weight"), name("mlp.up_proj.weight"));
         Ok(Layer {
             input_ln: ld.weight(&name("input_layernorm.weight"), &[s.hidden], Shard::Replicated)?,
             attn: Attention {
-                q: ld.weight(&name("self_attn.q_proj.weight"), &[q_out, s.attn_in], Shard::Column)?,
-                k: ld.weight(&name("self_attn.k_proj.weight"), &[kv_out, s.attn_in], Shard::Column)?,
-                v: ld.weight(&name("self_attn.v_proj.weight"), &[kv_out, s.attn_in], Shard::Column)?,
+                q,
+                k,
+                v,
                 o: ld.weight(&name("self_attn.o_proj.weight"), &[s.hidden, q_out], Shard::Row)?,
                 q_bias: bias(ld, "self_attn.q_proj.bias", q_out)?,
                 k_bias: bias(ld, "self_attn.k_proj.bias", kv_out)?,
@@ -278,10 +282,9 @@ impl<B: Backend> Layer<B> {
                 k_norm: norm(ld, "self_attn.k_norm.weight")?,
             },
             post_ln: ld.weight(&name("post_attention_layernorm.weight"), &[s.hidden], Shard::Replicated)?,
-            mlp: Mlp {
-                gate: ld.weight(&name("mlp.gate_proj.weight"), &[s.intermediate, s.hidden], Shard::Column)?,
-                up: ld.weight(&name("mlp.up_proj.weight"), &[s.intermediate, s.hidden], Shard::Column)?,
-                down: ld.weight(&name("mlp.down_proj.weight"), &[s.hidden, s.intermediate], Shard::Row)?,
+            mlp: {
+                let [gate, up] = ld.stacked([(&gn, &[s.intermediate, s.hidden]), (&un, &[s.intermediate, s.hidden])], Shard::Column)?;
+                Mlp { gate, up, down: ld.weight(&name("mlp.down_proj.weight"), &[s.hidden, s.intermediate], Shard::Row)? }
             },
         })
     }
@@ -307,6 +310,8 @@ pub(crate) struct LayerScratch<B: Backend> {
 impl<B: Backend> LayerScratch<B> {
     pub(crate) fn new(b: &B, rows: usize, s: &LayerShape) -> Result<Self, BackendError> {
         let (q_out, kv_out) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+        let widest_in = s.attn_in.max(s.hidden).max(q_out).max(s.intermediate);
+        b.reserve_matmuls(rows, widest_in, (q_out + 2 * kv_out).max(2 * s.intermediate))?;
         Ok(LayerScratch {
             q: b.tensor(rows, q_out)?,
             k: b.tensor(rows, kv_out)?,
@@ -402,13 +407,15 @@ impl<B: Backend> Layer<B> {
                 b.attention(&s.q, kv.0, kv.1, &st.geometry, *window, *mask, &mut s.attn);
             }
             Attend::Paged(batch) => {
-                b.matmul_many(x, n, &mut qkv);
                 if let Some((qn, kn)) = qk_norm {
+                    b.matmul_many(x, n, &mut qkv);
                     b.head_rms_norm(&mut s.q, qn, st.eps, n);
                     b.head_rms_norm(&mut s.k, kn, st.eps, n);
+                    b.rope(&mut s.q, st.rope, st.positions, n);
+                    b.rope(&mut s.k, st.rope, st.positions, n);
+                } else {
+                    b.qkv_rope(x, n, &mut qkv, st.rope, st.positions);
                 }
-                b.rope(&mut s.q, st.rope, st.positions, n);
-                b.rope(&mut s.k, st.rope, st.positions, n);
                 let scratch = s.paged.as_mut().expect("set_batch_capacity sizes the paged scratch");
                 b.paged_attention_batch(&s.q, (&s.k, &s.v), (&mut *kv.0, &mut *kv.1), &st.geometry, batch, scratch, &mut s.attn);
             }

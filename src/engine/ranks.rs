@@ -38,6 +38,8 @@ pub trait Serve {
     fn decode(&self, ids: &[u32]) -> Result<String, EngineError>;
     /// Where it runs: the backend's name and the tensor-parallel ranks.
     fn placement(&self) -> (&'static str, usize);
+    /// The memory of the GPU it runs on (rank 0's), in bytes; `None` on the CPU.
+    fn gpu_memory(&self) -> Option<u64>;
     /// Run `serve` on a continuous-batching scheduler (`engine::scheduler`) over the ready
     /// launch; the engine keeps its parts afterwards. An error, before `serve` runs, when
     /// this engine cannot serve batched.
@@ -68,6 +70,10 @@ impl<B: Backend> Serve for Engine<B> {
 
     fn placement(&self) -> (&'static str, usize) {
         (self.backend_name(), 1)
+    }
+
+    fn gpu_memory(&self) -> Option<u64> {
+        Engine::gpu_memory(self)
     }
 
     fn serve_batch(&mut self, cfg: SchedulerConfig, serve: &mut dyn FnMut(&mut dyn Batch)) -> Result<(), EngineError> {
@@ -221,6 +227,10 @@ impl<B: Backend> Serve for RankGroup<B> {
     fn placement(&self) -> (&'static str, usize) {
         let name = self.on_all(|e| e.backend_name()).map_or("unknown", |mut n| n.swap_remove(0));
         (name, self.world())
+    }
+
+    fn gpu_memory(&self) -> Option<u64> {
+        self.on_all(|e| e.gpu_memory()).ok().and_then(|mut m| m.swap_remove(0))
     }
 
     /// Every rank serves its own scheduler over its shard, called in lockstep through one

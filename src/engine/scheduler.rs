@@ -52,15 +52,29 @@ pub struct SchedulerConfig {
     pub graph_max_bs: usize,
 }
 
+/// `--chunked-prefill-size` when absent: as SGLang picks it by the GPU's memory (2048 under
+/// 35 GiB, 8192 under 160 GiB, 16384 above); on the CPU, `PREFILL_CHUNK`, the size the CPU
+/// reference's prefill was measured at. A c64 load of 512-token prompts on the H200 took
+/// 3.42 s at 512 and 3.05 s at 8192 (testdata/gpu/run-24/NOTES.md, call 1).
+pub fn default_chunk(gpu_memory: Option<u64>) -> usize {
+    const GIB: u64 = 1 << 30;
+    match gpu_memory {
+        None => PREFILL_CHUNK,
+        Some(m) if m < 35 * GIB => 2048,
+        Some(m) if m < 160 * GIB => 8192,
+        Some(_) => 16384,
+    }
+}
+
 impl SchedulerConfig {
-    pub fn from_spec(spec: &LaunchSpec) -> SchedulerConfig {
+    /// The scheduler a launch asks for, on a GPU of `gpu_memory` bytes (`None`: the CPU).
+    pub fn from_spec(spec: &LaunchSpec, gpu_memory: Option<u64>) -> SchedulerConfig {
         let max_running = spec.max_running_requests.map_or(DEFAULT_MAX_RUNNING, |n| n as usize).max(1);
-        SchedulerConfig {
-            max_running,
+        let chunk = spec.chunked_prefill_size.map_or(default_chunk(gpu_memory), |n| {
             // SGLang's -1 (or any value below 1) turns chunking off: a prompt prefills whole.
-            chunk: spec.chunked_prefill_size.map_or(PREFILL_CHUNK, |n| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)),
-            graph_max_bs: spec.cuda_graph_max_bs.map_or(max_running, |n| n as usize),
-        }
+            usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)
+        });
+        SchedulerConfig { max_running, chunk, graph_max_bs: spec.cuda_graph_max_bs.map_or(max_running, |n| n as usize) }
     }
 }
 

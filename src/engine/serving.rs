@@ -474,7 +474,7 @@ impl Worker {
         }
         let engine = placed.engine().expect("a ready launch has an engine");
         let mut next = None;
-        let served = engine.serve_batch(SchedulerConfig::from_spec(spec), &mut |batch| {
+        let served = engine.serve_batch(SchedulerConfig::from_spec(spec, engine.gpu_memory()), &mut |batch| {
             let cfg = batch.config();
             let max_queued = self.config.max_queued.unwrap_or(cfg.max_running * QUEUE_PER_PLACE);
             let served = Served { tokenizer: batch.tokenizer(), context: batch.context(), max_queued, model_name: model_name(spec) };

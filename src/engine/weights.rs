@@ -38,6 +38,23 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(w)
     }
 
+    /// Tensors that multiply the same input, shapes checked, loaded together
+    /// (`Backend::load_stacked`): `N` names and shapes, `N` weights in their order.
+    pub fn stacked<const N: usize>(&mut self, tensors: [(&str, &[usize]); N], shard: Shard) -> Result<[B::Weight; N], BackendError> {
+        let mut views = Vec::with_capacity(N);
+        for (name, shape) in tensors {
+            let view = self.ck.view(name)?;
+            view.expect_shape(shape)?;
+            views.push(view);
+        }
+        let loaded = self.backend.load_stacked(&views, shard)?;
+        drop(views);
+        for (name, _) in tensors {
+            self.advance(name);
+        }
+        loaded.try_into().map_err(|_| BackendError::Device(format!("load_stacked returned a count other than {N}")))
+    }
+
     pub fn optional(&mut self, name: &str, shape: &[usize], shard: Shard) -> Result<Option<B::Weight>, BackendError> {
         if self.has(name) {
             self.weight(name, shape, shard).map(Some)

@@ -5,11 +5,13 @@
 //! the GPU's single stream and returns; the first failure is kept and reported by the next
 //! call that returns a `Result` (`sync`, a readback, an allocation, a load).
 
+use std::sync::Arc;
+
 use half::bf16;
 
 use super::chunked::{chunk_count, row_groups, MAX_CANDIDATES, MAX_CHUNKS, ROW_GROUP};
 use super::compile::{compile_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
-use super::gemm::{Input, Matmuls, RopeStore, Segment};
+use super::gemm::{stacked, Input, Matmuls, RopeSplit, RopeStore, Segment};
 use super::gpu::{row_block, stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use super::graph::{signature, Gate, Graphs};
 use super::nccl::NcclComm;
@@ -106,8 +108,32 @@ impl CudaTensor {
     }
 }
 
+/// A weight's elements: an allocation of its own, or its rows of one it shares with the
+/// weights loaded beside it (`Backend::load_stacked`), so that one cuBLAS launch can read
+/// q, k and v, or gate and up, as a single matrix.
+pub(super) struct WeightBuf {
+    storage: Arc<DeviceBuf<bf16>>,
+    offset: usize,
+    len: usize,
+}
+
+impl WeightBuf {
+    fn whole(buf: DeviceBuf<bf16>) -> WeightBuf {
+        let len = buf.len();
+        WeightBuf { storage: Arc::new(buf), offset: 0, len }
+    }
+
+    pub(super) fn ptr(&self) -> u64 {
+        self.storage.ptr_at(self.offset)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
 pub struct CudaWeight {
-    pub(super) buf: DeviceBuf<bf16>,
+    pub(super) buf: WeightBuf,
     pub(super) shape: Vec<usize>,
     /// Columns of the unsharded tensor (a row-parallel shard keeps 1 / world of them):
     /// the skinny matmuls cut K by it.
@@ -653,23 +679,53 @@ impl Backend for CudaBackend {
             self.gpu.upload(view.data, buf.ptr());
             self.gpu.take_error()?;
             let cols = view.shape.get(1).copied().unwrap_or(1);
-            return Ok(CudaWeight { buf, shape: view.shape.to_vec(), k_full: cols, fp8: true });
+            return Ok(CudaWeight { buf: WeightBuf::whole(buf), shape: view.shape.to_vec(), k_full: cols, fp8: true });
         }
-        let (buf, shape) = match contiguous_bf16(view, shard, self.rank) {
-            Some((range, shape)) => {
-                let buf = self.gpu.alloc::<bf16>(range.len() / 2, &what())?;
-                self.gpu.upload(&view.data[range], buf.ptr());
-                (buf, shape)
-            }
-            None => {
-                let (data, shape) = shard_weight(view, shard, self.rank)?;
-                (self.gpu.alloc_from(&data, &what())?, shape)
-            }
+        self.load_stacked(std::slice::from_ref(view), shard).map(|mut w| w.remove(0))
+    }
+
+    fn load_stacked(&self, views: &[TensorView<'_>], shard: Shard) -> Result<Vec<CudaWeight>, BackendError> {
+        if views.iter().any(|v| v.dtype == safetensors::tensor::Dtype::F8_E4M3) {
+            return views.iter().map(|v| self.load_weight(v, shard)).collect();
+        }
+        // Each tensor's shard as host bytes of bf16 (a view into the file where it is one
+        // already), then one allocation holding them back to back.
+        enum Host<'a> {
+            File(&'a [u8]),
+            Converted(Vec<bf16>),
+        }
+        let mut parts = Vec::with_capacity(views.len());
+        for view in views {
+            parts.push(match contiguous_bf16(view, shard, self.rank) {
+                Some((range, shape)) => (Host::File(&view.data[range]), shape),
+                None => {
+                    let (data, shape) = shard_weight(view, shard, self.rank)?;
+                    (Host::Converted(data), shape)
+                }
+            });
+        }
+        let elements = |h: &Host<'_>| match h {
+            Host::File(bytes) => bytes.len() / 2,
+            Host::Converted(values) => values.len(),
         };
+        let names: Vec<&str> = views.iter().map(|v| v.name).collect();
+        let total: usize = parts.iter().map(|(h, _)| elements(h)).sum();
+        let storage = Arc::new(self.gpu.alloc::<bf16>(total, &format!("weight {}", names.join(", ")))?);
+        let mut weights = Vec::with_capacity(parts.len());
+        let mut offset = 0;
+        for (host, shape) in parts {
+            let len = elements(&host);
+            match host {
+                Host::File(bytes) => self.gpu.upload(bytes, storage.ptr_at(offset)),
+                Host::Converted(values) => self.gpu.upload(&values, storage.ptr_at(offset)),
+            }
+            let cols = shape.get(1).copied().unwrap_or(1);
+            let k_full = if shard == Shard::Row { cols * self.rank.world } else { cols };
+            weights.push(CudaWeight { buf: WeightBuf { storage: storage.clone(), offset, len }, shape, k_full, fp8: false });
+            offset += len;
+        }
         self.gpu.take_error()?;
-        let cols = shape.get(1).copied().unwrap_or(1);
-        let k_full = if shard == Shard::Row { cols * self.rank.world } else { cols };
-        Ok(CudaWeight { buf, shape, k_full, fp8: false })
+        Ok(weights)
     }
 
     fn weight_shape<'w>(&self, w: &'w CudaWeight) -> &'w [usize] {
@@ -842,6 +898,33 @@ impl Backend for CudaBackend {
         self.kernel("rope_store_kv_f32", (n as u32, (heads + kv_heads) as u32), block, 0, &mut args, Some(dynamic));
     }
 
+    fn qkv_rope(&self, x: &CudaTensor, n: usize, qkv: &mut [Projection<'_, Self>; 3], table: &RopeTable<Self>, positions: &CudaIds) {
+        let segs = qkv.each_ref().map(|p| segment(x, p.w, p.bias, p.out));
+        let operand = input(x, n, qkv[0].w);
+        if !self.matmuls.takes_cublas(n) || !stacked(&segs, operand.k_in) {
+            self.matmul_many(x, n, qkv);
+            let [q, k, _] = qkv;
+            self.rope(q.out, table, positions, n);
+            return self.rope(k.out, table, positions, n);
+        }
+        let ptrs = [x.buf.ptr(), segs[0].w, segs[0].out, segs[1].out, segs[2].out, table.cos.buf.ptr(), positions.buf.ptr()];
+        if self.matmul_gate("qkv_rope", n, &ptrs).is_some() {
+            let rope = RopeSplit {
+                cos: table.cos.buf.ptr(),
+                sin: table.sin.buf.ptr(),
+                positions: positions.buf.ptr(),
+                head_dim: table.head_dim,
+                interleaved: table.style == RopeStyle::Interleaved,
+            };
+            self.matmuls.qkv_split(&self.gpu, operand, [&segs[0], &segs[1], &segs[2]], Some(&rope));
+        }
+    }
+
+    fn reserve_matmuls(&self, rows: usize, widest_in: usize, widest_products: usize) -> Result<(), BackendError> {
+        self.matmuls.reserve(&self.gpu, rows, widest_in, widest_products);
+        self.gpu.take_error()
+    }
+
     fn qkv_rope_store_kv(&self, x: &CudaTensor, n: usize, qkv: &mut [Projection<'_, Self>; 3], store: KvStore<'_, Self>) {
         let segs = qkv.each_ref().map(|p| segment(x, p.w, p.bias, p.out));
         let operand = input(x, n, qkv[0].w);
@@ -885,14 +968,16 @@ impl Backend for CudaBackend {
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, n: usize, out: &mut CudaTensor) {
         let c = x.cols;
-        let mut args = [Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I32(c as i32), Arg::F32(eps)];
+        // The norm feeds a matmul: one through cuBLAS reads the bf16 copy written here.
+        let copy = self.matmuls.stage(&self.gpu, out.buf.ptr(), n, c).map_or(NULL, Arg::Ptr);
+        let mut args = [Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()), Arg::I32(c as i32), Arg::F32(eps), copy];
         self.launch_rows("rmsnorm_f32", n, c, &mut args);
     }
 
     fn head_rms_norm(&self, x: &mut CudaTensor, w: &CudaWeight, eps: f32, n: usize) {
         let hd = w.buf.len();
         let p = x.buf.ptr();
-        let mut args = [Arg::Ptr(p), Arg::Ptr(w.buf.ptr()), Arg::Ptr(p), Arg::I32(hd as i32), Arg::F32(eps)];
+        let mut args = [Arg::Ptr(p), Arg::Ptr(w.buf.ptr()), Arg::Ptr(p), Arg::I32(hd as i32), Arg::F32(eps), NULL];
         self.launch_rows("rmsnorm_f32", n * x.cols / hd, hd, &mut args);
     }
 
@@ -1237,6 +1322,8 @@ impl Backend for CudaBackend {
     }
 
     fn graph_end(&self) -> Result<(), BackendError> {
+        // A replayed step's ops staged nothing that its matmuls read.
+        self.matmuls.forget_staged();
         self.graphs.end(&self.gpu)?;
         self.gpu.take_error()
     }
@@ -1244,6 +1331,7 @@ impl Backend for CudaBackend {
     fn graph_step(&self, key: &str, step: &mut dyn FnMut()) {
         let bracketed = self.graphs.begin(&self.gpu, key).is_ok();
         step();
+        self.matmuls.forget_staged();
         // Any error ending the step means its kernels did not run (a capture that failed or
         // a replay that diverged skips them); the book is back to eager, so run them now.
         if bracketed && self.graphs.end(&self.gpu).is_err() {

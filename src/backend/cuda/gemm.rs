@@ -178,6 +178,17 @@ impl RopeStore {
     }
 }
 
+/// The RoPE operands of a stacked q, k, v launch (`Matmuls::qkv_split`), as raw device
+/// addresses: the rope kernel's tables and the rows' positions.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeSplit {
+    pub cos: u64,
+    pub sin: u64,
+    pub positions: u64,
+    pub head_dim: usize,
+    pub interleaved: bool,
+}
+
 /// What one skinny launch computes.
 #[derive(Clone, Copy, Debug)]
 pub enum GemvJob<'a> {
@@ -270,14 +281,58 @@ pub struct Matmuls {
     /// `SPECDECK_GEMV=t1_u2` (say): every skinny launch uses that configuration instead of
     /// the fastest timed alone (for A/B runs of whole steps, where launches overlap).
     pinned: Option<&'static GemvConfig>,
-    /// The bf16 copy of x that cuBLAS reads; grown on demand.
+    /// The bf16 copy of x that cuBLAS reads; sized by `reserve`, grown on demand.
     scratch: Mutex<Option<DeviceBuf<bf16>>>,
+    /// The f32 products of a stacked launch (q, k and v, or gate and up, as one matrix)
+    /// before they are split; sized by `reserve`, grown on demand.
+    products: Mutex<Option<DeviceBuf<f32>>>,
+    /// The x (address, rows, columns) whose bf16 copy `scratch` holds, written there by the
+    /// op that produced x (`stage`), for the launch that comes next.
+    staged: Mutex<Option<(u64, usize, usize)>>,
     /// The skinny configuration chosen for each shape.
     chosen: Mutex<HashMap<ShapeKey, &'static GemvConfig>>,
     /// `--enable-deterministic-inference`: more rows than the skinny kernels take go
     /// through them 8 rows at a time instead of cuBLAS, whose reduction order depends on
     /// the shape (so on the row count and on a tensor-parallel shard's width).
     deterministic: AtomicBool,
+}
+
+/// The address of `slot`'s buffer, grown to at least `len` elements first (the old one
+/// freed before the new one is allocated); `None` when that failed (recorded for the next
+/// sync).
+fn grown<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    gpu: &Gpu,
+    slot: &Mutex<Option<DeviceBuf<T>>>,
+    len: usize,
+    what: &str,
+) -> Option<u64> {
+    let mut buf = locked(slot);
+    if buf.as_ref().is_none_or(|b| b.len() < len) {
+        *buf = None;
+        match gpu.alloc::<T>(len, what) {
+            Ok(b) => *buf = Some(b),
+            Err(e) => {
+                gpu.record(|| e.to_string());
+                return None;
+            }
+        }
+    }
+    buf.as_ref().map(|b| b.ptr())
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Whether `segs` lie back to back in one allocation (`Backend::load_stacked`), so that one
+/// launch multiplies x by all of them as one `[Σ n_out, k_in]` matrix (their biases added as
+/// the products are split).
+pub fn stacked(segs: &[Segment], k_in: usize) -> bool {
+    segs.len() > 1 && segs.windows(2).all(|w| w[1].w == w[0].w + (w[0].n_out * k_in * 2) as u64) && segs.iter().all(|s| !s.accumulate)
 }
 
 /// The row blocks of a deterministic launch: `(first row, rows)`, 8 at a time.
@@ -320,16 +375,50 @@ impl Matmuls {
         self.deterministic.load(Ordering::Relaxed)
     }
 
+    /// Whether a launch of `rows` rows reads x through cuBLAS (as bf16).
+    pub fn takes_cublas(&self, rows: usize) -> bool {
+        rows > GEMV_MAX_ROWS && !self.deterministic()
+    }
+
+    /// Size the scratch for launches of up to `rows` rows of at most `widest_in` columns of
+    /// x and `widest_products` stacked outputs, before any graph is captured over it: a
+    /// buffer grown later would leave a captured graph reading the freed one.
+    pub fn reserve(&self, gpu: &Gpu, rows: usize, widest_in: usize, widest_products: usize) {
+        if rows > GEMV_MAX_ROWS {
+            grown(gpu, &self.scratch, rows * widest_in, "matmul input (bf16)");
+            grown(gpu, &self.products, rows * widest_products, "stacked matmul products");
+        }
+    }
+
+    /// Where the op that produces `rows` × `cols` f32 at `x` also writes them rounded to
+    /// bf16, when the next matmul reads that x through cuBLAS: it then converts nothing.
+    /// The copy serves the launch that comes next only (every launch forgets it), so x must
+    /// not change before it.
+    pub fn stage(&self, gpu: &Gpu, x: u64, rows: usize, cols: usize) -> Option<u64> {
+        if !self.takes_cublas(rows) {
+            return None;
+        }
+        let at = grown(gpu, &self.scratch, rows * cols, "matmul input (bf16)")?;
+        *locked(&self.staged) = Some((x, rows, cols));
+        Some(at)
+    }
+
     /// Whether a launch of more rows than the skinny kernels take goes through them in
     /// blocks of 8 rows.
     fn chunked(&self, input: Input) -> bool {
         input.rows > GEMV_MAX_ROWS && self.deterministic()
     }
 
-    /// The same x times each matrix: one skinny launch per three matrices, or cuBLAS.
+    /// The same x times each matrix: one skinny launch per three matrices, or cuBLAS (one
+    /// launch for matrices stacked in one allocation, their products then split apart).
     pub fn run_many(&self, gpu: &Gpu, input: Input, segs: &[Segment], eager: bool) {
         if input.rows == 0 || segs.is_empty() {
             return;
+        }
+        if let [q, k, v] = segs {
+            if self.takes_cublas(input.rows) && stacked(segs, input.k_in) {
+                return self.qkv_split(gpu, input, [q, k, v], None);
+            }
         }
         if self.chunked(input) {
             for (first, rows) in row_chunks(input.rows) {
@@ -341,6 +430,7 @@ impl Matmuls {
         let Some(cut) = input.skinny(segs.iter().map(|s| s.w)) else {
             return self.cublas(gpu, input, segs);
         };
+        self.forget_staged();
         for chunk in segs.chunks(SEGMENTS_PER_LAUNCH) {
             self.gemv(gpu, input, cut, GemvJob::Segments(chunk), eager);
         }
@@ -362,12 +452,65 @@ impl Matmuls {
         }
         let job = GemvJob::GateUp { gate, up, act, n_out };
         if let Some(cut) = input.skinny(job.weights()) {
+            self.forget_staged();
             return self.gemv(gpu, input, cut, job, eager);
         }
         let product = |w: u64, out: u64| Segment { w, bias: None, out, n_out, accumulate: false };
-        self.cublas(gpu, input, &[product(gate, bufs.0), product(up, bufs.1)]);
+        let pair = [product(gate, bufs.0), product(up, bufs.1)];
         let len = input.rows * n_out;
-        gpu.launch("silu_mul_f32", stride_grid(len), 256, 0, &[Arg::Ptr(bufs.0), Arg::Ptr(bufs.1), Arg::Ptr(act), Arg::I64(len as i64)]);
+        if !stacked(&pair, input.k_in) {
+            self.cublas(gpu, input, &pair);
+            let args = [Arg::Ptr(bufs.0), Arg::Ptr(bufs.1), Arg::Ptr(act), Arg::I64(len as i64)];
+            gpu.launch("silu_mul_f32", stride_grid(len), 256, 0, &args);
+            return;
+        }
+        // One launch of [gate; up], then the activation from its halves, rounded to bf16 as
+        // well for the down matmul that reads it next.
+        let Some(products) = self.stacked_product(gpu, input, &pair) else { return };
+        let copy = self.stage(gpu, act, input.rows, n_out).unwrap_or(0);
+        let args = [Arg::Ptr(products), Arg::Ptr(act), Arg::Ptr(copy), Arg::I32(n_out as i32), Arg::I64(len as i64)];
+        gpu.launch("silu_mul_stacked_f32", stride_grid(len), 256, 0, &args);
+    }
+
+    /// q, k and v stacked in one allocation, through one cuBLAS launch: their products
+    /// split into each `out` plus its bias, and q and k rotated when `rope` is given (the
+    /// paged forward's RoPE, which then needs no launch of its own).
+    pub fn qkv_split(&self, gpu: &Gpu, input: Input, [q, k, v]: [&Segment; 3], rope: Option<&RopeSplit>) {
+        let plain = |s: &Segment| Segment { bias: None, ..*s };
+        let Some(products) = self.stacked_product(gpu, input, &[plain(q), plain(k), plain(v)]) else { return };
+        assert_eq!(k.n_out, v.n_out, "qkv_split: k and v widths differ");
+        let bias = |s: &Segment| s.bias.map_or(NULL, Arg::Ptr);
+        // Without RoPE any common divisor of the widths serves as the "head" a block moves.
+        let head_dim = rope.map_or(gcd(q.n_out, k.n_out), |r| r.head_dim);
+        let (heads, kv_heads) = (q.n_out / head_dim, k.n_out / head_dim);
+        let args = [
+            Arg::Ptr(products),
+            Arg::Ptr(q.out),
+            Arg::Ptr(k.out),
+            Arg::Ptr(v.out),
+            bias(q),
+            bias(k),
+            bias(v),
+            Arg::I32(heads as i32),
+            Arg::I32(kv_heads as i32),
+            Arg::I32(head_dim as i32),
+            Arg::Ptr(rope.map_or(0, |r| r.cos)),
+            Arg::Ptr(rope.map_or(0, |r| r.sin)),
+            Arg::Ptr(rope.map_or(0, |r| r.positions)),
+            Arg::I32(rope.is_some_and(|r| r.interleaved) as i32),
+            Arg::I32(rope.is_some() as i32),
+        ];
+        let block = (head_dim / 2).next_power_of_two().clamp(32, 256) as u32;
+        gpu.launch("split_qkv_f32", (input.rows as u32, (heads + 2 * kv_heads) as u32), block, 0, &args);
+    }
+
+    /// `products = x · [W_0; W_1; ...]ᵀ` for matrices `stacked` in one allocation, in one
+    /// cuBLAS launch; the address of the `[rows, Σ n_out]` products.
+    fn stacked_product(&self, gpu: &Gpu, input: Input, segs: &[Segment]) -> Option<u64> {
+        let n_out = segs.iter().map(|s| s.n_out).sum();
+        let products = grown(gpu, &self.products, input.rows * n_out, "stacked matmul products")?;
+        self.cublas(gpu, input, &[Segment { w: segs[0].w, bias: None, out: products, n_out, accumulate: false }]);
+        Some(products)
     }
 
     /// The K cut of a `qkv_rope` launch, when it takes this one: the skinny kernels take its
@@ -500,21 +643,22 @@ impl Matmuls {
         }
     }
 
-    /// Each segment's product through cuBLAS, from one bf16 copy of x.
+    /// The staged copy of x the launch that comes next may read, forgotten now.
+    pub fn forget_staged(&self) -> Option<(u64, usize, usize)> {
+        locked(&self.staged).take()
+    }
+
+    /// Each segment's product through cuBLAS, from one bf16 copy of x (the one its producer
+    /// wrote, when it staged one).
     fn cublas(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
-        let mut scratch = locked(&self.scratch);
-        if scratch.as_ref().is_none_or(|s| s.len() < len) {
-            *scratch = None; // free the old one first
-            match gpu.alloc::<bf16>(len.next_power_of_two(), "matmul input (bf16)") {
-                Ok(b) => *scratch = Some(b),
-                Err(e) => return gpu.record(|| e.to_string()),
-            }
-        }
-        let xb = scratch.as_ref().expect("allocated above").ptr();
+        let staged = self.forget_staged() == Some((x, rows, k_in));
+        let Some(xb) = grown(gpu, &self.scratch, len, "matmul input (bf16)") else { return };
         gpu.bind();
-        gpu.launch("f32_to_bf16", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(xb), Arg::I64(len as i64)]);
+        if !staged {
+            gpu.launch("f32_to_bf16", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(xb), Arg::I64(len as i64)]);
+        }
         for seg in segs {
             Self::cublas_product(gpu, xb, rows, k_in, seg);
         }
@@ -668,6 +812,22 @@ mod tests {
         assert!(!m.chunked(input));
         m.set_deterministic(true);
         assert!(m.chunked(input) && !m.chunked(Input { rows: 8, ..input }));
+    }
+
+    /// q, k and v loaded into one allocation (Llama-3.1-8B's widths at K = 4096, bf16) go
+    /// through one launch; out of order, alone, or adding into their output they do not.
+    #[test]
+    fn only_segments_back_to_back_are_stacked() {
+        let seg = |w, n_out| Segment { w, bias: None, out: 0, n_out, accumulate: false };
+        let q = seg(0x10000, 4096);
+        let k = seg(q.w + 4096 * 4096 * 2, 1024);
+        let v = seg(k.w + 1024 * 4096 * 2, 1024);
+        assert!(stacked(&[q, k, v], 4096));
+        assert!(stacked(&[Segment { bias: Some(0x400), ..q }, k], 4096));
+        assert!(!stacked(&[q, v, k], 4096));
+        assert!(!stacked(&[q, k, v], 2048));
+        assert!(!stacked(&[q], 4096));
+        assert!(!stacked(&[q, Segment { accumulate: true, ..k }], 4096));
     }
 
     #[test]

@@ -103,12 +103,13 @@ pub fn attention_kernel(head_dim: usize, heads_per_block: usize, paged: bool) ->
 pub const SOURCES: &[KernelSource] = &[
     kernel_source!("embedding.cu", ["embedding_f32"]),
     kernel_source!("rmsnorm.cu", ["rmsnorm_f32"]),
-    kernel_source!("rope.cu", ["rope_f32", "rope_store_kv_f32"]),
+    kernel_source!("rope.cu", ["rope_f32", "rope_store_kv_f32", "split_qkv_f32"]),
     KernelSource { file: "kernels/attention.cu", text: include_str!("../../../kernels/attention.cu"), functions: &ATTENTION_KERNELS },
     kernel_source!(
         "elementwise.cu",
         [
             "silu_mul_f32",
+            "silu_mul_stacked_f32",
             "add_f32",
             "add_bias_f32",
             "f32_to_bf16",

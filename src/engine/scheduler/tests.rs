@@ -131,12 +131,29 @@ fn prefill_without_chunking_is_sized_by_the_context() {
     for algorithm in [Algorithm::None, Algorithm::Eagle3] {
         let mut l = launched(algorithm, |s| s.chunked_prefill_size = Some(-1));
         let want = sequential(&mut l.engine, &prompts());
-        let cfg = SchedulerConfig::from_spec(&LaunchSpec { chunked_prefill_size: Some(-1), ..LaunchSpec::default() });
+        let cfg = SchedulerConfig::from_spec(&LaunchSpec { chunked_prefill_size: Some(-1), ..LaunchSpec::default() }, None);
         assert_eq!(cfg.chunk, usize::MAX);
         let (got, _, served) = batched(&mut l.engine, cfg, &prompts());
         assert_eq!(got, want, "{algorithm:?}");
         assert!(served.chunk <= 512, "{algorithm:?}: a chunk of {} tokens", served.chunk);
     }
+}
+
+/// Without the flag the chunk is SGLang's for the GPU's memory (an H200 reports 139.8 GiB),
+/// and the CPU reference's own size on the CPU; the flag wins on either.
+#[test]
+fn the_default_chunk_follows_the_gpus_memory() {
+    const GIB: u64 = 1 << 30;
+    let none = LaunchSpec::default();
+    let chunk = |spec: &LaunchSpec, memory| SchedulerConfig::from_spec(spec, memory).chunk;
+    assert_eq!(chunk(&none, None), 512);
+    assert_eq!(chunk(&none, Some(24 * GIB)), 2048);
+    assert_eq!(chunk(&none, Some(80 * GIB)), 8192);
+    assert_eq!(chunk(&none, Some(150_119_202_816)), 8192);
+    assert_eq!(chunk(&none, Some(180 * GIB)), 16384);
+    let asked = LaunchSpec { chunked_prefill_size: Some(1024), ..LaunchSpec::default() };
+    assert_eq!(chunk(&asked, Some(80 * GIB)), 1024);
+    assert_eq!(chunk(&asked, None), 1024);
 }
 
 #[test]
