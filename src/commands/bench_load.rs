@@ -107,7 +107,9 @@ pub fn run(
     let per_step = |s: f64| s * 1e3 / t.steps.max(1) as f64;
     let load = Load { concurrency, rate, prompts: prompts.len(), seconds, output: output as u64, prompt_tokens: stats.prompt_tokens_total };
     let mut out = load.figures(&latency.ttft_seconds, &latency.itl_seconds);
-    out["mean_accept_length"] = json!(stats.spec_accept_length);
+    // Over the whole run: the recent-steps figure would see only the drain at its end.
+    let verifies = stats.spec_verifies_total.max(1) as f64;
+    out["mean_accept_length"] = json!(stats.spec_accepted_total as f64 / verifies);
     // Where a scheduler step's time went, on average: the host's parts and the wait for the device.
     out["step_ms"] = json!({"steps": t.steps, "schedule": per_step(t.schedule_s), "launch": per_step(t.launch_s), "wait": per_step(t.wait_s),
                             "commit": per_step(t.commit_s), "publish": per_step(t.publish_s),

@@ -3,10 +3,15 @@
 //! A drafter keeps its own KV cache in step with the target's committed sequence (`extend`),
 //! then grows a draft tree one level at a time (`step`) in scratch slots after its committed
 //! ones; the next `extend` overwrites those slots, which is all the rollback a drafter needs.
+//!
+//! Serving many sequences, a drafter keeps their KV in a pool laid out slot for slot as the
+//! target's paged pool (`set_pool`) and drafts chains for the whole batch at once
+//! (`draft_chains`): one forward reads what every sequence committed, then one forward a
+//! chain level drafts a token for each decoding sequence.
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, BatchSeq, Mask, PagedSeq};
 use crate::engine::kv::KvCache;
 use crate::engine::EngineError;
 
@@ -34,12 +39,251 @@ pub struct AuxRows<'a, B: Backend> {
     pub rows: &'a [usize],
 }
 
-/// One sequence as a drafter holds it: its KV cache and how many positions it has read.
-/// A scheduler running several sequences through one drafter keeps one per sequence and
-/// swaps it in around that sequence's extend and draft (`Drafter::swap_state`).
-pub struct DraftState<B: Backend> {
-    pub(crate) kv: KvCache<B>,
-    pub(crate) len: usize,
+/// The sizes of a drafter's pooled KV (`Drafter::set_pool`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSize {
+    /// Slots, as many as the target's paged pool has.
+    pub slots: usize,
+    /// Most rows of one forward (what a scheduler step commits over all its sequences).
+    pub rows: usize,
+    /// Most sequences a step drafts for, padding included.
+    pub seqs: usize,
+    /// Most rows of one sequence in a forward (a prefill chunk).
+    pub seq_rows: usize,
+    /// Positions the RoPE table covers.
+    pub positions: usize,
+    /// The batch sizes a drafting forward pads up to and runs as a graph step (the
+    /// scheduler's captured sizes); empty for none.
+    pub graph_sizes: Vec<usize>,
+    /// Rows of one sequence's read in a graph step: the verify's (a chain and its root).
+    pub read_rows: usize,
+    /// Pool slots of positions `0 .. read_rows` that padding sequences write (slots no real
+    /// sequence holds); empty without graph sizes.
+    pub pad_slots: Vec<usize>,
+}
+
+impl PoolSize {
+    /// The captured size a forward of `seqs` sequences pads up to, if any.
+    fn padded(&self, seqs: usize) -> Option<usize> {
+        self.graph_sizes.iter().copied().find(|&s| s >= seqs)
+    }
+
+    /// Padding sequences `first ..` of a forward padded to `size`, each `rows` queries at
+    /// positions `0 .. rows` over the pad slots, from row `first · rows`.
+    fn padding<'a, B: Backend>(&'a self, first: usize, size: usize, rows: usize) -> impl Iterator<Item = BatchSeq<'a, B>> {
+        (first..size)
+            .map(move |i| BatchSeq { seq: PagedSeq { row: i * rows, queries: rows, slots: &self.pad_slots[..rows] }, mask: Mask::Causal })
+    }
+}
+
+/// One sequence of a batch's chain drafting (`Drafter::draft_chains`).
+pub struct ChainSeq<'a> {
+    /// The prompt and the committed output; `tokens[committed]` is the next verify's root.
+    pub tokens: &'a [u32],
+    pub committed: usize,
+    /// Positions the drafter has read (`Chain::read` of the step before; 0 at first).
+    pub read: usize,
+    /// The target-forward rows whose hidden states belong to positions `read .. committed`
+    /// (EAGLE-3; empty for a drafter that reads no hidden states).
+    pub aux_rows: &'a [usize],
+    /// Pool slots of positions `0 .. committed + length + 1`, `length` the chain's.
+    pub slots: &'a [usize],
+    /// Draft a chain (the sequence decodes); else only read (a prompt chunk).
+    pub draft: bool,
+}
+
+/// What `draft_chains` did for one sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// Positions the drafter has now read.
+    pub read: usize,
+    /// The drafted tokens after the root (empty when it only read).
+    pub tokens: Vec<u32>,
+}
+
+/// The forward that reads what a batch committed: per sequence, the positions `read .. end`
+/// with the ids `tokens[read + shift .. end + shift]` (EAGLE-3 pairs a position's hidden state
+/// with the next token: `shift` 1), its KV into the slots of those positions.
+///
+/// When every sequence decodes and the pool has a captured size for them, the forward is a
+/// graph step: each sequence reads `read_rows` positions, those past `end` with token 0 and
+/// its last hidden row, and padding sequences fill the batch. The extra rows come after the
+/// real ones of their sequence, so they change none of them, and their KV lands in slots past
+/// `end - 1`, which the chain levels or the next read write again before anything sees them.
+pub(crate) struct ExtendBatch<'a, B: Backend> {
+    pub ids: Vec<u32>,
+    pub positions: Vec<usize>,
+    pub seqs: Vec<BatchSeq<'a, B>>,
+    /// The target rows of the read positions, in row order.
+    pub aux_rows: Vec<usize>,
+    /// The last real row of each drafting sequence, in the call's order (their logits), then
+    /// one row of each padding sequence.
+    pub last_rows: Vec<usize>,
+    /// The call's index of each drafting sequence.
+    pub drafting: Vec<usize>,
+    /// The padded size and rows a sequence, when the forward runs as a graph step.
+    pub graph: Option<(usize, usize)>,
+}
+
+impl<'a, B: Backend> ExtendBatch<'a, B> {
+    pub fn new(chains: &'a [ChainSeq<'a>], end: impl Fn(&ChainSeq<'_>) -> usize, shift: usize, pool: &'a PoolSize, graphs: bool) -> Self {
+        let reading: Vec<usize> = (0..chains.len()).filter(|&i| end(&chains[i]) > chains[i].read).collect();
+        let each = pool.read_rows;
+        let uniform = reading.iter().all(|&i| chains[i].draft && end(&chains[i]) - chains[i].read <= each);
+        let graph = pool.padded(reading.len()).filter(|_| graphs && uniform && each > 0).map(|size| (size, each));
+        let mut out = ExtendBatch {
+            ids: Vec::new(),
+            positions: Vec::new(),
+            seqs: Vec::new(),
+            aux_rows: Vec::new(),
+            last_rows: Vec::new(),
+            drafting: Vec::new(),
+            graph,
+        };
+        for &i in &reading {
+            let c = &chains[i];
+            let (row, real) = (out.ids.len(), end(c) - c.read);
+            let queries = graph.map_or(real, |(_, each)| each);
+            out.ids.extend((c.read..c.read + queries).map(|p| c.tokens.get(p + shift).copied().unwrap_or(0)));
+            out.positions.extend(c.read..c.read + queries);
+            out.aux_rows.extend_from_slice(c.aux_rows);
+            if let Some(&last) = c.aux_rows.last() {
+                out.aux_rows.extend(std::iter::repeat_n(last, queries - real));
+            }
+            out.seqs.push(BatchSeq { seq: PagedSeq { row, queries, slots: &c.slots[..c.read + queries] }, mask: Mask::Causal });
+            if c.draft {
+                out.last_rows.push(row + real - 1);
+                out.drafting.push(i);
+            }
+        }
+        if let Some((size, each)) = graph {
+            for pad in pool.padding(reading.len(), size, each) {
+                out.ids.extend(std::iter::repeat_n(0, each));
+                out.positions.extend(0..each);
+                if !out.aux_rows.is_empty() {
+                    out.aux_rows.extend(std::iter::repeat_n(0, each));
+                }
+                out.last_rows.push(pad.seq.row + each - 1);
+                out.seqs.push(pad);
+            }
+        }
+        out
+    }
+
+    pub fn rows(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// What the call returns for the sequences read: `read` moved to `end`, no tokens yet.
+    pub fn chains(&self, chains: &[ChainSeq<'_>], end: impl Fn(&ChainSeq<'_>) -> usize) -> Vec<Chain> {
+        chains.iter().map(|c| Chain { read: end(c).max(c.read), tokens: Vec::new() }).collect()
+    }
+
+    /// The graph key of this read by drafter `kind`, when it runs as a graph step.
+    pub fn graph_key(&self, kind: &str) -> Option<String> {
+        self.graph.map(|(size, each)| format!("draft-read/{kind}/{size}x{each}"))
+    }
+}
+
+/// One chain level of the drafting sequences `drafting` of `chains`: row `r` is
+/// `drafting[r]`'s newest token at position `committed + level`, its KV into the last of its
+/// first `committed + level + ahead` slots (`ahead`: how far past `committed` the drafter has
+/// read, 0 for EAGLE-3, 1 for a drafter that reads the root). Padded to `pool`'s captured size
+/// where one holds the level and `graphs` is on; padding rows are token 0 at position 0 over
+/// the first pad slot.
+pub(crate) struct LevelBatch<'a, B: Backend> {
+    pub ids: Vec<u32>,
+    pub positions: Vec<usize>,
+    pub seqs: Vec<BatchSeq<'a, B>>,
+    /// The padded size, when the level runs as a graph step.
+    pub graph: Option<usize>,
+}
+
+impl<'a, B: Backend> LevelBatch<'a, B> {
+    pub fn new(
+        chains: &'a [ChainSeq<'a>],
+        drafting: &[usize],
+        (level, ahead): (usize, usize),
+        newest: &[u32],
+        pool: &'a PoolSize,
+        graphs: bool,
+    ) -> Self {
+        let graph = pool.padded(drafting.len()).filter(|_| graphs);
+        let rows = graph.unwrap_or(drafting.len());
+        let mut out = LevelBatch { ids: newest.to_vec(), positions: Vec::with_capacity(rows), seqs: Vec::with_capacity(rows), graph };
+        for (row, &i) in drafting.iter().enumerate() {
+            let c = &chains[i];
+            out.positions.push(c.committed + level);
+            out.seqs
+                .push(BatchSeq { seq: PagedSeq { row, queries: 1, slots: &c.slots[..c.committed + level + ahead] }, mask: Mask::Causal });
+        }
+        out.ids.resize(rows, 0);
+        out.positions.resize(rows, 0);
+        out.seqs.extend(pool.padding(drafting.len(), rows, 1));
+        out
+    }
+
+    pub fn rows(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The graph key of this level by drafter `kind`, when it runs as a graph step.
+    pub fn graph_key(&self, kind: &str) -> Option<String> {
+        self.graph.map(|size| format!("draft-level/{kind}/{size}"))
+    }
+}
+
+/// The forwards a drafter runs for `Drafter::draft_chains`, which `draft_chains` drives.
+pub(crate) trait ChainForwards<B: Backend> {
+    /// How far past `committed` the drafter reads: 0 for EAGLE-3 (a position pairs with the
+    /// token after it), 1 for a drafter that reads the root as any other token.
+    const AHEAD: usize;
+    /// One forward reading `ext` into the pool, with the top-k of the drafting sequences'
+    /// last rows (`ext.last_rows`) enqueued.
+    fn read(&mut self, ext: &ExtendBatch<'_, B>, aux: Option<&B::Tensor>) -> Result<(), EngineError>;
+    /// One chain level's forward, with the top-k of its rows enqueued.
+    fn level(&mut self, level: &LevelBatch<'_, B>) -> Result<(), EngineError>;
+    /// The best candidate of each of the first `rows` rows of the last top-k.
+    fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError>;
+}
+
+/// `Drafter::draft_chains` over a drafter's forwards: one forward reads what every sequence
+/// committed, then each level of `length` drafts one token for every decoding sequence.
+pub(crate) fn draft_chains<B: Backend, D: ChainForwards<B>>(
+    drafter: &mut D,
+    pool: &PoolSize,
+    graphs: bool,
+    seqs: &[ChainSeq<'_>],
+    aux: Option<&B::Tensor>,
+    length: usize,
+) -> Result<Vec<Chain>, EngineError> {
+    let end = |c: &ChainSeq<'_>| c.committed + D::AHEAD;
+    let ext = ExtendBatch::new(seqs, end, 1 - D::AHEAD, pool, graphs);
+    let mut chains = ext.chains(seqs, end);
+    if ext.rows() == 0 {
+        return Ok(chains);
+    }
+    drafter.read(&ext, aux)?;
+    if ext.drafting.is_empty() || length == 0 {
+        return Ok(chains);
+    }
+    let mut newest = drafter.firsts(ext.drafting.len())?;
+    for level in 1..=length {
+        for (&i, &token) in ext.drafting.iter().zip(&newest) {
+            chains[i].tokens.push(token);
+        }
+        if level == length {
+            break;
+        }
+        drafter.level(&LevelBatch::new(seqs, &ext.drafting, (level, D::AHEAD), &newest, pool, graphs))?;
+        newest = drafter.firsts(ext.drafting.len())?;
+    }
+    Ok(chains)
+}
+
+/// The best candidate of each row.
+pub(crate) fn firsts(rows: Vec<Vec<Candidate>>) -> Vec<u32> {
+    rows.into_iter().map(|r| r.first().map_or(0, |c| c.token)).collect()
 }
 
 pub trait Drafter<B: Backend>: Send {
@@ -48,11 +292,15 @@ pub trait Drafter<B: Backend>: Send {
     /// Size the caches for a relaunch that keeps the weights: `kv_slots` KV slots and the
     /// top-`topk` buffers of the new tree shape. Forgets the sequence.
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError>;
-    /// A new sequence's state with `kv_slots` KV slots (its prompt, output and draft tree);
-    /// positions up to `kv_slots` get RoPE.
-    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError>;
-    /// Exchange the drafter's current sequence with `state`.
-    fn swap_state(&mut self, state: &mut DraftState<B>);
+    /// Keep the KV of a batch's sequences in a pool laid out as the target's (`size`), for
+    /// `draft_chains`, in place of the one sequence's cache that `extend` and `step` use;
+    /// `None` gives that cache back its size. Either forgets every sequence.
+    fn set_pool(&mut self, size: Option<PoolSize>) -> Result<(), EngineError>;
+    /// Read what a step committed for each of `seqs` (EAGLE-3 from the target's captured
+    /// hidden states `aux`), in one forward over the pool, then draft `length` tokens after
+    /// the root of each that decodes, one forward a level for them all. One `Chain` a
+    /// sequence, in order.
+    fn draft_chains(&mut self, seqs: &[ChainSeq<'_>], aux: Option<&B::Tensor>, length: usize) -> Result<Vec<Chain>, EngineError>;
     /// Whether `extend` needs the target's captured hidden states.
     fn wants_aux(&self) -> bool;
     /// Draft steps of up to this many rows run as CUDA-graph steps (0: none).
@@ -76,6 +324,14 @@ pub trait Drafter<B: Backend>: Send {
         region: usize,
         mask: &[i32],
     ) -> Result<Vec<Vec<Candidate>>, EngineError>;
+}
+
+/// An error when a drafter's cache is gone (its reallocation failed), before an op indexes it.
+pub(crate) fn check_kv<B: Backend>(kv: &KvCache<B>) -> Result<(), EngineError> {
+    if kv.slots == 0 {
+        return Err(EngineError::Request("the drafter has no KV cache: its last reallocation failed".into()));
+    }
+    Ok(())
 }
 
 /// Softmax + top-k over logit rows, read back as candidates.
@@ -104,6 +360,14 @@ impl<B: Backend> TopK<B> {
             .zip(i.chunks(self.k))
             .map(|(p, i)| p.iter().zip(i).map(|(&prob, &d)| Candidate { prob, token: to_target(d as usize) }).collect())
             .collect())
+    }
+}
+
+/// Run `ops` as the graph step `key` where there is one, else eagerly.
+pub(crate) fn step_as<B: Backend>(b: &B, key: Option<&str>, ops: &mut dyn FnMut()) {
+    match key {
+        Some(key) => b.graph_step(key, ops),
+        None => ops(),
     }
 }
 

@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, RopeTable, Shard};
-use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, DraftState, Drafter, TargetHead, TopK};
+use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, PagedBatch, PagedScratch, RopeTable, Shard};
+use crate::engine::drafter::{
+    self, check_kv, draft_step_key, graph_or_eager, step_as, AuxRows, Candidate, Chain, ChainForwards, ChainSeq, Drafter, ExtendBatch,
+    LevelBatch, PoolSize, TargetHead, TopK,
+};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{
     check_tensor_size, head_dim, layer_bytes, required, rope_from_config, Attend, AttnInput, Capacity, Layer, LayerScratch, LayerShape,
@@ -156,6 +159,21 @@ pub fn hot_tokens(d2t: &[i64], target_vocab: usize, file: &str) -> Result<Vec<u3
     Ok(out)
 }
 
+/// What attention a forward runs over.
+enum Over<'a, B: Backend> {
+    /// The one sequence's cache: a window, causal or under a draft-tree mask `[queries, region]`.
+    Window(AttnWindow, Option<&'a [i32]>),
+    /// The pool of a batch's sequences (`Drafter::set_pool`).
+    Pool(&'a PagedBatch<'a, B>),
+}
+
+/// The rows of a forward whose hidden states the next level continues and whose logits are taken.
+enum Keep<'a> {
+    Last,
+    All,
+    Rows(&'a [usize]),
+}
+
 struct Buffers<B: Backend> {
     /// Embeddings, then their norm.
     e: B::Tensor,
@@ -170,6 +188,21 @@ struct Buffers<B: Backend> {
     /// Pre-norm outputs of the last forward: the hidden each next draft step continues.
     prev: B::Tensor,
     logits: B::Tensor,
+}
+
+impl<B: Backend> Buffers<B> {
+    fn new(b: &B, c: &Eagle3Config, rows: usize, logit_rows: usize, draft_vocab: usize) -> Result<Self, BackendError> {
+        Ok(Buffers {
+            e: b.tensor(rows, c.hidden)?,
+            en: b.tensor(rows, c.hidden)?,
+            g: b.tensor(rows, 3 * c.target_hidden)?,
+            x: b.tensor(rows, c.hidden)?,
+            xn: b.tensor(rows, c.hidden)?,
+            u: b.tensor(rows, 2 * c.hidden)?,
+            prev: b.tensor(rows, c.hidden)?,
+            logits: b.tensor(logit_rows, draft_vocab)?,
+        })
+    }
 }
 
 pub struct Eagle3Drafter<B: Backend> {
@@ -191,7 +224,12 @@ pub struct Eagle3Drafter<B: Backend> {
     /// The draft-tree mask of the current step, `[queries, region]`.
     mask: B::Ids,
     kv: KvCache<B>,
+    /// Slots of the one sequence's cache (`extend`, `step`), which a pool replaces.
+    own_slots: usize,
+    /// The batch's pool, while the drafter keeps one (`set_pool`).
+    pool: Option<PoolSize>,
     top: TopK<B>,
+    topk: usize,
     capacity: Capacity,
     /// Positions `[0, len)` have draft KV (pairs `(h_p, x_{p+1})`).
     len: usize,
@@ -262,21 +300,11 @@ impl<B: Backend> Eagle3Drafter<B> {
         let own = [&fc, &hidden_norm, &norm].into_iter().chain(fc_bias.as_ref()).map(|w| b.weight_bytes(w)).sum::<u64>();
         let weight_bytes = own + layer_bytes(b, &layer) + b.weight_bytes(&lm_head);
         let shape = c.layer_shape().for_rank(b.tp_world())?;
-        let rows = cap.rows;
-        let buf = Buffers {
-            e: b.tensor(rows, c.hidden)?,
-            en: b.tensor(rows, c.hidden)?,
-            g: b.tensor(rows, 3 * c.target_hidden)?,
-            x: b.tensor(rows, c.hidden)?,
-            xn: b.tensor(rows, c.hidden)?,
-            u: b.tensor(rows, 2 * c.hidden)?,
-            prev: b.tensor(rows, c.hidden)?,
-            logits: b.tensor(cap.logit_rows, vd)?,
-        };
+        let buf = Buffers::new(b, c, cap.rows, cap.logit_rows, vd)?;
         Ok(Eagle3Drafter {
             rope: c.rope.table(b, cap.positions)?,
-            inputs: StepInputs::new(b, rows)?,
-            scratch: LayerScratch::new(b, rows, &shape)?,
+            inputs: StepInputs::new(b, cap.rows)?,
+            scratch: LayerScratch::new(b, cap.rows, &shape)?,
             kv: KvCache::new(b, 1, kv_slots, shape.kv_heads * c.head_dim, b.kv_dtype())?,
             geometry: AttnGeometry {
                 heads: shape.heads,
@@ -295,6 +323,9 @@ impl<B: Backend> Eagle3Drafter<B> {
             buf,
             mask: b.ids(cap.logit_rows * cap.rows)?,
             top: TopK::new(b, cap.logit_rows, topk)?,
+            topk,
+            own_slots: kv_slots,
+            pool: None,
             capacity: cap,
             len: 0,
             graph_rows: 0,
@@ -318,26 +349,47 @@ impl<B: Backend> Eagle3Drafter<B> {
         self.geometry.kv_heads * self.config.head_dim
     }
 
-    /// One forward of `window.queries` rows whose residual input is already in `buf.x`;
-    /// `mask` is `[queries, region]` (causal when `None`).
-    fn forward(&mut self, window: AttnWindow, mask: Option<&[i32]>, all_logits: bool) -> Result<Vec<Vec<Candidate>>, EngineError> {
-        let rows = self.forward_ops(window, mask, all_logits);
+    /// Buffers for forwards of `rows` rows and top-k of `logit_rows`; larger ones stay.
+    fn ensure_capacity(&mut self, rows: usize, logit_rows: usize) -> Result<(), EngineError> {
+        let b = self.backend.clone();
+        let logit_rows = logit_rows.max(self.capacity.logit_rows);
+        if rows > self.capacity.rows {
+            let shape = self.config.layer_shape().for_rank(b.tp_world())?;
+            self.buf = Buffers::new(&*b, &self.config, rows, logit_rows, self.hot.len())?;
+            self.inputs = StepInputs::new(&*b, rows)?;
+            self.scratch = LayerScratch::new(&*b, rows, &shape)?;
+            (self.capacity.rows, self.capacity.logit_rows) = (rows, logit_rows);
+        } else if logit_rows > self.capacity.logit_rows {
+            self.buf.logits = b.tensor(logit_rows, self.hot.len())?;
+            self.capacity.logit_rows = logit_rows;
+        }
+        self.top = TopK::new(&*b, logit_rows, self.topk)?;
+        Ok(())
+    }
+
+    /// The top-k of the last forward's first `rows` kept rows, as target ids.
+    fn candidates(&self, rows: usize) -> Result<Vec<Vec<Candidate>>, EngineError> {
         let hot = &self.hot;
         Ok(self.top.read(&*self.backend, rows, |d| hot[d])?)
     }
 
-    /// The ops of `forward`, up to the top-k (a graph step can end there); returns the rows
-    /// whose candidates it leaves to read.
-    fn forward_ops(&mut self, window: AttnWindow, mask: Option<&[i32]>, all_logits: bool) -> usize {
+    /// One forward whose residual input is already in `buf.x`, up to the top-k of the kept
+    /// rows (a graph step can end there); returns how many rows' candidates it leaves to read.
+    fn forward_ops(&mut self, over: Over<'_, B>, keep: Keep<'_>) -> usize {
         let b = &*self.backend;
         let c = &self.config;
-        let n = window.queries;
-        let mask = match mask {
-            Some(m) => {
-                b.write_ids(&mut self.mask, m);
-                Mask::Explicit(&self.mask)
+        let (n, attend) = match over {
+            Over::Window(window, mask) => {
+                let mask = match mask {
+                    Some(m) => {
+                        b.write_ids(&mut self.mask, m);
+                        Mask::Explicit(&self.mask)
+                    }
+                    None => Mask::Causal,
+                };
+                (window.queries, Attend::Window { window, mask })
             }
-            None => Mask::Causal,
+            Over::Pool(batch) => (batch.rows, Attend::Paged(batch)),
         };
         let buf = &mut self.buf;
         b.embed(&self.embed, &self.inputs.ids, n, &mut buf.e);
@@ -345,17 +397,69 @@ impl<B: Backend> Eagle3Drafter<B> {
         b.rms_norm(&buf.x, &self.hidden_norm, c.eps, n, &mut buf.xn);
         b.copy_cols(&buf.en, n, &mut buf.u, 0);
         b.copy_cols(&buf.xn, n, &mut buf.u, c.hidden);
-        let attend = Attend::Window { window, mask };
         let step = LayerStep { geometry: self.geometry, eps: c.eps, rope: &self.rope, positions: &self.inputs.positions, attend };
         // The layer's attention reads `u` and its residual is `x` (the fc output).
         self.layer.forward(b, &step, (&mut self.kv.k[0], &mut self.kv.v[0]), AttnInput::Rows(&buf.u), &mut buf.x, &mut self.scratch);
         // `prev` keeps the final hiddens that the next draft level continues from.
-        let rows = if all_logits { n } else { 1 };
-        b.copy_rows(&buf.x, n - rows, &mut buf.prev, 0, rows);
+        let rows = match keep {
+            Keep::Last => {
+                b.copy_rows(&buf.x, n - 1, &mut buf.prev, 0, 1);
+                1
+            }
+            Keep::All => {
+                b.copy_rows(&buf.x, 0, &mut buf.prev, 0, n);
+                n
+            }
+            Keep::Rows(rows) => {
+                b.gather_rows(&buf.x, rows, &mut buf.prev);
+                rows.len()
+            }
+        };
         b.rms_norm(&buf.prev, &self.norm, c.eps, rows, &mut self.scratch.normed);
         b.matmul(&self.scratch.normed, &self.lm_head, None, rows, &mut buf.logits);
         self.top.enqueue(b, &mut buf.logits, rows);
         rows
+    }
+}
+
+/// EAGLE-3 pairs position `p`'s target hidden state with token `p + 1`: it reads up to
+/// `committed`, and a chain level's KV goes to the slot of its position minus one.
+impl<B: Backend> ChainForwards<B> for Eagle3Drafter<B> {
+    const AHEAD: usize = 0;
+
+    fn read(&mut self, ext: &ExtendBatch<'_, B>, aux: Option<&B::Tensor>) -> Result<(), EngineError> {
+        let aux = aux.ok_or_else(|| EngineError::Request("the EAGLE-3 drafter needs the target's hidden states".into()))?;
+        let n = ext.rows();
+        if ext.aux_rows.len() != n {
+            return Err(EngineError::Request(format!("{n} positions for the drafter to read with {} hidden rows", ext.aux_rows.len())));
+        }
+        let b = self.backend.clone();
+        self.inputs.set(&*b, &ext.ids, &ext.positions);
+        let batch = PagedBatch::new(&ext.seqs, n);
+        b.prepare_paged_batch(&batch);
+        step_as(&*b, ext.graph_key("eagle3").as_deref(), &mut || {
+            b.gather_rows(aux, &ext.aux_rows, &mut self.buf.g);
+            b.matmul(&self.buf.g, &self.fc, self.fc_bias.as_ref(), n, &mut self.buf.x);
+            self.forward_ops(Over::Pool(&batch), Keep::Rows(&ext.last_rows));
+        });
+        Ok(())
+    }
+
+    fn level(&mut self, level: &LevelBatch<'_, B>) -> Result<(), EngineError> {
+        let b = self.backend.clone();
+        let rows = level.rows();
+        self.inputs.set(&*b, &level.ids, &level.positions);
+        let batch = PagedBatch::new(&level.seqs, rows);
+        b.prepare_paged_batch(&batch);
+        step_as(&*b, level.graph_key("eagle3").as_deref(), &mut || {
+            b.copy_rows(&self.buf.prev, 0, &mut self.buf.x, 0, rows);
+            self.forward_ops(Over::Pool(&batch), Keep::All);
+        });
+        Ok(())
+    }
+
+    fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError> {
+        Ok(drafter::firsts(self.candidates(rows)?))
     }
 }
 
@@ -365,23 +469,41 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
     }
 
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
+        let (b, width) = (self.backend.clone(), self.kv_width());
         if self.kv.slots != kv_slots {
-            self.kv = KvCache::new(&*self.backend, 1, kv_slots, self.kv_width(), self.backend.kv_dtype())?;
+            self.kv.replace(|| KvCache::new(&*b, 1, kv_slots, width, b.kv_dtype()))?;
         }
         self.ensure_positions(kv_slots)?;
-        self.top = TopK::new(&*self.backend, self.capacity.logit_rows, topk)?;
+        (self.own_slots, self.topk, self.pool) = (kv_slots, topk, None);
+        self.top = TopK::new(&*b, self.capacity.logit_rows, topk)?;
         self.len = 0;
         Ok(())
     }
 
-    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError> {
-        self.ensure_positions(kv_slots)?;
-        Ok(DraftState { kv: KvCache::new(&*self.backend, 1, kv_slots, self.kv_width(), self.backend.kv_dtype())?, len: 0 })
+    fn set_pool(&mut self, size: Option<PoolSize>) -> Result<(), EngineError> {
+        let (b, width) = (self.backend.clone(), self.kv_width());
+        let slots = size.as_ref().map_or(self.own_slots, |p| p.slots);
+        if self.kv.slots < slots {
+            self.kv.replace(|| KvCache::new(&*b, 1, slots, width, b.kv_dtype()))?;
+        }
+        self.len = 0;
+        self.scratch.paged = None;
+        if let Some(p) = &size {
+            self.ensure_capacity(p.rows, p.seqs)?;
+            self.ensure_positions(p.positions)?;
+            self.scratch.paged = Some(PagedScratch::new(&*b, p.seq_rows, p.positions, &self.geometry, b.kv_dtype())?);
+        }
+        self.pool = size;
+        Ok(())
     }
 
-    fn swap_state(&mut self, state: &mut DraftState<B>) {
-        std::mem::swap(&mut self.kv, &mut state.kv);
-        std::mem::swap(&mut self.len, &mut state.len);
+    fn draft_chains(&mut self, seqs: &[ChainSeq<'_>], aux: Option<&B::Tensor>, length: usize) -> Result<Vec<Chain>, EngineError> {
+        check_kv(&self.kv)?;
+        let pool = self.pool.take().ok_or_else(|| EngineError::Request("the drafter keeps no pool (set_pool)".into()))?;
+        let graphs = self.graph_rows > 0;
+        let drafted = drafter::draft_chains(self, &pool, graphs, seqs, aux, length);
+        self.pool = Some(pool);
+        drafted
     }
 
     fn wants_aux(&self) -> bool {
@@ -406,17 +528,24 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         if n == 0 {
             return Ok(None);
         }
+        check_kv(&self.kv)?;
         let aux = aux.ok_or_else(|| EngineError::Request("the EAGLE-3 drafter needs the target's hidden states".into()))?;
-        assert!(aux.rows.len() == n && n <= self.capacity.rows, "extend of {n} pairs with {} hidden rows", aux.rows.len());
-        let positions: Vec<usize> = (self.len..committed).collect();
-        self.inputs.set(&*self.backend, &seq[self.len + 1..=committed], &positions);
-        let b = &*self.backend;
-        b.gather_rows(aux.tensor, aux.rows, &mut self.buf.g);
-        b.matmul(&self.buf.g, &self.fc, self.fc_bias.as_ref(), n, &mut self.buf.x);
-        let window = AttnWindow { prefix: self.len, region: n, queries: n };
-        let head = self.forward(window, None, false)?;
-        self.len = committed;
-        Ok(head.into_iter().next())
+        if aux.rows.len() != n {
+            return Err(EngineError::Request(format!("{n} positions for the drafter to read with {} hidden rows", aux.rows.len())));
+        }
+        // A target whose forwards hold more rows than the drafter's (the scheduler's, once
+        // it has served) is read in pieces.
+        let b = self.backend.clone();
+        for rows in aux.rows.chunks(self.capacity.rows) {
+            let m = rows.len();
+            let positions: Vec<usize> = (self.len..self.len + m).collect();
+            self.inputs.set(&*b, &seq[self.len + 1..=self.len + m], &positions);
+            b.gather_rows(aux.tensor, rows, &mut self.buf.g);
+            b.matmul(&self.buf.g, &self.fc, self.fc_bias.as_ref(), m, &mut self.buf.x);
+            self.forward_ops(Over::Window(AttnWindow { prefix: self.len, region: m, queries: m }, None), Keep::Last);
+            self.len += m;
+        }
+        Ok(self.candidates(1)?.into_iter().next())
     }
 
     fn step(
@@ -436,10 +565,9 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         graph_or_eager(&*b, graph_rows, &draft_step_key("eagle3", n, region), n, &mut || {
             self.inputs.set(&*b, tokens, &positions);
             b.gather_rows(&self.buf.prev, parents, &mut self.buf.x);
-            rows = self.forward_ops(window, Some(mask), true);
+            rows = self.forward_ops(Over::Window(window, Some(mask)), Keep::All);
         });
-        let hot = &self.hot;
-        Ok(self.top.read(&*b, rows, |d| hot[d])?)
+        self.candidates(rows)
     }
 }
 

@@ -45,6 +45,17 @@ impl<B: Backend> KvCache<B> {
         Ok(kv)
     }
 
+    /// Free this cache's buffers, then allocate `new()`'s in its place: a drafter's pool and
+    /// its one sequence's cache need not fit in memory together. On an error the cache holds
+    /// no slots.
+    pub fn replace(&mut self, new: impl FnOnce() -> Result<KvCache<B>, BackendError>) -> Result<(), BackendError> {
+        self.k.clear();
+        self.v.clear();
+        self.slots = 0;
+        *self = new()?;
+        Ok(())
+    }
+
     pub fn bytes(&self) -> u64 {
         self.slots as u64 * self.slot_bytes
     }

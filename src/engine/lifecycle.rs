@@ -535,7 +535,8 @@ impl<B: Backend> Engine<B> {
         let (served, parts) = match Scheduler::new(parts, cfg) {
             Ok(mut scheduler) => {
                 serve(&mut scheduler);
-                (Ok(()), scheduler.into_parts())
+                let (parts, restored) = scheduler.into_parts();
+                (restored, parts)
             }
             Err(failed) => {
                 let (e, parts) = *failed;
@@ -551,6 +552,12 @@ impl<B: Backend> Engine<B> {
     #[cfg(test)]
     pub(crate) fn target_mut(&mut self) -> Option<&mut Target<B>> {
         self.target.as_mut().and_then(|t| t.target.as_mut())
+    }
+
+    /// The launched drafter (tests reach into it).
+    #[cfg(test)]
+    pub(crate) fn drafter_mut(&mut self) -> Option<&mut dyn Drafter<B>> {
+        self.drafter.as_mut().map(|d| d.drafter.as_mut() as &mut dyn Drafter<B>)
     }
 
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {

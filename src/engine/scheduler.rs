@@ -9,8 +9,10 @@
 //! tokens but the last, then verify steps rooted at the last committed token; the drafter
 //! reads what each forward committed), and every op computes each row on its own (the CPU's
 //! matmul: src/backend/cpu/matmul.rs), so its tokens are the same alone, batched or through
-//! the batch-1 path. The drafter runs one sequence at a time, each with its own KV
-//! (`Drafter::swap_state`); the target's forward is the batch.
+//! the batch-1 path. Chains are drafted for the whole batch at once: the drafter keeps its KV
+//! in a pool laid out slot for slot as the target's (`Drafter::set_pool`), reads what a step
+//! committed for every sequence in one forward and drafts each chain level in one more
+//! (`Drafter::draft_chains`). A tree (batch 1) is drafted in the drafter's own cache.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::{Backend, BatchSeq, Mask, PagedBatch, PagedSeq};
 use crate::engine::batch_buffers::{BatchBuffers, BatchLayout};
-use crate::engine::drafter::{AuxRows, DraftState, Drafter};
+use crate::engine::drafter::{AuxRows, ChainSeq, Drafter, PoolSize};
 use crate::engine::graph_sizes::capture_sizes;
 use crate::engine::kv_budget::BLOCK_TOKENS;
 use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
@@ -153,7 +155,7 @@ impl BatchStatus {
     }
 }
 
-struct Seq<B: Backend> {
+struct Seq {
     id: u64,
     /// The prompt, then every produced token (the drafter reads them).
     tokens: Vec<u32>,
@@ -166,12 +168,13 @@ struct Seq<B: Backend> {
     ignore_eos: bool,
     sampling: SamplingParams,
     rng: ChaCha8Rng,
-    draft: Option<DraftState<B>>,
+    /// Positions the drafter has read of a chain-drafted sequence (`Chain::read`).
+    draft_read: usize,
     /// The verify tree of the next step, drafted after the last one.
     tree: Option<Tree>,
 }
 
-impl<B: Backend> Seq<B> {
+impl Seq {
     fn prefilling(&self) -> bool {
         self.committed + 1 < self.prompt_len
     }
@@ -195,8 +198,8 @@ pub struct Scheduler<B: Backend> {
     cfg: SchedulerConfig,
     /// Rows of one sequence's verify step.
     tree_rows: usize,
-    waiting: VecDeque<Seq<B>>,
-    running: Vec<Seq<B>>,
+    waiting: VecDeque<Seq>,
+    running: Vec<Seq>,
     next_id: u64,
     buffers: BatchBuffers<B>,
     /// The blocks the padding sequences of graph steps write (`pad_table`).
@@ -346,11 +349,27 @@ impl<B: Backend> Scheduler<B> {
             Ok(b) => b,
             Err(e) => return Err(Box::new((e, parts))),
         };
+        let mut pool = BlockPool::new(parts.target.kv.slots / BLOCK_TOKENS);
+        let pad = pad_table(&mut pool, &layout);
+        if let Some(dr) = parts.drafter.as_deref_mut().filter(|_| parts.shape.is_chain()) {
+            let size = PoolSize {
+                slots: parts.target.kv.slots,
+                rows: layout.chunk + layout.step_seqs() * layout.tree_rows,
+                seqs: layout.step_seqs(),
+                seq_rows: layout.chunk.max(layout.tree_rows),
+                positions: parts.target.max_tokens() + layout.tree_rows,
+                graph_sizes: layout.graph_sizes.clone(),
+                read_rows: layout.tree_rows,
+                pad_slots: if layout.graph_sizes.is_empty() { Vec::new() } else { pad.slots(layout.tree_rows) },
+            };
+            if let Err(e) = dr.set_pool(Some(size)) {
+                return Err(Box::new((e, parts)));
+            }
+        }
         let EngineParts { target, drafter, tokenizer, shape } = parts;
-        let mut pool = BlockPool::new(target.kv.slots / BLOCK_TOKENS);
         let (tree_rows, max_running, chunk) = (layout.tree_rows, layout.max_running, layout.chunk);
         Ok(Scheduler {
-            pad: pad_table(&mut pool, &layout),
+            pad,
             pool,
             buffers,
             stop_ids: tokenizer.stop_ids().to_vec(),
@@ -368,16 +387,21 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// The parts it served from, for the engine to keep (every request is dropped), the
-    /// batch buffers with the target.
-    pub fn into_parts(mut self) -> EngineParts<B> {
+    /// batch buffers with the target and the drafter's own cache back in place of its pool
+    /// (an error when that cache could not be allocated again).
+    pub fn into_parts(mut self) -> (EngineParts<B>, Result<(), EngineError>) {
         self.target.batch = Some(self.buffers);
-        EngineParts { target: self.target, drafter: self.drafter, tokenizer: self.tokenizer, shape: self.shape }
+        let restored = match self.drafter.as_deref_mut() {
+            Some(dr) if self.shape.is_chain() => dr.set_pool(None),
+            _ => Ok(()),
+        };
+        (EngineParts { target: self.target, drafter: self.drafter, tokenizer: self.tokenizer, shape: self.shape }, restored)
     }
 
     /// Move waiting requests to the batch while there is room: a free place and the blocks
     /// of its whole prompt, output and verify tree (so a running sequence never waits for
     /// blocks).
-    fn admit(&mut self) -> Result<(), EngineError> {
+    fn admit(&mut self) {
         while self.running.len() < self.cfg.max_running {
             let Some(s) = self.waiting.front_mut() else { break };
             let tokens = s.prompt_len + s.max_tokens + self.tree_rows;
@@ -385,17 +409,17 @@ impl<B: Backend> Scheduler<B> {
                 break;
             }
             assert!(s.table.reserve(&mut self.pool, tokens), "checked above");
-            let mut s = self.waiting.pop_front().expect("front exists");
-            if let Some(dr) = self.drafter.as_deref_mut() {
-                s.draft = Some(dr.new_state(tokens + 1 + self.shape.draft_slots())?);
+            let s = self.waiting.pop_front().expect("front exists");
+            // A tree runs alone, in the drafter's own cache.
+            if let Some(dr) = self.drafter.as_deref_mut().filter(|_| !self.shape.is_chain()) {
+                dr.reset();
             }
             self.running.push(s);
         }
-        Ok(())
     }
 
     fn step_here(&mut self) -> Result<Vec<SeqUpdate>, EngineError> {
-        self.admit()?;
+        self.admit();
         if self.running.is_empty() {
             return Ok(Vec::new());
         }
@@ -458,22 +482,30 @@ impl<B: Backend> Scheduler<B> {
             if read_rows == 0 { Vec::new() } else { b.read_ids(&self.buffers.argmax, read_rows)?.into_iter().map(|t| t as u32).collect() };
         let read = Instant::now();
         let mut updates = Vec::with_capacity(parts.len());
+        // Each sequence still running, with the forward's rows of the positions it committed.
+        let mut reads = Vec::with_capacity(parts.len());
         let mut logit_row = 0;
         for p in parts {
             let update = match &p.tree {
                 Some(t) => {
                     let walk = self.accept(p.seq, t, logit_row, &argmax)?;
                     logit_row += t.len();
-                    self.commit(&p, t, walk)?
+                    let rows: Vec<usize> = walk.0.path.iter().map(|n| p.row + n).collect();
+                    let update = self.commit(&p, t, walk);
+                    if update.finished.is_none() {
+                        reads.push((p.seq, rows));
+                    }
+                    update
                 }
                 None => {
                     self.running[p.seq].committed += p.rows;
-                    self.read_drafter(p.seq, (p.row..p.row + p.rows).collect())?;
+                    reads.push((p.seq, (p.row..p.row + p.rows).collect()));
                     SeqUpdate { id: self.running[p.seq].id, tokens: Vec::new(), drafted: 0, accept_length: None, finished: None }
                 }
             };
             updates.push(update);
         }
+        self.draft(&reads)?;
         for u in updates.iter().filter(|u| u.finished.is_some()) {
             self.cancel(u.id);
         }
@@ -559,8 +591,8 @@ impl<B: Backend> Scheduler<B> {
         Ok((walk, next))
     }
 
-    /// Keep the accepted path's KV, emit its tokens, and let the drafter read them.
-    fn commit(&mut self, p: &Part, t: &Tree, (walk, next): (Walk, u32)) -> Result<SeqUpdate, EngineError> {
+    /// Keep the accepted path's KV and emit its tokens.
+    fn commit(&mut self, p: &Part, t: &Tree, (walk, next): (Walk, u32)) -> SeqUpdate {
         let b = self.target.model.backend().clone();
         let s = &mut self.running[p.seq];
         let base = s.committed;
@@ -583,38 +615,64 @@ impl<B: Backend> Scheduler<B> {
             None if s.out.len() >= s.max_tokens => Some(Finish::Length),
             None => None,
         };
-        let update = SeqUpdate {
+        SeqUpdate {
             id: s.id,
             tokens: produced[..keep].to_vec(),
             drafted: keep.min(walk.path.len() - 1),
             accept_length: Some(stop_at.map_or(keep, |at| at + 1)),
             finished,
-        };
-        if finished.is_none() {
-            self.read_drafter(p.seq, walk.path.iter().map(|n| p.row + n).collect())?;
         }
-        Ok(update)
     }
 
-    /// Sequence `i`'s drafter reads what the forward committed (the target hiddens of the
-    /// forward's `rows` for EAGLE-3) and, once it decodes, drafts the next verify tree.
-    fn read_drafter(&mut self, i: usize, rows: Vec<usize>) -> Result<(), EngineError> {
-        let Some(dr) = self.drafter.as_deref_mut() else { return Ok(()) };
-        let s = &mut self.running[i];
+    /// The drafter reads what the forward committed for each of `reads` (a running sequence
+    /// and the forward's rows of its newly committed positions, whose hidden states EAGLE-3
+    /// reads) and drafts the next verify tree of each that decodes: chains for the whole
+    /// batch in one `draft_chains`, a tree (batch 1) level by level in its own cache.
+    fn draft(&mut self, reads: &[(usize, Vec<usize>)]) -> Result<(), EngineError> {
+        let Some(dr) = self.drafter.as_deref_mut().filter(|_| !reads.is_empty()) else { return Ok(()) };
         let aux = match (dr.wants_aux(), self.target.model.aux()) {
-            (true, Some(aux)) => Some(AuxRows { tensor: aux, rows: &rows }),
+            (true, Some(aux)) => Some(aux),
             (true, None) => return Err(EngineError::Request("the target is not capturing hidden states for the drafter".into())),
             (false, _) => None,
         };
-        let decoding = !s.prefilling();
-        let state = s.draft.as_mut().expect("admitted with a drafter state");
-        dr.swap_state(state);
-        let drafted = dr.extend(&s.tokens, s.committed, aux).and_then(|head| match head {
-            Some(h) if decoding => tree::draft(dr, s.tokens[s.committed], s.committed, h, self.shape).map(Some),
-            _ => Ok(None),
-        });
-        dr.swap_state(state);
-        s.tree = drafted?;
+        let shape = self.shape;
+        if !shape.is_chain() {
+            for (i, rows) in reads {
+                let s = &mut self.running[*i];
+                let head = dr.extend(&s.tokens, s.committed, aux.map(|tensor| AuxRows { tensor, rows }))?;
+                s.tree = match head {
+                    Some(h) if !s.prefilling() => Some(tree::draft(dr, s.tokens[s.committed], s.committed, h, shape)?),
+                    _ => None,
+                };
+            }
+            return Ok(());
+        }
+        let length = shape.steps.min(shape.draft_tokens.saturating_sub(1));
+        // A read padded to the verify's rows reaches `committed + tree_rows - 1` at most; the
+        // table holds the verify's slots past the output.
+        let slots: Vec<Vec<usize>> = reads
+            .iter()
+            .map(|(i, _)| {
+                let s = &self.running[*i];
+                s.table.slots(s.committed + self.tree_rows)
+            })
+            .collect();
+        let seqs: Vec<ChainSeq<'_>> = reads
+            .iter()
+            .zip(&slots)
+            .map(|((i, rows), slots)| {
+                let s = &self.running[*i];
+                let aux_rows = if aux.is_some() { &rows[..] } else { &[] };
+                ChainSeq { tokens: &s.tokens, committed: s.committed, read: s.draft_read, aux_rows, slots, draft: !s.prefilling() }
+            })
+            .collect();
+        let chains = dr.draft_chains(&seqs, aux, length)?;
+        drop(seqs);
+        for ((i, _), chain) in reads.iter().zip(chains) {
+            let s = &mut self.running[*i];
+            s.draft_read = chain.read;
+            s.tree = (!chain.tokens.is_empty()).then(|| Tree::chain(s.tokens[s.committed], &chain.tokens));
+        }
         Ok(())
     }
 }
@@ -702,7 +760,7 @@ impl<B: Backend> Batch for Scheduler<B> {
             ignore_eos: req.ignore_eos,
             sampling: req.sampling,
             rng: ChaCha8Rng::seed_from_u64(seed),
-            draft: None,
+            draft_read: 0,
             tree: None,
         });
         Ok(id)

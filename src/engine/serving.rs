@@ -128,8 +128,12 @@ pub struct ServeStats {
     pub queued: usize,
     pub prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
-    /// Mean tokens per verify step over the last `RECENT_STEPS` (1.0 target-only).
+    /// Mean tokens per verify over the last `RECENT_STEPS` steps (1.0 target-only): the
+    /// tokens their verifies committed over their number, whatever each step's batch.
     pub spec_accept_length: f64,
+    /// Tokens committed by verifies and verifies (one a sequence a step) since the start.
+    pub spec_accepted_total: u64,
+    pub spec_verifies_total: u64,
     /// Output tokens per second over the last `RECENT_STEPS` steps.
     pub gen_throughput: f64,
     pub kv_blocks_total: usize,
@@ -515,13 +519,41 @@ struct Request {
     last_token: Option<Instant>,
 }
 
+/// What one scheduler step gave, for the recent-steps figures.
+#[derive(Clone, Copy, Debug)]
+struct StepTally {
+    at: Instant,
+    /// Output tokens.
+    tokens: usize,
+    /// Tokens the step's verifies committed, and their number.
+    accepted: usize,
+    verifies: usize,
+}
+
+impl StepTally {
+    fn of(at: Instant, updates: &[SeqUpdate]) -> StepTally {
+        let accepts = updates.iter().filter_map(|u| u.accept_length);
+        StepTally { at, tokens: updates.iter().map(|u| u.tokens.len()).sum(), accepted: accepts.clone().sum(), verifies: accepts.count() }
+    }
+
+    /// Committed tokens per verify over the steps: a step of many sequences weighs as many
+    /// verifies, not as one mean.
+    fn accept_length<'t>(steps: impl IntoIterator<Item = &'t StepTally>) -> f64 {
+        let (accepted, verifies) = steps.into_iter().fold((0, 0), |(a, v), s| (a + s.accepted, v + s.verifies));
+        if verifies == 0 {
+            0.0
+        } else {
+            accepted as f64 / verifies as f64
+        }
+    }
+}
+
 struct Serving<'a> {
     batch: &'a mut dyn Batch,
     worker: &'a Worker,
     /// By the scheduler's id.
     requests: HashMap<u64, Request>,
-    /// (time, output tokens, accept length) of recent steps.
-    recent: VecDeque<(Instant, usize, Option<usize>)>,
+    recent: VecDeque<StepTally>,
     /// Seconds spent on the steps' updates.
     publish_s: f64,
 }
@@ -626,13 +658,16 @@ impl<'a> Serving<'a> {
 
     fn updates(&mut self, updates: Vec<SeqUpdate>) {
         let now = Instant::now();
-        let tokens: usize = updates.iter().map(|u| u.tokens.len()).sum();
-        let accept = updates.iter().filter_map(|u| u.accept_length).collect::<Vec<_>>();
-        self.recent.push_back((now, tokens, (!accept.is_empty()).then(|| accept.iter().sum::<usize>() / accept.len())));
+        let tally = StepTally::of(now, &updates);
+        self.recent.push_back(tally);
         while self.recent.len() > RECENT_STEPS {
             self.recent.pop_front();
         }
-        self.worker.live.stats.lock().expect("stats lock").generation_tokens_total += tokens as u64;
+        let mut st = self.worker.live.stats.lock().expect("stats lock");
+        st.generation_tokens_total += tally.tokens as u64;
+        st.spec_accepted_total += tally.accepted as u64;
+        st.spec_verifies_total += tally.verifies as u64;
+        drop(st);
         let tok = self.batch.tokenizer();
         for u in updates {
             let Some(r) = self.requests.get_mut(&u.id) else { continue };
@@ -745,11 +780,10 @@ impl<'a> Serving<'a> {
         (st.running, st.queued) = (status.running, status.queued);
         (st.kv_blocks_free, st.kv_blocks_total) = (status.kv_blocks_free, status.kv_blocks_total);
         st.step_times = StepTimes { publish_s: self.publish_s, ..status.times };
-        let accepts: Vec<usize> = self.recent.iter().filter_map(|r| r.2).collect();
-        st.spec_accept_length = if accepts.is_empty() { 0.0 } else { accepts.iter().sum::<usize>() as f64 / accepts.len() as f64 };
+        st.spec_accept_length = StepTally::accept_length(&self.recent);
         st.gen_throughput = match (self.recent.front(), self.recent.back()) {
-            (Some(first), Some(last)) if last.0 > first.0 => {
-                self.recent.iter().skip(1).map(|r| r.1).sum::<usize>() as f64 / last.0.duration_since(first.0).as_secs_f64()
+            (Some(first), Some(last)) if last.at > first.at => {
+                self.recent.iter().skip(1).map(|r| r.tokens).sum::<usize>() as f64 / last.at.duration_since(first.at).as_secs_f64()
             }
             _ => 0.0,
         };
@@ -904,6 +938,20 @@ mod tests {
         // (max_tokens cuts it there).
         let step = [(3, true), (1, false)];
         assert_eq!(parts, [&step[..], &step, &step, &step, &[(1, true)]].concat());
+    }
+
+    /// A step of two sequences that accepted 1 and 2 tokens, then one of a sequence that
+    /// accepted 4: 7 tokens over 3 verifies, not the mean of the steps' means.
+    #[test]
+    fn the_accept_length_weighs_every_verify_of_a_batched_step() {
+        let update =
+            |accept: usize| SeqUpdate { id: 0, tokens: vec![1; accept], drafted: accept - 1, accept_length: Some(accept), finished: None };
+        let prefill = SeqUpdate { accept_length: None, tokens: Vec::new(), ..update(1) };
+        let now = Instant::now();
+        let steps = [StepTally::of(now, &[update(1), update(2), prefill]), StepTally::of(now, &[update(4)])];
+        assert_eq!((steps[0].tokens, steps[0].accepted, steps[0].verifies), (3, 3, 2));
+        assert_eq!(StepTally::accept_length(&steps), 7.0 / 3.0);
+        assert_eq!(StepTally::accept_length(&[]), 0.0);
     }
 
     #[test]

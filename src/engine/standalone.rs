@@ -1,8 +1,11 @@
 //! The STANDALONE drafter: any smaller model of a target family (Llama or DeepSeek-V3) with the
 //! target's tokenizer, run as its own target over the committed sequence and the draft tree.
 
-use crate::backend::{AttnWindow, Backend, Mask};
-use crate::engine::drafter::{draft_step_key, graph_or_eager, AuxRows, Candidate, DraftState, Drafter, TopK};
+use crate::backend::{AttnWindow, Backend, Mask, PagedBatch};
+use crate::engine::drafter::{
+    self, check_kv, draft_step_key, graph_or_eager, step_as, AuxRows, Candidate, Chain, ChainForwards, ChainSeq, Drafter, ExtendBatch,
+    LevelBatch, PoolSize, TopK,
+};
 use crate::engine::kv::KvCache;
 use crate::engine::llama::Logits;
 use crate::engine::target_model::TargetModel;
@@ -11,7 +14,12 @@ use crate::engine::EngineError;
 pub struct StandaloneDrafter<B: Backend> {
     model: TargetModel<B>,
     kv: KvCache<B>,
+    /// Slots of the one sequence's cache (`extend`, `step`), which a pool replaces.
+    own_slots: usize,
+    /// The batch's pool, while the drafter keeps one (`set_pool`).
+    pool: Option<PoolSize>,
     top: TopK<B>,
+    topk: usize,
     mask: B::Ids,
     /// Positions `[0, len)` are in the draft KV (the root included).
     len: usize,
@@ -32,6 +40,9 @@ impl<B: Backend> StandaloneDrafter<B> {
         Ok(StandaloneDrafter {
             kv: model.new_kv(kv_slots)?,
             top: TopK::new(&*b, cap.logit_rows, topk)?,
+            topk,
+            own_slots: kv_slots,
+            pool: None,
             mask: b.ids(cap.logit_rows * cap.rows)?,
             len: 0,
             graph_rows: 0,
@@ -48,22 +59,39 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
     fn resize(&mut self, kv_slots: usize, topk: usize) -> Result<(), EngineError> {
         let b = self.model.backend().clone();
         if self.kv.slots != kv_slots {
-            self.kv = self.model.new_kv(kv_slots)?;
+            let model = &self.model;
+            self.kv.replace(|| model.new_kv(kv_slots))?;
         }
         self.model.ensure_positions(kv_slots)?;
+        (self.own_slots, self.topk, self.pool) = (kv_slots, topk, None);
         self.top = TopK::new(&*b, self.model.capacity().logit_rows, topk)?;
         self.len = 0;
         Ok(())
     }
 
-    fn new_state(&mut self, kv_slots: usize) -> Result<DraftState<B>, EngineError> {
-        self.model.ensure_positions(kv_slots)?;
-        Ok(DraftState { kv: self.model.new_kv(kv_slots)?, len: 0 })
+    fn set_pool(&mut self, size: Option<PoolSize>) -> Result<(), EngineError> {
+        let b = self.model.backend().clone();
+        let slots = size.as_ref().map_or(self.own_slots, |p| p.slots);
+        if self.kv.slots < slots {
+            let model = &self.model;
+            self.kv.replace(|| model.new_kv(slots))?;
+        }
+        self.len = 0;
+        if let Some(p) = &size {
+            self.model.set_batch_capacity(p.rows, p.seqs, p.seq_rows, p.positions)?;
+            self.top = TopK::new(&*b, self.model.capacity().logit_rows, self.topk)?;
+        }
+        self.pool = size;
+        Ok(())
     }
 
-    fn swap_state(&mut self, state: &mut DraftState<B>) {
-        std::mem::swap(&mut self.kv, &mut state.kv);
-        std::mem::swap(&mut self.len, &mut state.len);
+    fn draft_chains(&mut self, seqs: &[ChainSeq<'_>], aux: Option<&B::Tensor>, length: usize) -> Result<Vec<Chain>, EngineError> {
+        check_kv(&self.kv)?;
+        let pool = self.pool.take().ok_or_else(|| EngineError::Request("the drafter keeps no pool (set_pool)".into()))?;
+        let graphs = self.graph_rows > 0 && self.model.graphs_capture();
+        let drafted = drafter::draft_chains(self, &pool, graphs, seqs, aux, length);
+        self.pool = Some(pool);
+        drafted
     }
 
     fn wants_aux(&self) -> bool {
@@ -88,6 +116,7 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
         if end <= self.len {
             return Ok(None);
         }
+        check_kv(&self.kv)?;
         let b = self.model.backend().clone();
         let rows = self.model.capacity().rows;
         while self.len < end {
@@ -148,5 +177,51 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
             return Err(e.into());
         }
         Ok(self.top.read(&*b, n, |d| d as u32)?)
+    }
+}
+
+impl<B: Backend> StandaloneDrafter<B> {
+    /// One forward of `batch` over the pool with `inputs` (ids, positions), the top-k of
+    /// `logit_rows` enqueued, as the graph step `key` where there is one.
+    fn forward_pooled(
+        &mut self,
+        batch: &PagedBatch<'_, B>,
+        (ids, positions): (&[u32], &[usize]),
+        logit_rows: &[usize],
+        key: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let b = self.model.backend().clone();
+        self.model.inputs().set(&*b, ids, positions);
+        b.prepare_paged_batch(batch);
+        let (model, kv, top) = (&mut self.model, &mut self.kv, &mut self.top);
+        let mut forward = Ok(());
+        step_as(&*b, key, &mut || {
+            forward = model.forward_batch(kv, batch, logit_rows);
+            if forward.is_ok() {
+                top.enqueue(&*b, model.logits_mut(), logit_rows.len());
+            }
+        });
+        Ok(forward?)
+    }
+}
+
+/// A standalone drafter reads every token up to the root at its own position, as a target
+/// does: it reads one past `committed`, and a level's KV goes to its position's slot.
+impl<B: Backend> ChainForwards<B> for StandaloneDrafter<B> {
+    const AHEAD: usize = 1;
+
+    fn read(&mut self, ext: &ExtendBatch<'_, B>, _aux: Option<&B::Tensor>) -> Result<(), EngineError> {
+        let batch = PagedBatch::new(&ext.seqs, ext.rows());
+        self.forward_pooled(&batch, (&ext.ids, &ext.positions), &ext.last_rows, ext.graph_key("standalone").as_deref())
+    }
+
+    fn level(&mut self, level: &LevelBatch<'_, B>) -> Result<(), EngineError> {
+        let batch = PagedBatch::new(&level.seqs, level.rows());
+        let rows: Vec<usize> = (0..level.rows()).collect();
+        self.forward_pooled(&batch, (&level.ids, &level.positions), &rows, level.graph_key("standalone").as_deref())
+    }
+
+    fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError> {
+        Ok(drafter::firsts(self.top.read(self.model.backend().as_ref(), rows, |d| d as u32)?))
     }
 }

@@ -49,6 +49,12 @@ impl Tree {
         Tree { tokens: vec![token], parent: vec![None], depth: vec![0] }
     }
 
+    /// `root` then `drafts`, each the child of the one before.
+    pub fn chain(root: u32, drafts: &[u32]) -> Tree {
+        let n = drafts.len() + 1;
+        Tree { tokens: [&[root], drafts].concat(), parent: (0..n).map(|i| i.checked_sub(1)).collect(), depth: (0..n).collect() }
+    }
+
     pub fn len(&self) -> usize {
         self.tokens.len()
     }

@@ -7,7 +7,7 @@ use crate::engine::llama::Family;
 use crate::engine::request::LaunchOutcome;
 use crate::event::{EventReceiver, EventSink};
 use crate::spec::{Algorithm, Device};
-use crate::testkit::{TinyEagle3, TinyLlama};
+use crate::testkit::{TinyEagle3, TinyLlama, TinyStandalone};
 
 struct Launched {
     _dir: tempfile::TempDir,
@@ -15,13 +15,17 @@ struct Launched {
     engine: Engine<CpuBackend>,
 }
 
-/// The tiny target (and its EAGLE-3 drafter unless `algorithm` is NONE), launched on the CPU.
+/// The tiny target (and its EAGLE-3 or STANDALONE drafter unless `algorithm` is NONE),
+/// launched on the CPU.
 fn launched(algorithm: Algorithm, edit: impl FnOnce(&mut LaunchSpec)) -> Launched {
     let dir = tempfile::tempdir().unwrap();
     let (target, draft) = (dir.path().join("target"), dir.path().join("draft"));
     let t = TinyLlama::new(Family::Llama, 7);
     let w = t.write(&target).unwrap();
-    TinyEagle3::new(8).write(&draft, &t, &w).unwrap();
+    match algorithm {
+        Algorithm::Standalone => TinyStandalone::new(8).write(&draft, &t, &w).unwrap(),
+        _ => TinyEagle3::new(8).write(&draft, &t, &w).unwrap(),
+    }
     let mut spec = LaunchSpec {
         model_path: Some(target.display().to_string()),
         draft_model_path: Some(draft.display().to_string()),
@@ -58,17 +62,40 @@ fn scheduled<R>(engine: &mut Engine<CpuBackend>, cfg: SchedulerConfig, f: impl F
     out.expect("serve_batch runs its closure")
 }
 
-/// Every request's tokens, by id, once the scheduler has run them all.
-fn run(s: &mut dyn Batch) -> BTreeMap<u64, (Vec<u32>, Finish)> {
-    let mut out: BTreeMap<u64, (Vec<u32>, Option<Finish>)> = BTreeMap::new();
+/// The batch-1 path's answers with the accept length of each verify step.
+fn sequential_accepts(engine: &mut Engine<CpuBackend>, prompts: &[Vec<u32>]) -> Vec<(Vec<u32>, Vec<usize>)> {
+    let decoding = engine.decoding(12, None);
+    prompts
+        .iter()
+        .map(|p| {
+            let g = engine.generate_ids(p, &decoding).unwrap();
+            (g.tokens, g.accept_lengths)
+        })
+        .collect()
+}
+
+/// What the scheduler gave one request.
+#[derive(Debug, Default)]
+struct Answer {
+    tokens: Vec<u32>,
+    finish: Option<Finish>,
+    /// The accept length of each of its verify steps.
+    accepts: Vec<usize>,
+}
+
+/// Every request's answer, by id, once the scheduler has run them all.
+fn run(s: &mut dyn Batch) -> BTreeMap<u64, Answer> {
+    let mut out: BTreeMap<u64, Answer> = BTreeMap::new();
     while !s.is_idle() {
         for u in s.step().unwrap() {
-            let e = out.entry(u.id).or_default();
-            e.0.extend(u.tokens);
-            e.1 = e.1.or(u.finished);
+            let a = out.entry(u.id).or_default();
+            a.tokens.extend(u.tokens);
+            a.finish = a.finish.or(u.finished);
+            a.accepts.extend(u.accept_length);
         }
     }
-    out.into_iter().map(|(id, (t, f))| (id, (t, f.expect("every request finishes")))).collect()
+    assert!(out.values().all(|a| a.finish.is_some()), "every request finishes: {out:?}");
+    out
 }
 
 /// The answers, the (free, total) blocks afterwards and the scheduler's settings.
@@ -82,7 +109,7 @@ fn batched(
             s.submit(request(p, SamplingParams::default())).unwrap();
         }
         let out = run(s);
-        (out.into_values().map(|(t, _)| t).collect(), s.blocks(), s.config())
+        (out.into_values().map(|a| a.tokens).collect(), s.blocks(), s.config())
     })
 }
 
@@ -100,6 +127,32 @@ fn eight_concurrent_requests_each_equal_their_sequential_answer() {
         assert_eq!(free, total);
         // The engine has its parts back: the batch-1 path answers as before.
         assert_eq!(sequential(&mut l.engine, &prompts()), want, "{algorithm:?}");
+    }
+}
+
+/// Chains drafted for the whole batch at once, over the drafter's pool, are the chains each
+/// sequence drafts alone in the drafter's own cache: every request accepts, step by step,
+/// what the batch-1 path accepts (EAGLE-3 and STANDALONE). With the drafter's levels padded
+/// to the captured sizes (a graph step runs its ops eagerly on the CPU) nothing changes.
+#[test]
+fn batched_chains_accept_what_each_sequence_accepts_alone() {
+    for algorithm in [Algorithm::Eagle3, Algorithm::Standalone] {
+        for padded in [false, true] {
+            let mut l = launched(algorithm, |_| {});
+            let want = sequential_accepts(&mut l.engine, &prompts());
+            assert!(want.iter().any(|(_, a)| a.iter().any(|&n| n > 1)), "{algorithm:?}: no draft accepted: {want:?}");
+            if padded {
+                l.engine.target_mut().unwrap().graph_rows = 8;
+                l.engine.drafter_mut().unwrap().set_graph_rows(8);
+            }
+            let got = scheduled(&mut l.engine, EIGHT, |s| {
+                for p in &prompts() {
+                    s.submit(request(p, SamplingParams::default())).unwrap();
+                }
+                run(s).into_values().map(|a| (a.tokens, a.accepts)).collect::<Vec<_>>()
+            });
+            assert_eq!(got, want, "{algorithm:?}, padded {padded}");
+        }
     }
 }
 
@@ -190,7 +243,7 @@ fn a_seed_reproduces_a_sampled_answer_alone_batched_and_through_the_batch_one_pa
         for p in &prompts() {
             s.submit(request(p, SamplingParams { seed: Some(7), ..sampling })).unwrap();
         }
-        run(s).remove(&id).unwrap().0
+        run(s).remove(&id).unwrap().tokens
     });
     assert_eq!(got, want);
     let other = SamplingParams { seed: Some(43), ..sampling };
@@ -198,7 +251,7 @@ fn a_seed_reproduces_a_sampled_answer_alone_batched_and_through_the_batch_one_pa
         let again = s.submit(request(&prompts()[3], sampling)).unwrap();
         let reseeded = s.submit(request(&prompts()[3], other)).unwrap();
         let mut out = run(s);
-        (out.remove(&again).unwrap().0, out.remove(&reseeded).unwrap().0)
+        (out.remove(&again).unwrap().tokens, out.remove(&reseeded).unwrap().tokens)
     });
     assert_eq!(again, want);
     assert_ne!(reseeded, want);
@@ -230,7 +283,7 @@ fn a_9k_token_prompt_runs_in_a_32k_context_with_default_flags() {
     scheduled(&mut engine, EIGHT, |s| {
         assert_eq!(s.context(), 32768);
         let id = s.submit(SeqRequest { prompt, max_tokens: 4, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
-        assert_eq!(run(s)[&id].0, want);
+        assert_eq!(run(s)[&id].tokens, want);
         let full =
             s.submit(SeqRequest { prompt: vec![3; 32760], max_tokens: 8, sampling: SamplingParams::default(), ignore_eos: false }).unwrap();
         s.step().unwrap();
@@ -239,6 +292,39 @@ fn a_9k_token_prompt_runs_in_a_32k_context_with_default_flags() {
         assert!(s.cancel(full));
         assert_eq!(s.blocks().0, s.blocks().1);
     });
+}
+
+/// Serving sizes the target's forwards for the scheduler's steps (a 512-token chunk and the
+/// rows of 8 sequences' steps: 520 target-only, 544 verifying chains of 4), past the EAGLE-3
+/// drafter's 512: the batch-1 path then prefills 544 rows a forward, and the drafter reads
+/// them in two pieces.
+#[test]
+fn after_serving_the_batch_one_path_reads_a_long_prompt_in_the_drafters_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft) = (dir.path().join("target"), dir.path().join("draft"));
+    let t = TinyLlama { max_positions: 2048, ..TinyLlama::new(Family::Llama, 7) };
+    let w = t.write(&target).unwrap();
+    TinyEagle3 { max_positions: 2048, ..TinyEagle3::new(8) }.write(&draft, &t, &w).unwrap();
+    let spec = |algorithm| LaunchSpec {
+        model_path: Some(target.display().to_string()),
+        draft_model_path: Some(draft.display().to_string()),
+        speculative_algorithm: Some(algorithm),
+        device: Device::Cpu,
+        ..LaunchSpec::default()
+    };
+    let prompt: Vec<u32> = (0..700u32).map(|i| (i * 13 + 5) % 64).collect();
+    let mut answers = Vec::new();
+    for (algorithm, rows) in [(Algorithm::None, 520), (Algorithm::Eagle3, 544)] {
+        let (sink, _events) = EventSink::channel();
+        let mut engine = Engine::new(CpuBackend, sink);
+        let outcome = engine.launch(&spec(algorithm), &|_| Vec::new());
+        assert!(matches!(outcome, LaunchOutcome::Ready { .. }), "{outcome:?}");
+        batched(&mut engine, EIGHT, &prompts()[..1]);
+        assert_eq!(engine.target_mut().unwrap().model.capacity().rows, rows);
+        answers.push(engine.generate_ids(&prompt, &engine.decoding(8, None)).unwrap().tokens);
+    }
+    assert_eq!(answers[1], answers[0]);
+    assert_eq!(answers[0].len(), 8);
 }
 
 /// Graph steps pad their batch up to a captured size (SGLang's list: 1, 2, 4, 8) with
@@ -264,7 +350,7 @@ fn padded_graph_steps_keep_every_answer_and_the_pool() {
                 s.submit(request(p, SamplingParams::default())).unwrap();
             }
             let out = run(s);
-            (out.into_values().map(|(t, _)| t).collect::<Vec<_>>(), (s.blocks().0, total), s.step_times().padding_seqs)
+            (out.into_values().map(|a| a.tokens).collect::<Vec<_>>(), (s.blocks().0, total), s.step_times().padding_seqs)
         });
         assert_eq!(got, want, "{algorithm:?}");
         assert_eq!(free, total, "{algorithm:?}");
