@@ -281,11 +281,6 @@ pub(crate) fn draft_chains<B: Backend, D: ChainForwards<B>>(
     Ok(chains)
 }
 
-/// The best candidate of each row.
-pub(crate) fn firsts(rows: Vec<Vec<Candidate>>) -> Vec<u32> {
-    rows.into_iter().map(|r| r.first().map_or(0, |c| c.token)).collect()
-}
-
 pub trait Drafter<B: Backend>: Send {
     /// Forget the sequence (a new request).
     fn reset(&mut self);
@@ -350,6 +345,13 @@ impl<B: Backend> TopK<B> {
     /// logits may be overwritten. Ops only, so it can close a graph step.
     pub fn enqueue(&mut self, b: &B, logits: &mut B::Tensor, rows: usize) {
         b.softmax_topk(logits, rows, self.k, &mut self.values, &mut self.indices);
+    }
+
+    /// The best of each row `enqueue` ranked, as a target id: the indices alone, one read
+    /// back (a chain level needs no probabilities).
+    pub fn firsts(&self, b: &B, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<u32>, BackendError> {
+        let i = b.read_ids(&self.indices, rows * self.k)?;
+        Ok(i.chunks(self.k).map(|r| to_target(r[0] as usize)).collect())
     }
 
     /// What `enqueue` found, each index mapped to a target id.

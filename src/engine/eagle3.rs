@@ -459,7 +459,8 @@ impl<B: Backend> ChainForwards<B> for Eagle3Drafter<B> {
     }
 
     fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError> {
-        Ok(drafter::firsts(self.candidates(rows)?))
+        let hot = &self.hot;
+        Ok(self.top.firsts(&*self.backend, rows, |d| hot[d])?)
     }
 }
 

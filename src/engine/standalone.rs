@@ -222,6 +222,6 @@ impl<B: Backend> ChainForwards<B> for StandaloneDrafter<B> {
     }
 
     fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError> {
-        Ok(drafter::firsts(self.top.read(self.model.backend().as_ref(), rows, |d| d as u32)?))
+        Ok(self.top.firsts(self.model.backend().as_ref(), rows, |d| d as u32)?)
     }
 }
