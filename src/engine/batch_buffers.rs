@@ -3,7 +3,7 @@
 //! graph steps are captured at launch, in the `target-graph-capture` phase, and replay
 //! when serving starts only if every buffer they read and write is still where it was.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BatchSeq, Mask, PagedSeq};
 
 /// What one scheduler's steps hold, from its configuration and its engine's parts
 /// (`scheduler::batch_layout`).
@@ -31,6 +31,21 @@ impl BatchLayout {
         self.graph_sizes.iter().copied().find(|&s| s >= seqs)
     }
 
+    /// Logit rows of the largest step: every sequence's verify, padded.
+    pub fn logit_rows(&self) -> usize {
+        self.step_seqs() * self.tree_rows
+    }
+
+    /// Rows of the largest forward: a prefill chunk beside the largest step.
+    pub fn forward_rows(&self) -> usize {
+        self.chunk + self.logit_rows()
+    }
+
+    /// Rows of one sequence in a forward at most: a prefill chunk or a verify.
+    pub fn seq_rows(&self) -> usize {
+        self.chunk.max(self.tree_rows)
+    }
+
     /// The verify lengths a graph step can have: decode steps (one row each) and, with a
     /// drafter, chain verifies of every draft token.
     pub fn step_rows(&self) -> Vec<usize> {
@@ -40,6 +55,30 @@ impl BatchLayout {
             vec![1]
         }
     }
+}
+
+/// Append `seqs` padding sequences of `rows` rows to a forward's inputs: token 0 at positions
+/// `0 .. rows`. Their rows compute as any other and their results go unread; rows never mix
+/// across sequences, so the real ones are unchanged.
+pub fn pad_inputs(seqs: usize, rows: usize, ids: &mut Vec<u32>, positions: &mut Vec<usize>) {
+    for _ in 0..seqs {
+        ids.extend(std::iter::repeat_n(0, rows));
+        positions.extend(0..rows);
+    }
+}
+
+/// `seqs` padding sequences of `rows` rows each (`pad_inputs`), from row `first_row`, each
+/// over the pad slots of positions `0 .. rows` (slots no real sequence holds).
+pub fn padding_seqs<'a, B: Backend>(
+    pad_slots: &'a [usize],
+    first_row: usize,
+    seqs: usize,
+    rows: usize,
+) -> impl Iterator<Item = BatchSeq<'a, B>> {
+    (0..seqs).map(move |i| BatchSeq {
+        seq: PagedSeq { row: first_row + i * rows, queries: rows, slots: &pad_slots[..rows] },
+        mask: Mask::Causal,
+    })
 }
 
 /// The scheduler's own device buffers for a layout.

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, BatchSeq, Mask, PagedSeq};
+use crate::engine::batch_buffers::{pad_inputs, padding_seqs, BatchLayout};
 use crate::engine::kv::KvCache;
 use crate::engine::EngineError;
 
@@ -44,36 +45,15 @@ pub struct AuxRows<'a, B: Backend> {
 pub struct PoolSize {
     /// Slots, as many as the target's paged pool has.
     pub slots: usize,
-    /// Most rows of one forward (what a scheduler step commits over all its sequences).
-    pub rows: usize,
-    /// Most sequences a step drafts for, padding included.
-    pub seqs: usize,
-    /// Most rows of one sequence in a forward (a prefill chunk).
-    pub seq_rows: usize,
     /// Positions the RoPE table covers.
     pub positions: usize,
-    /// The batch sizes a drafting forward pads up to and runs as a graph step (the
-    /// scheduler's captured sizes); empty for none.
-    pub graph_sizes: Vec<usize>,
-    /// Rows of one sequence's read in a graph step: the verify's (a chain and its root).
-    pub read_rows: usize,
-    /// Pool slots of positions `0 .. read_rows` that padding sequences write (slots no real
+    /// The scheduler's steps: their rows, and the batch sizes a drafting forward pads up to
+    /// and runs as a graph step (none without graph sizes). A padded read gives every
+    /// sequence the verify's rows.
+    pub layout: BatchLayout,
+    /// Pool slots of positions `0 .. tree_rows` that padding sequences write (slots no real
     /// sequence holds); empty without graph sizes.
     pub pad_slots: Vec<usize>,
-}
-
-impl PoolSize {
-    /// The captured size a forward of `seqs` sequences pads up to, if any.
-    fn padded(&self, seqs: usize) -> Option<usize> {
-        self.graph_sizes.iter().copied().find(|&s| s >= seqs)
-    }
-
-    /// Padding sequences `first ..` of a forward padded to `size`, each `rows` queries at
-    /// positions `0 .. rows` over the pad slots, from row `first · rows`.
-    fn padding<'a, B: Backend>(&'a self, first: usize, size: usize, rows: usize) -> impl Iterator<Item = BatchSeq<'a, B>> {
-        (first..size)
-            .map(move |i| BatchSeq { seq: PagedSeq { row: i * rows, queries: rows, slots: &self.pad_slots[..rows] }, mask: Mask::Causal })
-    }
 }
 
 /// One sequence of a batch's chain drafting (`Drafter::draft_chains`).
@@ -106,7 +86,7 @@ pub struct Chain {
 /// with the next token: `shift` 1), its KV into the slots of those positions.
 ///
 /// When every sequence decodes and the pool has a captured size for them, the forward is a
-/// graph step: each sequence reads `read_rows` positions, those past `end` with token 0 and
+/// graph step: each sequence reads the verify's rows of positions, those past `end` with token 0 and
 /// its last hidden row, and padding sequences fill the batch. The extra rows come after the
 /// real ones of their sequence, so they change none of them, and their KV lands in slots past
 /// `end - 1`, which the chain levels or the next read write again before anything sees them.
@@ -128,9 +108,9 @@ pub(crate) struct ExtendBatch<'a, B: Backend> {
 impl<'a, B: Backend> ExtendBatch<'a, B> {
     pub fn new(chains: &'a [ChainSeq<'a>], end: impl Fn(&ChainSeq<'_>) -> usize, shift: usize, pool: &'a PoolSize, graphs: bool) -> Self {
         let reading: Vec<usize> = (0..chains.len()).filter(|&i| end(&chains[i]) > chains[i].read).collect();
-        let each = pool.read_rows;
+        let each = pool.layout.tree_rows;
         let uniform = reading.iter().all(|&i| chains[i].draft && end(&chains[i]) - chains[i].read <= each);
-        let graph = pool.padded(reading.len()).filter(|_| graphs && uniform && each > 0).map(|size| (size, each));
+        let graph = pool.layout.padded(reading.len()).filter(|_| graphs && uniform).map(|size| (size, each));
         let mut out = ExtendBatch {
             ids: Vec::new(),
             positions: Vec::new(),
@@ -157,26 +137,19 @@ impl<'a, B: Backend> ExtendBatch<'a, B> {
             }
         }
         if let Some((size, each)) = graph {
-            for pad in pool.padding(reading.len(), size, each) {
-                out.ids.extend(std::iter::repeat_n(0, each));
-                out.positions.extend(0..each);
-                if !out.aux_rows.is_empty() {
-                    out.aux_rows.extend(std::iter::repeat_n(0, each));
-                }
-                out.last_rows.push(pad.seq.row + each - 1);
-                out.seqs.push(pad);
+            let (first_row, padding) = (out.ids.len(), size - reading.len());
+            pad_inputs(padding, each, &mut out.ids, &mut out.positions);
+            if !out.aux_rows.is_empty() {
+                out.aux_rows.resize(out.ids.len(), 0);
             }
+            out.last_rows.extend((1..=padding).map(|i| first_row + i * each - 1));
+            out.seqs.extend(padding_seqs(&pool.pad_slots, first_row, padding, each));
         }
         out
     }
 
     pub fn rows(&self) -> usize {
         self.ids.len()
-    }
-
-    /// What the call returns for the sequences read: `read` moved to `end`, no tokens yet.
-    pub fn chains(&self, chains: &[ChainSeq<'_>], end: impl Fn(&ChainSeq<'_>) -> usize) -> Vec<Chain> {
-        chains.iter().map(|c| Chain { read: end(c).max(c.read), tokens: Vec::new() }).collect()
     }
 
     /// The graph key of this read by drafter `kind`, when it runs as a graph step.
@@ -208,7 +181,7 @@ impl<'a, B: Backend> LevelBatch<'a, B> {
         pool: &'a PoolSize,
         graphs: bool,
     ) -> Self {
-        let graph = pool.padded(drafting.len()).filter(|_| graphs);
+        let graph = pool.layout.padded(drafting.len()).filter(|_| graphs);
         let rows = graph.unwrap_or(drafting.len());
         let mut out = LevelBatch { ids: newest.to_vec(), positions: Vec::with_capacity(rows), seqs: Vec::with_capacity(rows), graph };
         for (row, &i) in drafting.iter().enumerate() {
@@ -217,9 +190,8 @@ impl<'a, B: Backend> LevelBatch<'a, B> {
             out.seqs
                 .push(BatchSeq { seq: PagedSeq { row, queries: 1, slots: &c.slots[..c.committed + level + ahead] }, mask: Mask::Causal });
         }
-        out.ids.resize(rows, 0);
-        out.positions.resize(rows, 0);
-        out.seqs.extend(pool.padding(drafting.len(), rows, 1));
+        pad_inputs(rows - drafting.len(), 1, &mut out.ids, &mut out.positions);
+        out.seqs.extend(padding_seqs(&pool.pad_slots, drafting.len(), rows - drafting.len(), 1));
         out
     }
 
@@ -259,7 +231,8 @@ pub(crate) fn draft_chains<B: Backend, D: ChainForwards<B>>(
 ) -> Result<Vec<Chain>, EngineError> {
     let end = |c: &ChainSeq<'_>| c.committed + D::AHEAD;
     let ext = ExtendBatch::new(seqs, end, 1 - D::AHEAD, pool, graphs);
-    let mut chains = ext.chains(seqs, end);
+    // Every sequence read as far as `end`; the drafting ones get their tokens below.
+    let mut chains: Vec<Chain> = seqs.iter().map(|c| Chain { read: end(c).max(c.read), tokens: Vec::new() }).collect();
     if ext.rows() == 0 {
         return Ok(chains);
     }
@@ -366,7 +339,7 @@ impl<B: Backend> TopK<B> {
 }
 
 /// Run `ops` as the graph step `key` where there is one, else eagerly.
-pub(crate) fn step_as<B: Backend>(b: &B, key: Option<&str>, ops: &mut dyn FnMut()) {
+pub fn step_as<B: Backend>(b: &B, key: Option<&str>, ops: &mut dyn FnMut()) {
     match key {
         Some(key) => b.graph_step(key, ops),
         None => ops(),
@@ -375,11 +348,7 @@ pub(crate) fn step_as<B: Backend>(b: &B, key: Option<&str>, ops: &mut dyn FnMut(
 
 /// Run a draft step's ops as the graph step `key` when its `rows` fit the captured sizes.
 pub fn graph_or_eager<B: Backend>(b: &B, graph_rows: usize, key: &str, rows: usize, ops: &mut dyn FnMut()) {
-    if rows <= graph_rows {
-        b.graph_step(key, ops);
-    } else {
-        ops();
-    }
+    step_as(b, (rows <= graph_rows).then_some(key), ops);
 }
 
 /// The graph key of a draft step: its rows, its attention region and the drafter kind

@@ -490,9 +490,9 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         self.len = 0;
         self.scratch.paged = None;
         if let Some(p) = &size {
-            self.ensure_capacity(p.rows, p.seqs)?;
+            self.ensure_capacity(p.layout.forward_rows(), p.layout.step_seqs())?;
             self.ensure_positions(p.positions)?;
-            self.scratch.paged = Some(PagedScratch::new(&*b, p.seq_rows, p.positions, &self.geometry, b.kv_dtype())?);
+            self.scratch.paged = Some(PagedScratch::new(&*b, p.layout.seq_rows(), p.positions, &self.geometry, b.kv_dtype())?);
         }
         self.pool = size;
         Ok(())

@@ -22,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::{Backend, BatchSeq, Mask, PagedBatch, PagedSeq};
-use crate::engine::batch_buffers::{BatchBuffers, BatchLayout};
-use crate::engine::drafter::{AuxRows, ChainSeq, Drafter, PoolSize};
+use crate::engine::batch_buffers::{pad_inputs, padding_seqs, BatchBuffers, BatchLayout};
+use crate::engine::drafter::{step_as, AuxRows, ChainSeq, Drafter, PoolSize};
 use crate::engine::graph_sizes::capture_sizes;
 use crate::engine::kv_budget::BLOCK_TOKENS;
 use crate::engine::paged::{blocks_for, BlockPool, BlockTable};
@@ -180,6 +180,15 @@ impl Seq {
     }
 }
 
+/// What a step committed for one sequence still running, for the drafter to read.
+struct Read {
+    seq: usize,
+    /// The forward's rows of the newly committed positions (EAGLE-3 reads their hidden states).
+    rows: Vec<usize>,
+    /// The sequence's slots in the forward (positions `0 .. committed + rows` before it).
+    slots: Vec<usize>,
+}
+
 /// One sequence's part of a step's forward.
 struct Part {
     seq: usize,
@@ -236,9 +245,9 @@ pub fn batch_layout(cfg: &SchedulerConfig, drafter: Option<TreeShape>, max_token
 /// captured over them then replays), else new ones; the model's batch capacity sized too.
 fn batch_buffers<B: Backend>(target: &mut Target<B>, layout: &BatchLayout) -> Result<BatchBuffers<B>, EngineError> {
     let b = target.model.backend().clone();
-    let logit_rows = layout.step_seqs() * layout.tree_rows;
+    let logit_rows = layout.logit_rows();
     let positions = target.max_tokens() + layout.tree_rows;
-    target.model.set_batch_capacity(layout.chunk + logit_rows, logit_rows, layout.chunk.max(layout.tree_rows), positions)?;
+    target.model.set_batch_capacity(layout.forward_rows(), logit_rows, layout.seq_rows(), positions)?;
     if let Some(kept) = target.batch.take().filter(|kept| &kept.layout == layout) {
         return Ok(kept);
     }
@@ -265,26 +274,6 @@ fn step_key(seqs: usize, rows: usize) -> String {
     format!("scheduler-step/{seqs}x{rows}")
 }
 
-/// Append `seqs` padding sequences of `rows` rows to a step's inputs: token 0 at positions
-/// `0 .. rows` over the pad table's slots, each seeing only itself. Their rows compute as any
-/// other and their results go unread; rows never mix across sequences, so the real ones are
-/// unchanged.
-fn pad_inputs(pad: &BlockTable, seqs: usize, rows: usize, ids: &mut Vec<u32>, positions: &mut Vec<usize>, slots: &mut Vec<Vec<usize>>) {
-    for _ in 0..seqs {
-        ids.extend(std::iter::repeat_n(0, rows));
-        positions.extend(0..rows);
-        slots.push(pad.slots(rows));
-    }
-}
-
-/// The padding sequences of a step, over their slot lists (`pad_inputs`), from row `first_row`.
-fn padding_seqs<B: Backend>(slots: &[Vec<usize>], first_row: usize, rows: usize) -> impl Iterator<Item = BatchSeq<'_, B>> {
-    slots
-        .iter()
-        .enumerate()
-        .map(move |(i, slots)| BatchSeq { seq: PagedSeq { row: first_row + i * rows, queries: rows, slots }, mask: Mask::Causal })
-}
-
 /// One forward of a step's batch and the argmax of its logit rows, as the graph step
 /// `graph` where given (everything in it only enqueues work).
 fn forward_and_argmax<B: Backend>(
@@ -303,10 +292,7 @@ fn forward_and_argmax<B: Backend>(
             b.argmax(model.logits(), logit_rows.len(), argmax);
         }
     };
-    match graph {
-        Some(key) => b.graph_step(key, &mut step),
-        None => step(),
-    }
+    step_as(&*b, graph, &mut step);
     Ok(forward?)
 }
 
@@ -320,10 +306,11 @@ pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, s
     let pad = pad_table(&mut BlockPool::new(target.kv.slots / BLOCK_TOKENS), layout);
     let mut captured = Ok(());
     for rows in layout.step_rows() {
-        let (mut ids, mut positions, mut slots) = (Vec::new(), Vec::new(), Vec::new());
-        pad_inputs(&pad, seqs, rows, &mut ids, &mut positions, &mut slots);
+        let (mut ids, mut positions) = (Vec::new(), Vec::new());
+        pad_inputs(seqs, rows, &mut ids, &mut positions);
         target.model.inputs().set(&*b, &ids, &positions);
-        let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&slots, 0, rows).collect();
+        let pad_slots = pad.slots(rows);
+        let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&pad_slots, 0, seqs, rows).collect();
         let logit_rows: Vec<usize> = (0..ids.len()).collect();
         let paged = PagedBatch::new(&batch, ids.len());
         b.prepare_paged_batch(&paged);
@@ -354,13 +341,9 @@ impl<B: Backend> Scheduler<B> {
         if let Some(dr) = parts.drafter.as_deref_mut().filter(|_| parts.shape.is_chain()) {
             let size = PoolSize {
                 slots: parts.target.kv.slots,
-                rows: layout.chunk + layout.step_seqs() * layout.tree_rows,
-                seqs: layout.step_seqs(),
-                seq_rows: layout.chunk.max(layout.tree_rows),
                 positions: parts.target.max_tokens() + layout.tree_rows,
-                graph_sizes: layout.graph_sizes.clone(),
-                read_rows: layout.tree_rows,
                 pad_slots: if layout.graph_sizes.is_empty() { Vec::new() } else { pad.slots(layout.tree_rows) },
+                layout: layout.clone(),
             };
             if let Err(e) = dr.set_pool(Some(size)) {
                 return Err(Box::new((e, parts)));
@@ -445,7 +428,8 @@ impl<B: Backend> Scheduler<B> {
         // A graph step runs at a captured batch size: padding sequences fill it up.
         let graph = self.graph_step(&parts);
         let (padding, pad_rows) = graph.as_ref().map_or((0, 0), |&(seqs, rows)| (seqs - parts.len(), rows));
-        pad_inputs(&self.pad, padding, pad_rows, &mut ids, &mut positions, &mut slots);
+        pad_inputs(padding, pad_rows, &mut ids, &mut positions);
+        let pad_slots = self.pad.slots(pad_rows);
         self.target.model.inputs().set(&*b, &ids, &positions);
         for (p, mask) in parts.iter().zip(self.buffers.masks.iter_mut()) {
             if let Some(t) = p.tree.as_ref().filter(|t| !t.is_chain()) {
@@ -464,7 +448,7 @@ impl<B: Backend> Scheduler<B> {
                 }
             })
             .collect();
-        batch.extend(padding_seqs(&slots[parts.len()..], rows, pad_rows));
+        batch.extend(padding_seqs(&pad_slots, rows, padding, pad_rows));
         let mut logit_rows: Vec<usize> = parts.iter().filter(|p| p.tree.is_some()).flat_map(|p| p.row..p.row + p.rows).collect();
         let read_rows = logit_rows.len();
         logit_rows.extend(rows..ids.len());
@@ -482,10 +466,9 @@ impl<B: Backend> Scheduler<B> {
             if read_rows == 0 { Vec::new() } else { b.read_ids(&self.buffers.argmax, read_rows)?.into_iter().map(|t| t as u32).collect() };
         let read = Instant::now();
         let mut updates = Vec::with_capacity(parts.len());
-        // Each sequence still running, with the forward's rows of the positions it committed.
         let mut reads = Vec::with_capacity(parts.len());
         let mut logit_row = 0;
-        for p in parts {
+        for (p, slots) in parts.into_iter().zip(slots) {
             let update = match &p.tree {
                 Some(t) => {
                     let walk = self.accept(p.seq, t, logit_row, &argmax)?;
@@ -493,19 +476,19 @@ impl<B: Backend> Scheduler<B> {
                     let rows: Vec<usize> = walk.0.path.iter().map(|n| p.row + n).collect();
                     let update = self.commit(&p, t, walk);
                     if update.finished.is_none() {
-                        reads.push((p.seq, rows));
+                        reads.push(Read { seq: p.seq, rows, slots });
                     }
                     update
                 }
                 None => {
                     self.running[p.seq].committed += p.rows;
-                    reads.push((p.seq, (p.row..p.row + p.rows).collect()));
+                    reads.push(Read { seq: p.seq, rows: (p.row..p.row + p.rows).collect(), slots });
                     SeqUpdate { id: self.running[p.seq].id, tokens: Vec::new(), drafted: 0, accept_length: None, finished: None }
                 }
             };
             updates.push(update);
         }
-        self.draft(&reads)?;
+        self.draft(reads)?;
         for u in updates.iter().filter(|u| u.finished.is_some()) {
             self.cancel(u.id);
         }
@@ -624,11 +607,10 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
-    /// The drafter reads what the forward committed for each of `reads` (a running sequence
-    /// and the forward's rows of its newly committed positions, whose hidden states EAGLE-3
-    /// reads) and drafts the next verify tree of each that decodes: chains for the whole
-    /// batch in one `draft_chains`, a tree (batch 1) level by level in its own cache.
-    fn draft(&mut self, reads: &[(usize, Vec<usize>)]) -> Result<(), EngineError> {
+    /// The drafter reads what the forward committed for each of `reads` and drafts the next
+    /// verify tree of each that decodes: chains for the whole batch in one `draft_chains`, a
+    /// tree (batch 1) level by level in its own cache.
+    fn draft(&mut self, mut reads: Vec<Read>) -> Result<(), EngineError> {
         let Some(dr) = self.drafter.as_deref_mut().filter(|_| !reads.is_empty()) else { return Ok(()) };
         let aux = match (dr.wants_aux(), self.target.model.aux()) {
             (true, Some(aux)) => Some(aux),
@@ -637,9 +619,9 @@ impl<B: Backend> Scheduler<B> {
         };
         let shape = self.shape;
         if !shape.is_chain() {
-            for (i, rows) in reads {
-                let s = &mut self.running[*i];
-                let head = dr.extend(&s.tokens, s.committed, aux.map(|tensor| AuxRows { tensor, rows }))?;
+            for r in &reads {
+                let s = &mut self.running[r.seq];
+                let head = dr.extend(&s.tokens, s.committed, aux.map(|tensor| AuxRows { tensor, rows: &r.rows }))?;
                 s.tree = match head {
                     Some(h) if !s.prefilling() => Some(tree::draft(dr, s.tokens[s.committed], s.committed, h, shape)?),
                     _ => None,
@@ -648,28 +630,32 @@ impl<B: Backend> Scheduler<B> {
             return Ok(());
         }
         let length = shape.steps.min(shape.draft_tokens.saturating_sub(1));
-        // A read padded to the verify's rows reaches `committed + tree_rows - 1` at most; the
-        // table holds the verify's slots past the output.
-        let slots: Vec<Vec<usize>> = reads
-            .iter()
-            .map(|(i, _)| {
-                let s = &self.running[*i];
-                s.table.slots(s.committed + self.tree_rows)
-            })
-            .collect();
+        // The forward's slot lists, grown to the positions a read padded to the verify's rows
+        // reaches (`committed + tree_rows - 1`); the table holds the verify's slots past the output.
+        for r in &mut reads {
+            let s = &self.running[r.seq];
+            let first = r.slots.len();
+            r.slots.extend((first..s.committed + self.tree_rows).map(|p| s.table.slot(p)));
+        }
         let seqs: Vec<ChainSeq<'_>> = reads
             .iter()
-            .zip(&slots)
-            .map(|((i, rows), slots)| {
-                let s = &self.running[*i];
-                let aux_rows = if aux.is_some() { &rows[..] } else { &[] };
-                ChainSeq { tokens: &s.tokens, committed: s.committed, read: s.draft_read, aux_rows, slots, draft: !s.prefilling() }
+            .map(|r| {
+                let s = &self.running[r.seq];
+                let aux_rows = if aux.is_some() { &r.rows[..] } else { &[] };
+                ChainSeq {
+                    tokens: &s.tokens,
+                    committed: s.committed,
+                    read: s.draft_read,
+                    aux_rows,
+                    slots: &r.slots,
+                    draft: !s.prefilling(),
+                }
             })
             .collect();
         let chains = dr.draft_chains(&seqs, aux, length)?;
         drop(seqs);
-        for ((i, _), chain) in reads.iter().zip(chains) {
-            let s = &mut self.running[*i];
+        for (r, chain) in reads.iter().zip(chains) {
+            let s = &mut self.running[r.seq];
             s.draft_read = chain.read;
             s.tree = (!chain.tokens.is_empty()).then(|| Tree::chain(s.tokens[s.committed], &chain.tokens));
         }

@@ -78,7 +78,7 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
         }
         self.len = 0;
         if let Some(p) = &size {
-            self.model.set_batch_capacity(p.rows, p.seqs, p.seq_rows, p.positions)?;
+            self.model.set_batch_capacity(p.layout.forward_rows(), p.layout.step_seqs(), p.layout.seq_rows(), p.positions)?;
             self.top = TopK::new(&*b, self.model.capacity().logit_rows, self.topk)?;
         }
         self.pool = size;
