@@ -118,3 +118,26 @@ extern "C" __global__ void store_kv_paged_f32(const float* k_new, const float* v
         put(v_cache + slot * width + c, v_new[r * width + c]);
     }
 }
+
+// The ids chain drafting keeps on the device (src/engine/drafter.rs, ChainTokens).
+// dst[at + i] = map[src[i * stride]] (src[i * stride] when map is NULL) for i < n: the first
+// index of each row of a top-k, as an id of the vocabulary map leads to. `at` comes from
+// `starts` ([at] on the device) when it is not NULL.
+extern "C" __global__ void pick_ids_i32(const int* src, int stride, const int* map, int n, int* dst, int at_arg,
+                                        const int* starts) {
+    pdl_enter();
+    const long long at = starts ? starts[0] : at_arg;
+    GRID_STRIDE(i, n) {
+        const int best = src[i * stride];
+        dst[at + i] = map ? map[best] : best;
+    }
+}
+
+// dst[base + i] = src[from[i]] for i < n where from[i] >= 0; the other entries keep theirs.
+extern "C" __global__ void gather_ids_i32(const int* src, const int* from, int n, int* dst, int base) {
+    pdl_enter();
+    GRID_STRIDE(i, n) {
+        const int f = from[i];
+        if (f >= 0) dst[base + i] = src[f];
+    }
+}

@@ -268,6 +268,39 @@ struct Fp8Experts {
     }
 };
 
+// compressed-tensors pack-quantized INT4 (src/model/quantized.rs, Int4Linear): element c of a
+// row in bits 4c..4c+4 of the row's bytes, as q + 8, one f32 scale per `group` elements of a
+// row; each weight is q * scale rounded to the scales' dtype (`rounding` 0: f32, 1: bf16,
+// 2: f16), as the CPU dequantizes it, so the weights are the CPU's to the bit. The widths are
+// multiples of CHUNK and of the group.
+struct Int4Experts {
+    static constexpr int CHUNK = 16;
+    const unsigned char* w;
+    int width;
+    const float* scales;
+    int group, rounding;
+    __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const {
+        const uint2 u = *reinterpret_cast<const uint2*>(w + row * (width / 2) + d / 2);
+        const float* s = scales + row * (width / group);
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            const unsigned word = i < 8 ? u.x : u.y;
+            const int q = (int)((word >> (4 * (i % 8))) & 0xfu) - 8;
+            const float v = (float)q * s[(d + i) / group];
+            if (rounding == 1) {
+                out[i] = __bfloat162float(__float2bfloat16_rn(v));
+            } else if (rounding == 2) {
+                unsigned short h;
+                asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+                asm("cvt.f32.f16 %0, %1;" : "=f"(out[i]) : "h"(h));
+            } else {
+                out[i] = v;
+            }
+        }
+    }
+    __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
+};
+
 // CHUNK weights against CHUNK activations from a 32-byte-aligned address.
 template <int CHUNK>
 __device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float* x) {
@@ -375,20 +408,24 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     down_rows(act, Bf16Experts{down, inner}, plan, hidden, inner, list, y);
 }
 
-// FP8 experts as the checkpoint holds them, with their block scales.
-extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
-    moe_gate_up_fp8(const float* x, const unsigned char* gate_up, const float* scales, int block_rows, int block_cols,
-                    const int* plan, int per_token, int hidden, int inner, int list, float* act) {
-    pdl_enter();
-    gate_up_rows(x, Fp8Experts{gate_up, hidden, scales, block_rows, block_cols}, plan, per_token, hidden, inner, list, act);
-}
-
-extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
-    moe_down_fp8(const float* act, const unsigned char* down, const float* scales, int block_rows, int block_cols,
-                 const int* plan, int hidden, int inner, int list, float* y) {
-    pdl_enter();
-    down_rows(act, Fp8Experts{down, inner, scales, block_rows, block_cols}, plan, hidden, inner, list, y);
-}
+// The entry points of experts as the checkpoint stores them: FP8 with block scales, INT4 with
+// group scales. W's constructor takes the bytes, the row width, the scales and the format's
+// two numbers (A, B).
+#define MOE_STORED_ENTRIES(FORMAT, W, A, B)                                                                           \
+    extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)                                                   \
+        moe_gate_up_##FORMAT(const float* x, const unsigned char* gate_up, const float* scales, int A, int B,        \
+                             const int* plan, int per_token, int hidden, int inner, int list, float* act) {           \
+        pdl_enter();                                                                                                  \
+        gate_up_rows(x, W{gate_up, hidden, scales, A, B}, plan, per_token, hidden, inner, list, act);                 \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)                                                   \
+        moe_down_##FORMAT(const float* act, const unsigned char* down, const float* scales, int A, int B,            \
+                          const int* plan, int hidden, int inner, int list, float* y) {                               \
+        pdl_enter();                                                                                                  \
+        down_rows(act, W{down, inner, scales, A, B}, plan, hidden, inner, list, y);                                   \
+    }
+MOE_STORED_ENTRIES(fp8, Fp8Experts, block_rows, block_cols)
+MOE_STORED_ENTRIES(int4, Int4Experts, group, rounding)
 
 // out[i] = Σ_j weights[i][j] · y[i * per_token + j] over the slots whose expert this rank
 // holds, in slot order. Grid: rows.

@@ -630,6 +630,21 @@ fn decoding_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Ba
     p.t.softmax_topk(&mut draft.t, 4, k, &mut probs.t, &mut ids.t);
     p.compare("softmax_topk values", &probs, 4, F32_TOL)?;
     p.compare_ids("softmax_topk indices", &ids, 32)?;
+    // Each row's best as an id of another vocabulary, at an offset, then gathered into a
+    // verify's rows (chain drafting keeps its tokens on the device).
+    let reversed: Vec<i32> = (0..vocab as i32).rev().collect();
+    let map = p.ids(&reversed)?;
+    let mut picked = p.ids(&[-1; 12])?;
+    p.r.pick_ids(&ids.r, k, Some(&map.r), 4, &mut picked.r, 5);
+    p.t.pick_ids(&ids.t, k, Some(&map.t), 4, &mut picked.t, 5);
+    p.r.pick_ids(&ids.r, k, None, 3, &mut picked.r, 1);
+    p.t.pick_ids(&ids.t, k, None, 3, &mut picked.t, 1);
+    p.compare_ids("pick_ids", &picked, 12)?;
+    let mut verify = p.ids(&[7; 10])?;
+    let from = [-1, 5, 6, -1, 1, 8, -1, -1, 2, 3];
+    p.r.gather_ids(&picked.r, &from, &mut verify.r);
+    p.t.gather_ids(&picked.t, &from, &mut verify.t);
+    p.compare_ids("gather_ids", &verify, 10)?;
     p.r.softmax(&mut logits.r, 4, 0.7);
     p.t.softmax(&mut logits.t, 4, 0.7);
     p.compare("softmax", &logits, 4, F32_TOL)?;
@@ -746,12 +761,14 @@ mod tests {
             "move_rows in a bf16 KV cache",
             "topk k=20 indices",
             "softmax_topk indices",
+            "pick_ids",
+            "gather_ids",
             "argmax 70 rows",
             "sample",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 134);
+        assert_eq!(checks.len(), 136);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

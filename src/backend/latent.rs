@@ -113,17 +113,26 @@ pub struct Experts<'a, B: Backend + ?Sized> {
     pub first: usize,
     pub count: usize,
     pub inner: usize,
-    /// Set when the two weights hold FP8 e4m3 bytes as the checkpoint does
-    /// (`Backend::keeps_fp8`): their block scales.
-    pub fp8: Option<Fp8Scales<'a, B>>,
+    /// Set when the two weights hold the checkpoint's quantized bytes
+    /// (`Backend::keeps_quantized`): their scales and format.
+    pub quantized: Option<ExpertScales<'a, B>>,
 }
 
-/// The dequantization scales of stacked FP8 experts: one f32 per `block` of each weight,
-/// the grids stacked as the rows are (the widths are multiples of the block).
-pub struct Fp8Scales<'a, B: Backend + ?Sized> {
+/// How stacked experts' bytes hold their values, as the checkpoint stores them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertFormat {
+    /// FP8 e4m3, one f32 scale per `block` (the widths are multiples of the block).
+    Fp8 { block: [usize; 2] },
+    /// compressed-tensors pack-quantized INT4 (`model::quantized::Int4Linear`): two values a
+    /// byte, one scale per `group` of a row, each value rounded to `scale_dtype`.
+    Int4 { group: usize, scale_dtype: safetensors::tensor::Dtype },
+}
+
+/// The dequantization scales of stacked quantized experts, the grids stacked as the rows are.
+pub struct ExpertScales<'a, B: Backend + ?Sized> {
     pub gate_up: &'a B::Tensor,
     pub down: &'a B::Tensor,
-    pub block: [usize; 2],
+    pub format: ExpertFormat,
 }
 
 /// `Backend::moe_experts`' scratch for `rows · per_token` (token, expert) pairs: each pair's

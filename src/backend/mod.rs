@@ -403,9 +403,10 @@ pub trait Backend: Send + Sync + 'static {
         safetensors::tensor::Dtype::F32
     }
 
-    /// Whether `load_weight` keeps an F8_E4M3 view's bytes as they are, for the FP8 form of
-    /// `moe_experts` (`latent::Experts::fp8`); otherwise a loader dequantizes first.
-    fn keeps_fp8(&self) -> bool {
+    /// Whether `load_weight` keeps the bytes of an F8_E4M3 view, or a U8 view of packed INT4,
+    /// as they are, for the quantized forms of `moe_experts` (`latent::Experts::quantized`);
+    /// otherwise a loader dequantizes first.
+    fn keeps_quantized(&self) -> bool {
         false
     }
 
@@ -633,6 +634,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Sample from row `row` of a probability tensor with the `excluded` ids removed and the rest
     /// renormalised, by inverse CDF at `coin` in `[0, 1)`. When nothing is left, sample the row as is.
     fn sample(&self, probs: &Self::Tensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError>;
+    /// `dst[at + i] = map[src[i * stride]]` for `i < n` (`src[i * stride]` itself without a
+    /// `map`): the first index of each row of a top-k, as an id of the vocabulary `map` leads
+    /// to, kept on the device for a later forward to read (chain drafting reads nothing back).
+    fn pick_ids(&self, src: &Self::Ids, stride: usize, map: Option<&Self::Ids>, n: usize, dst: &mut Self::Ids, at: usize);
+    /// `dst[i] = src[from[i]]` for each `i < from.len()` where `from[i] >= 0`; the other
+    /// entries of `dst` keep their values (a verify's draft tokens, from where they were drafted).
+    fn gather_ids(&self, src: &Self::Ids, from: &[i32], dst: &mut Self::Ids);
 
     // ---- fused steps (the defaults run the ops above; a GPU backend fuses them) -----------
 
@@ -742,6 +750,14 @@ pub trait Backend: Send + Sync + 'static {
     /// prefill included. A backend whose matmuls do not depend on the row count anyway (the
     /// CPU reference) has nothing to change.
     fn set_deterministic(&self, _on: bool) {}
+
+    /// A graph step replays the launch shapes it was captured with at every context length.
+    /// A backend that sizes them by the keys a query sees (the CUDA step attention: its
+    /// splits and heads a block) names the class of lengths that share them, and a step's
+    /// graph key carries it, so that a long context replays a graph captured for one.
+    fn context_class(&self, _keys: usize) -> usize {
+        0
+    }
 
     /// Whether `graph_step` records and replays graphs here (the launch then captures its
     /// steps in the graph-capture phases).

@@ -77,8 +77,63 @@ pub struct ChainSeq<'a> {
 pub struct Chain {
     /// Positions the drafter has now read.
     pub read: usize,
-    /// The drafted tokens after the root (empty when it only read).
-    pub tokens: Vec<u32>,
+    /// The drafting row whose tokens after the root `Drafter::chain_tokens` holds (none when
+    /// it only read).
+    pub row: Option<usize>,
+}
+
+/// Chains drafted on the device, as target ids: level `l` of drafting row `r` at
+/// `l * stride + r`. Each level's forward reads the level before where it lies, and the
+/// scheduler's next verify gathers the chains from here (`Backend::gather_ids`), so drafting
+/// reads nothing back: the host launches the verify while the GPU still drafts, and one read
+/// after the verify brings its argmax and the chains it checked.
+pub struct ChainTokens<B: Backend> {
+    pub ids: B::Ids,
+    /// Drafting rows a level holds.
+    pub stride: usize,
+    levels: usize,
+}
+
+impl<B: Backend> ChainTokens<B> {
+    /// Room for the chains of `layout`'s running sequences, each as long as a verify allows.
+    pub fn for_layout(b: &B, layout: &BatchLayout) -> Result<Self, BackendError> {
+        let (stride, levels) = (layout.max_running, layout.tree_rows.max(2) - 1);
+        Ok(ChainTokens { ids: b.ids(stride * levels)?, stride, levels })
+    }
+
+    /// The best of each of the first `rows` rows of `top` as level `level`, and as the ids of
+    /// the next forward (`next`), through the drafter's vocabulary `map`.
+    pub fn pick(
+        &mut self,
+        b: &B,
+        top: &TopK<B>,
+        map: Option<&B::Ids>,
+        rows: usize,
+        level: usize,
+        next: &mut B::Ids,
+    ) -> Result<(), EngineError> {
+        if rows > self.stride || level >= self.levels {
+            return Err(EngineError::Request(format!(
+                "chain level {level} of {rows} sequences: the drafter holds {} levels of {}",
+                self.levels, self.stride
+            )));
+        }
+        b.pick_ids(&top.indices, top.k, map, rows, &mut self.ids, level * self.stride);
+        b.pick_ids(&top.indices, top.k, map, rows, next, 0);
+        Ok(())
+    }
+
+    /// Where level `level` of drafting row `row` lies, for `Backend::gather_ids`.
+    pub fn index(&self, level: usize, row: usize) -> i32 {
+        (level * self.stride + row) as i32
+    }
+
+    /// The `length` tokens of each of the drafting rows `rows`, read back.
+    pub fn read(&self, b: &B, rows: &[usize], length: usize) -> Result<Vec<Vec<u32>>, BackendError> {
+        let Some(&last) = rows.iter().max().filter(|_| length > 0) else { return Ok(vec![Vec::new(); rows.len()]) };
+        let flat = b.read_ids(&self.ids, self.index(length - 1, last) as usize + 1)?;
+        Ok(rows.iter().map(|&r| (0..length).map(|l| flat[self.index(l, r) as usize] as u32).collect()).collect())
+    }
 }
 
 /// The forward that reads what a batch committed: per sequence, the positions `read .. end`
@@ -159,13 +214,13 @@ impl<'a, B: Backend> ExtendBatch<'a, B> {
 }
 
 /// One chain level of the drafting sequences `drafting` of `chains`: row `r` is
-/// `drafting[r]`'s newest token at position `committed + level`, its KV into the last of its
-/// first `committed + level + ahead` slots (`ahead`: how far past `committed` the drafter has
-/// read, 0 for EAGLE-3, 1 for a drafter that reads the root). Padded to `pool`'s captured size
-/// where one holds the level and `graphs` is on; padding rows are token 0 at position 0 over
-/// the first pad slot.
+/// `drafting[r]`'s newest token (on the device, where `ChainTokens::pick` put it) at position
+/// `committed + level`, its KV into the last of its first `committed + level + ahead` slots
+/// (`ahead`: how far past `committed` the drafter has read, 0 for EAGLE-3, 1 for a drafter
+/// that reads the root). Padded to `pool`'s captured size where one holds the level and
+/// `graphs` is on; padding rows are at position 0 over the first pad slot, with whatever
+/// token an earlier forward left in their row (any id will do: nothing reads their output).
 pub(crate) struct LevelBatch<'a, B: Backend> {
-    pub ids: Vec<u32>,
     pub positions: Vec<usize>,
     pub seqs: Vec<BatchSeq<'a, B>>,
     /// The padded size, when the level runs as a graph step.
@@ -173,30 +228,23 @@ pub(crate) struct LevelBatch<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> LevelBatch<'a, B> {
-    pub fn new(
-        chains: &'a [ChainSeq<'a>],
-        drafting: &[usize],
-        (level, ahead): (usize, usize),
-        newest: &[u32],
-        pool: &'a PoolSize,
-        graphs: bool,
-    ) -> Self {
+    pub fn new(chains: &'a [ChainSeq<'a>], drafting: &[usize], (level, ahead): (usize, usize), pool: &'a PoolSize, graphs: bool) -> Self {
         let graph = pool.layout.padded(drafting.len()).filter(|_| graphs);
         let rows = graph.unwrap_or(drafting.len());
-        let mut out = LevelBatch { ids: newest.to_vec(), positions: Vec::with_capacity(rows), seqs: Vec::with_capacity(rows), graph };
+        let mut out = LevelBatch { positions: Vec::with_capacity(rows), seqs: Vec::with_capacity(rows), graph };
         for (row, &i) in drafting.iter().enumerate() {
             let c = &chains[i];
             out.positions.push(c.committed + level);
             out.seqs
                 .push(BatchSeq { seq: PagedSeq { row, queries: 1, slots: &c.slots[..c.committed + level + ahead] }, mask: Mask::Causal });
         }
-        pad_inputs(rows - drafting.len(), 1, &mut out.ids, &mut out.positions);
+        pad_inputs(rows - drafting.len(), 1, &mut Vec::new(), &mut out.positions);
         out.seqs.extend(padding_seqs(&pool.pad_slots, drafting.len(), rows - drafting.len(), 1));
         out
     }
 
     pub fn rows(&self) -> usize {
-        self.ids.len()
+        self.positions.len()
     }
 
     /// The graph key of this level by drafter `kind`, when it runs as a graph step.
@@ -213,10 +261,12 @@ pub(crate) trait ChainForwards<B: Backend> {
     /// One forward reading `ext` into the pool, with the top-k of the drafting sequences'
     /// last rows (`ext.last_rows`) enqueued.
     fn read(&mut self, ext: &ExtendBatch<'_, B>, aux: Option<&B::Tensor>) -> Result<(), EngineError>;
-    /// One chain level's forward, with the top-k of its rows enqueued.
+    /// One chain level's forward over the ids the last `pick` left, with the top-k of its
+    /// rows enqueued.
     fn level(&mut self, level: &LevelBatch<'_, B>) -> Result<(), EngineError>;
-    /// The best candidate of each of the first `rows` rows of the last top-k.
-    fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError>;
+    /// The best candidate of each of the first `rows` rows of the last top-k, as chain level
+    /// `level` (`ChainTokens::pick`) and as the ids of the next level.
+    fn pick(&mut self, rows: usize, level: usize) -> Result<(), EngineError>;
 }
 
 /// `Drafter::draft_chains` over a drafter's forwards: one forward reads what every sequence
@@ -232,7 +282,7 @@ pub(crate) fn draft_chains<B: Backend, D: ChainForwards<B>>(
     let end = |c: &ChainSeq<'_>| c.committed + D::AHEAD;
     let ext = ExtendBatch::new(seqs, end, 1 - D::AHEAD, pool, graphs);
     // Every sequence read as far as `end`; the drafting ones get their tokens below.
-    let mut chains: Vec<Chain> = seqs.iter().map(|c| Chain { read: end(c).max(c.read), tokens: Vec::new() }).collect();
+    let mut chains: Vec<Chain> = seqs.iter().map(|c| Chain { read: end(c).max(c.read), row: None }).collect();
     if ext.rows() == 0 {
         return Ok(chains);
     }
@@ -240,16 +290,14 @@ pub(crate) fn draft_chains<B: Backend, D: ChainForwards<B>>(
     if ext.drafting.is_empty() || length == 0 {
         return Ok(chains);
     }
-    let mut newest = drafter.firsts(ext.drafting.len())?;
-    for level in 1..=length {
-        for (&i, &token) in ext.drafting.iter().zip(&newest) {
-            chains[i].tokens.push(token);
-        }
-        if level == length {
-            break;
-        }
-        drafter.level(&LevelBatch::new(seqs, &ext.drafting, (level, D::AHEAD), &newest, pool, graphs))?;
-        newest = drafter.firsts(ext.drafting.len())?;
+    let rows = ext.drafting.len();
+    drafter.pick(rows, 0)?;
+    for level in 1..length {
+        drafter.level(&LevelBatch::new(seqs, &ext.drafting, (level, D::AHEAD), pool, graphs))?;
+        drafter.pick(rows, level)?;
+    }
+    for (row, &i) in ext.drafting.iter().enumerate() {
+        chains[i].row = Some(row);
     }
     Ok(chains)
 }
@@ -266,9 +314,11 @@ pub trait Drafter<B: Backend>: Send {
     fn set_pool(&mut self, size: Option<PoolSize>) -> Result<(), EngineError>;
     /// Read what a step committed for each of `seqs` (EAGLE-3 from the target's captured
     /// hidden states `aux`), in one forward over the pool, then draft `length` tokens after
-    /// the root of each that decodes, one forward a level for them all. One `Chain` a
-    /// sequence, in order.
+    /// the root of each that decodes, one forward a level for them all, its tokens left on
+    /// the device (`chain_tokens`). One `Chain` a sequence, in order.
     fn draft_chains(&mut self, seqs: &[ChainSeq<'_>], aux: Option<&B::Tensor>, length: usize) -> Result<Vec<Chain>, EngineError>;
+    /// Where the last `draft_chains` left its chains (none without a pool).
+    fn chain_tokens(&self) -> Option<&ChainTokens<B>>;
     /// Whether `extend` needs the target's captured hidden states.
     fn wants_aux(&self) -> bool;
     /// Draft steps of up to this many rows run as CUDA-graph steps (0: none).
@@ -292,6 +342,11 @@ pub trait Drafter<B: Backend>: Send {
         region: usize,
         mask: &[i32],
     ) -> Result<Vec<Vec<Candidate>>, EngineError>;
+}
+
+/// The error of a chain call on a drafter that keeps no pool.
+pub(crate) fn no_pool() -> EngineError {
+    EngineError::Request("the drafter keeps no pool (set_pool)".into())
 }
 
 /// An error when a drafter's cache is gone (its reallocation failed), before an op indexes it.
@@ -318,13 +373,6 @@ impl<B: Backend> TopK<B> {
     /// logits may be overwritten. Ops only, so it can close a graph step.
     pub fn enqueue(&mut self, b: &B, logits: &mut B::Tensor, rows: usize) {
         b.softmax_topk(logits, rows, self.k, &mut self.values, &mut self.indices);
-    }
-
-    /// The best of each row `enqueue` ranked, as a target id: the indices alone, one read
-    /// back (a chain level needs no probabilities).
-    pub fn firsts(&self, b: &B, rows: usize, to_target: impl Fn(usize) -> u32) -> Result<Vec<u32>, BackendError> {
-        let i = b.read_ids(&self.indices, rows * self.k)?;
-        Ok(i.chunks(self.k).map(|r| to_target(r[0] as usize)).collect())
     }
 
     /// What `enqueue` found, each index mapped to a target id.

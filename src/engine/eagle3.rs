@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use crate::backend::{AttnGeometry, AttnWindow, Backend, BackendError, Mask, PagedBatch, PagedScratch, RopeTable, Shard};
 use crate::engine::drafter::{
-    self, check_kv, draft_step_key, graph_or_eager, step_as, AuxRows, Candidate, Chain, ChainForwards, ChainSeq, Drafter, ExtendBatch,
-    LevelBatch, PoolSize, TargetHead, TopK,
+    self, check_kv, draft_step_key, graph_or_eager, no_pool, step_as, AuxRows, Candidate, Chain, ChainForwards, ChainSeq, ChainTokens,
+    Drafter, ExtendBatch, LevelBatch, PoolSize, TargetHead, TopK,
 };
 use crate::engine::kv::KvCache;
 use crate::engine::llama::{
@@ -217,6 +217,8 @@ pub struct Eagle3Drafter<B: Backend> {
     norm: B::Weight,
     /// Draft id → target id (identity when the draft vocabulary is the target's).
     hot: Vec<u32>,
+    /// The same map on the device, for chain levels picked there.
+    hot_ids: B::Ids,
     rope: RopeTable<B>,
     inputs: StepInputs<B>,
     scratch: LayerScratch<B>,
@@ -228,6 +230,8 @@ pub struct Eagle3Drafter<B: Backend> {
     own_slots: usize,
     /// The batch's pool, while the drafter keeps one (`set_pool`).
     pool: Option<PoolSize>,
+    /// The chains drafted over the pool.
+    chain: Option<ChainTokens<B>>,
     top: TopK<B>,
     topk: usize,
     capacity: Capacity,
@@ -301,6 +305,8 @@ impl<B: Backend> Eagle3Drafter<B> {
         let weight_bytes = own + layer_bytes(b, &layer) + b.weight_bytes(&lm_head);
         let shape = c.layer_shape().for_rank(b.tp_world())?;
         let buf = Buffers::new(b, c, cap.rows, cap.logit_rows, vd)?;
+        let mut hot_ids = b.ids(vd)?;
+        b.write_ids(&mut hot_ids, &hot.iter().map(|&t| t as i32).collect::<Vec<_>>());
         Ok(Eagle3Drafter {
             rope: c.rope.table(b, cap.positions)?,
             inputs: StepInputs::new(b, cap.rows)?,
@@ -320,12 +326,14 @@ impl<B: Backend> Eagle3Drafter<B> {
             layer,
             norm,
             hot,
+            hot_ids,
             buf,
             mask: b.ids(cap.logit_rows * cap.rows)?,
             top: TopK::new(b, cap.logit_rows, topk)?,
             topk,
             own_slots: kv_slots,
             pool: None,
+            chain: None,
             capacity: cap,
             len: 0,
             graph_rows: 0,
@@ -448,7 +456,7 @@ impl<B: Backend> ChainForwards<B> for Eagle3Drafter<B> {
     fn level(&mut self, level: &LevelBatch<'_, B>) -> Result<(), EngineError> {
         let b = self.backend.clone();
         let rows = level.rows();
-        self.inputs.set(&*b, &level.ids, &level.positions);
+        self.inputs.set_positions(&*b, &level.positions);
         let batch = PagedBatch::new(&level.seqs, rows);
         b.prepare_paged_batch(&batch);
         step_as(&*b, level.graph_key("eagle3").as_deref(), &mut || {
@@ -458,9 +466,9 @@ impl<B: Backend> ChainForwards<B> for Eagle3Drafter<B> {
         Ok(())
     }
 
-    fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError> {
-        let hot = &self.hot;
-        Ok(self.top.firsts(&*self.backend, rows, |d| hot[d])?)
+    fn pick(&mut self, rows: usize, level: usize) -> Result<(), EngineError> {
+        let chain = self.chain.as_mut().ok_or_else(no_pool)?;
+        chain.pick(&*self.backend, &self.top, Some(&self.hot_ids), rows, level, &mut self.inputs.ids)
     }
 }
 
@@ -489,6 +497,7 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
         }
         self.len = 0;
         self.scratch.paged = None;
+        self.chain = size.as_ref().map(|p| ChainTokens::for_layout(&*b, &p.layout)).transpose()?;
         if let Some(p) = &size {
             self.ensure_capacity(p.layout.forward_rows(), p.layout.step_seqs())?;
             self.ensure_positions(p.positions)?;
@@ -500,11 +509,15 @@ impl<B: Backend> Drafter<B> for Eagle3Drafter<B> {
 
     fn draft_chains(&mut self, seqs: &[ChainSeq<'_>], aux: Option<&B::Tensor>, length: usize) -> Result<Vec<Chain>, EngineError> {
         check_kv(&self.kv)?;
-        let pool = self.pool.take().ok_or_else(|| EngineError::Request("the drafter keeps no pool (set_pool)".into()))?;
+        let pool = self.pool.take().ok_or_else(no_pool)?;
         let graphs = self.graph_rows > 0;
         let drafted = drafter::draft_chains(self, &pool, graphs, seqs, aux, length);
         self.pool = Some(pool);
         drafted
+    }
+
+    fn chain_tokens(&self) -> Option<&ChainTokens<B>> {
+        self.chain.as_ref()
     }
 
     fn wants_aux(&self) -> bool {

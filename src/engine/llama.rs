@@ -440,8 +440,13 @@ impl<B: Backend> StepInputs<B> {
 
     pub fn set(&mut self, b: &B, ids: &[u32], positions: &[usize]) {
         let ids: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
-        let pos: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
         b.write_ids(&mut self.ids, &ids);
+        self.set_positions(b, positions);
+    }
+
+    /// The positions alone, where the ids are already on the device.
+    pub fn set_positions(&mut self, b: &B, positions: &[usize]) {
+        let pos: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
         b.write_ids(&mut self.positions, &pos);
     }
 }

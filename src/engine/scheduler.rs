@@ -172,6 +172,10 @@ struct Seq {
     draft_read: usize,
     /// The verify tree of the next step, drafted after the last one.
     tree: Option<Tree>,
+    /// Where the drafter holds `tree`'s drafts on the device (`ChainTokens`): its drafting
+    /// row of the last `draft_chains`. The tree has placeholders for them until the verify
+    /// that gathers them there reads them back.
+    chain_row: Option<usize>,
 }
 
 impl Seq {
@@ -269,9 +273,10 @@ fn pad_table(pool: &mut BlockPool, layout: &BatchLayout) -> BlockTable {
     pad
 }
 
-/// The graph key of a step of `seqs` sequences (padded) of `rows` rows each.
-fn step_key(seqs: usize, rows: usize) -> String {
-    format!("scheduler-step/{seqs}x{rows}")
+/// The graph key of a step of `seqs` sequences (padded) of `rows` rows each, whose longest
+/// context is of the backend's `context_class`.
+fn step_key(seqs: usize, rows: usize, class: usize) -> String {
+    format!("scheduler-step/{seqs}x{rows}/{class}")
 }
 
 /// One forward of a step's batch and the argmax of its logit rows, as the graph step
@@ -310,14 +315,15 @@ pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, s
         pad_inputs(seqs, rows, &mut ids, &mut positions);
         target.model.inputs().set(&*b, &ids, &positions);
         let pad_slots = pad.slots(rows);
+        let class = b.context_class(rows);
         let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&pad_slots, 0, seqs, rows).collect();
         let logit_rows: Vec<usize> = (0..ids.len()).collect();
         let paged = PagedBatch::new(&batch, ids.len());
         b.prepare_paged_batch(&paged);
         // The first run records the step, the second captures it.
         for _ in 0..2 {
-            captured =
-                captured.and_then(|_| forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows))));
+            captured = captured
+                .and_then(|_| forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows, class))));
         }
         captured = captured.and_then(|_| b.read_ids(&buffers.argmax, 1).map(drop).map_err(EngineError::from));
     }
@@ -408,7 +414,7 @@ impl<B: Backend> Scheduler<B> {
         }
         let b = self.target.model.backend().clone();
         let start = Instant::now();
-        let parts = self.plan();
+        let mut parts = self.plan();
         let rows: usize = parts.iter().map(|p| p.rows).sum();
         let (mut ids, mut positions, mut slots) = (Vec::with_capacity(rows), Vec::with_capacity(rows), Vec::with_capacity(parts.len()));
         for p in &parts {
@@ -431,6 +437,19 @@ impl<B: Backend> Scheduler<B> {
         pad_inputs(padding, pad_rows, &mut ids, &mut positions);
         let pad_slots = self.pad.slots(pad_rows);
         self.target.model.inputs().set(&*b, &ids, &positions);
+        let chains = self.drafter.as_deref().and_then(|d| d.chain_tokens());
+        // Rows of drafts still on the device (part, drafting row), gathered into the ids there.
+        let drafted: Vec<(usize, usize)> =
+            parts.iter().enumerate().filter_map(|(i, p)| self.running[p.seq].chain_row.map(|row| (i, row))).collect();
+        if let Some(c) = chains.filter(|_| !drafted.is_empty()) {
+            let mut from = Vec::new();
+            for &(i, row) in &drafted {
+                let p = &parts[i];
+                from.resize(p.row + p.rows, -1);
+                (1..p.rows).for_each(|l| from[p.row + l] = c.index(l - 1, row));
+            }
+            b.gather_ids(&c.ids, &from, &mut self.target.model.inputs().ids);
+        }
         for (p, mask) in parts.iter().zip(self.buffers.masks.iter_mut()) {
             if let Some(t) = p.tree.as_ref().filter(|t| !t.is_chain()) {
                 b.write_ids(mask, &t.mask());
@@ -457,13 +476,24 @@ impl<B: Backend> Scheduler<B> {
         // positions were written above, the argmax reads its logits on the device).
         b.prepare_paged_batch(&paged);
         let scheduled = Instant::now();
-        let key = graph.map(|(seqs, rows)| step_key(seqs, rows));
+        let longest = parts.iter().map(|p| self.running[p.seq].committed + p.rows).max().unwrap_or(0);
+        let key = graph.map(|(seqs, rows)| step_key(seqs, rows, b.context_class(longest)));
         forward_and_argmax(&mut self.target, &mut self.buffers.argmax, &paged, &logit_rows, key.as_deref())?;
         drop(paged);
         drop(batch);
         let launched = Instant::now();
         let argmax =
             if read_rows == 0 { Vec::new() } else { b.read_ids(&self.buffers.argmax, read_rows)?.into_iter().map(|t| t as u32).collect() };
+        if let Some(c) = chains.filter(|_| !drafted.is_empty()) {
+            let rows: Vec<usize> = drafted.iter().map(|&(_, row)| row).collect();
+            let length = drafted.iter().map(|&(i, _)| parts[i].rows - 1).max().unwrap_or(0);
+            for (&(i, _), tokens) in drafted.iter().zip(c.read(&*b, &rows, length)?) {
+                let p = &mut parts[i];
+                self.running[p.seq].chain_row = None;
+                let tree = p.tree.as_mut().expect("a drafted part verifies a tree");
+                tree.tokens[1..].copy_from_slice(&tokens[..p.rows - 1]);
+            }
+        }
         let read = Instant::now();
         let mut updates = Vec::with_capacity(parts.len());
         let mut reads = Vec::with_capacity(parts.len());
@@ -654,10 +684,13 @@ impl<B: Backend> Scheduler<B> {
             .collect();
         let chains = dr.draft_chains(&seqs, aux, length)?;
         drop(seqs);
+        // The drafts stay on the device until the verify reads them back (`chain_row`).
+        let placeholders = vec![0; length];
         for (r, chain) in reads.iter().zip(chains) {
             let s = &mut self.running[r.seq];
             s.draft_read = chain.read;
-            s.tree = (!chain.tokens.is_empty()).then(|| Tree::chain(s.tokens[s.committed], &chain.tokens));
+            s.chain_row = chain.row;
+            s.tree = chain.row.map(|_| Tree::chain(s.tokens[s.committed], &placeholders));
         }
         Ok(())
     }
@@ -748,6 +781,7 @@ impl<B: Backend> Batch for Scheduler<B> {
             rng: ChaCha8Rng::seed_from_u64(seed),
             draft_read: 0,
             tree: None,
+            chain_row: None,
         });
         Ok(id)
     }

@@ -3,8 +3,8 @@
 
 use crate::backend::{AttnWindow, Backend, Mask, PagedBatch};
 use crate::engine::drafter::{
-    self, check_kv, draft_step_key, graph_or_eager, step_as, AuxRows, Candidate, Chain, ChainForwards, ChainSeq, Drafter, ExtendBatch,
-    LevelBatch, PoolSize, TopK,
+    self, check_kv, draft_step_key, graph_or_eager, no_pool, step_as, AuxRows, Candidate, Chain, ChainForwards, ChainSeq, ChainTokens,
+    Drafter, ExtendBatch, LevelBatch, PoolSize, TopK,
 };
 use crate::engine::kv::KvCache;
 use crate::engine::llama::Logits;
@@ -18,6 +18,8 @@ pub struct StandaloneDrafter<B: Backend> {
     own_slots: usize,
     /// The batch's pool, while the drafter keeps one (`set_pool`).
     pool: Option<PoolSize>,
+    /// The chains drafted over the pool.
+    chain: Option<ChainTokens<B>>,
     top: TopK<B>,
     topk: usize,
     mask: B::Ids,
@@ -43,6 +45,7 @@ impl<B: Backend> StandaloneDrafter<B> {
             topk,
             own_slots: kv_slots,
             pool: None,
+            chain: None,
             mask: b.ids(cap.logit_rows * cap.rows)?,
             len: 0,
             graph_rows: 0,
@@ -77,6 +80,7 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
             self.kv.replace(|| model.new_kv(slots))?;
         }
         self.len = 0;
+        self.chain = size.as_ref().map(|p| ChainTokens::for_layout(&*b, &p.layout)).transpose()?;
         if let Some(p) = &size {
             self.model.set_batch_capacity(p.layout.forward_rows(), p.layout.step_seqs(), p.layout.seq_rows(), p.positions)?;
             self.top = TopK::new(&*b, self.model.capacity().logit_rows, self.topk)?;
@@ -87,11 +91,15 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
 
     fn draft_chains(&mut self, seqs: &[ChainSeq<'_>], aux: Option<&B::Tensor>, length: usize) -> Result<Vec<Chain>, EngineError> {
         check_kv(&self.kv)?;
-        let pool = self.pool.take().ok_or_else(|| EngineError::Request("the drafter keeps no pool (set_pool)".into()))?;
+        let pool = self.pool.take().ok_or_else(no_pool)?;
         let graphs = self.graph_rows > 0 && self.model.graphs_capture();
         let drafted = drafter::draft_chains(self, &pool, graphs, seqs, aux, length);
         self.pool = Some(pool);
         drafted
+    }
+
+    fn chain_tokens(&self) -> Option<&ChainTokens<B>> {
+        self.chain.as_ref()
     }
 
     fn wants_aux(&self) -> bool {
@@ -181,17 +189,21 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
 }
 
 impl<B: Backend> StandaloneDrafter<B> {
-    /// One forward of `batch` over the pool with `inputs` (ids, positions), the top-k of
-    /// `logit_rows` enqueued, as the graph step `key` where there is one.
+    /// One forward of `batch` over the pool with `inputs` (ids, where the device does not
+    /// hold them already, and positions), the top-k of `logit_rows` enqueued, as the graph
+    /// step `key` where there is one.
     fn forward_pooled(
         &mut self,
         batch: &PagedBatch<'_, B>,
-        (ids, positions): (&[u32], &[usize]),
+        (ids, positions): (Option<&[u32]>, &[usize]),
         logit_rows: &[usize],
         key: Option<&str>,
     ) -> Result<(), EngineError> {
         let b = self.model.backend().clone();
-        self.model.inputs().set(&*b, ids, positions);
+        match ids {
+            Some(ids) => self.model.inputs().set(&*b, ids, positions),
+            None => self.model.inputs().set_positions(&*b, positions),
+        }
         b.prepare_paged_batch(batch);
         let (model, kv, top) = (&mut self.model, &mut self.kv, &mut self.top);
         let mut forward = Ok(());
@@ -212,16 +224,18 @@ impl<B: Backend> ChainForwards<B> for StandaloneDrafter<B> {
 
     fn read(&mut self, ext: &ExtendBatch<'_, B>, _aux: Option<&B::Tensor>) -> Result<(), EngineError> {
         let batch = PagedBatch::new(&ext.seqs, ext.rows());
-        self.forward_pooled(&batch, (&ext.ids, &ext.positions), &ext.last_rows, ext.graph_key("standalone").as_deref())
+        self.forward_pooled(&batch, (Some(&ext.ids), &ext.positions), &ext.last_rows, ext.graph_key("standalone").as_deref())
     }
 
     fn level(&mut self, level: &LevelBatch<'_, B>) -> Result<(), EngineError> {
         let batch = PagedBatch::new(&level.seqs, level.rows());
         let rows: Vec<usize> = (0..level.rows()).collect();
-        self.forward_pooled(&batch, (&level.ids, &level.positions), &rows, level.graph_key("standalone").as_deref())
+        self.forward_pooled(&batch, (None, &level.positions), &rows, level.graph_key("standalone").as_deref())
     }
 
-    fn firsts(&self, rows: usize) -> Result<Vec<u32>, EngineError> {
-        Ok(self.top.firsts(self.model.backend().as_ref(), rows, |d| d as u32)?)
+    fn pick(&mut self, rows: usize, level: usize) -> Result<(), EngineError> {
+        let b = self.model.backend().clone();
+        let chain = self.chain.as_mut().ok_or_else(no_pool)?;
+        chain.pick(&*b, &self.top, None, rows, level, &mut self.model.inputs().ids)
     }
 }

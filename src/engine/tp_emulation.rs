@@ -206,6 +206,12 @@ impl Backend for RankCpu {
     fn topk(&self, x: &CpuTensor, n: usize, k: usize, values: &mut CpuTensor, indices: &mut CpuIds) {
         CpuBackend.topk(x, n, k, values, indices)
     }
+    fn pick_ids(&self, src: &CpuIds, stride: usize, map: Option<&CpuIds>, n: usize, dst: &mut CpuIds, at: usize) {
+        CpuBackend.pick_ids(src, stride, map, n, dst, at)
+    }
+    fn gather_ids(&self, src: &CpuIds, from: &[i32], dst: &mut CpuIds) {
+        CpuBackend.gather_ids(src, from, dst)
+    }
     fn sample(&self, probs: &CpuTensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError> {
         CpuBackend.sample(probs, row, excluded, coin)
     }

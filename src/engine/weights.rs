@@ -2,7 +2,7 @@
 
 use crate::backend::{Backend, BackendError, Shard};
 use crate::model::checkpoint::{Checkpoint, CheckpointError};
-use crate::model::quantized::{Fp8Linear, WeightFormats};
+use crate::model::quantized::{Fp8Linear, Int4Linear, WeightFormats};
 
 /// Bytes of one checkpoint file read so far.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,9 +93,25 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// A linear layer's `[rows, cols]` weight as its FP8 bytes and block scales, when the
     /// checkpoint stores it so (`None` otherwise: read it with `host_linear`).
     pub fn host_fp8(&mut self, name: &str, rows: usize, cols: usize, formats: &WeightFormats) -> Result<Option<Fp8Linear>, BackendError> {
+        self.host_as_stored(name, |ck, base| ck.linear_fp8(base, rows, cols, formats))
+    }
+
+    /// A linear layer's `[rows, cols]` weight as its packed INT4 values and group scales, when
+    /// the checkpoint stores it so (`None` otherwise: read it with `host_linear`).
+    pub fn host_int4(&mut self, name: &str, rows: usize, cols: usize, formats: &WeightFormats) -> Result<Option<Int4Linear>, BackendError> {
+        self.host_as_stored(name, |ck, base| ck.linear_int4(base, rows, cols, formats))
+    }
+
+    /// What `read` finds of the linear layer `name` (its `.weight` suffix dropped), its
+    /// tensors counted as read.
+    fn host_as_stored<T>(
+        &mut self,
+        name: &str,
+        read: impl FnOnce(&Checkpoint, &str) -> Result<Option<(T, Vec<String>)>, CheckpointError>,
+    ) -> Result<Option<T>, BackendError> {
         let base = name.strip_suffix(".weight").unwrap_or(name);
-        let Some((w, read)) = self.ck.linear_fp8(base, rows, cols, formats)? else { return Ok(None) };
-        for tensor in &read {
+        let Some((w, tensors)) = read(self.ck, base)? else { return Ok(None) };
+        for tensor in &tensors {
             self.advance(tensor);
         }
         Ok(Some(w))

@@ -113,11 +113,8 @@ impl Checkpoint {
     /// `weight_shape`. Also returns the tensors it read.
     pub fn linear_f32(&self, base: &str, rows: usize, cols: usize, f: &WeightFormats) -> Result<(Vec<f32>, Vec<String>), CheckpointError> {
         let weight = format!("{base}.weight");
-        let packed = format!("{base}.weight_packed");
-        if !self.contains(&weight) && self.contains(&packed) {
-            let (scale, shape) = (format!("{base}.weight_scale"), format!("{base}.weight_shape"));
-            let w = int4_packed(&self.view(&packed)?, &self.view(&scale)?, &self.view(&shape)?, [rows, cols], f.int4_group)?;
-            return Ok((w, vec![packed, scale, shape]));
+        if let Some((w, read)) = self.linear_int4(base, rows, cols, f)? {
+            return Ok((w.dequantized(), read));
         }
         let view = self.view(&weight)?;
         view.expect_shape(&[rows, cols])?;
@@ -203,43 +200,76 @@ fn fp8_blocks(
     Ok(out)
 }
 
-/// compressed-tensors' pack-quantized layout: element `c` of a row sits in bits `4c..4c+4` of
-/// the row's little-endian int32 words (so the low nibble of byte `c / 2` for even `c`), as
-/// `q + 8`; its value is `q · weight_scale[row, c / group]`, in the scale's dtype as
-/// compressed-tensors' own dequantizer gives it back.
-fn int4_packed(
-    packed: &TensorView<'_>,
-    scale: &TensorView<'_>,
-    shape: &TensorView<'_>,
-    [rows, cols]: [usize; 2],
-    group: usize,
-) -> Result<Vec<f32>, CheckpointError> {
-    let declared = shape.to_i64()?;
-    if declared != [rows as i64, cols as i64] {
-        return Err(bad_values(shape, format!("holds {declared:?}, but the config makes the weight [{rows}, {cols}]")));
-    }
-    if packed.dtype != Dtype::I32 {
-        return Err(packed.wrong_dtype("I32 (compressed-tensors packs eight 4-bit values per int32)"));
-    }
-    let words = (cols * 4).div_ceil(32);
-    packed.expect_shape(&[rows, words])?;
-    let groups = cols.div_ceil(group);
-    scale.expect_shape(&[rows, groups])?;
-    let scales = scale.to_f32()?;
-    let in_scale_dtype: fn(f32) -> f32 = match scale.dtype {
-        Dtype::BF16 => |x| half::bf16::from_f32(x).to_f32(),
-        Dtype::F16 => |x| half::f16::from_f32(x).to_f32(),
-        _ => |x| x,
-    };
-    let mut out = Vec::with_capacity(rows * cols);
-    for (row, row_scales) in packed.data.chunks_exact(words * 4).zip(scales.chunks_exact(groups)) {
-        for c in 0..cols {
-            let byte = row[c / 2];
-            let nibble = if c % 2 == 0 { byte & 0xf } else { byte >> 4 };
-            out.push(in_scale_dtype((nibble as i32 - INT4_OFFSET) as f32 * row_scales[c / group]));
+/// An INT4 linear layer as compressed-tensors' pack-quantized files hold it: element `c` of a
+/// row sits in bits `4c..4c+4` of the row's little-endian int32 words (so the low nibble of
+/// byte `c / 2` for even `c`), as `q + 8`; its value is `q · scales[row, c / group]`, rounded
+/// to the scales' dtype as compressed-tensors' own dequantizer gives it back.
+pub struct Int4Linear {
+    /// `[rows, words · 4]` bytes, the file's.
+    pub packed: Vec<u8>,
+    /// `[rows, ceil(cols / group)]`, exact in f32.
+    pub scales: Vec<f32>,
+    pub group: usize,
+    pub scale_dtype: Dtype,
+    pub shape: [usize; 2],
+}
+
+impl Int4Linear {
+    /// The `[rows, cols]` values in f32.
+    pub fn dequantized(&self) -> Vec<f32> {
+        let [rows, cols] = self.shape;
+        let (words, groups) = ((cols * 4).div_ceil(32), cols.div_ceil(self.group));
+        let in_scale_dtype: fn(f32) -> f32 = match self.scale_dtype {
+            Dtype::BF16 => |x| half::bf16::from_f32(x).to_f32(),
+            Dtype::F16 => |x| half::f16::from_f32(x).to_f32(),
+            _ => |x| x,
+        };
+        let mut out = Vec::with_capacity(rows * cols);
+        for (row, row_scales) in self.packed.chunks_exact(words * 4).zip(self.scales.chunks_exact(groups)) {
+            for c in 0..cols {
+                let byte = row[c / 2];
+                let nibble = if c % 2 == 0 { byte & 0xf } else { byte >> 4 };
+                out.push(in_scale_dtype((nibble as i32 - INT4_OFFSET) as f32 * row_scales[c / self.group]));
+            }
         }
+        out
     }
-    Ok(out)
+}
+
+impl Checkpoint {
+    /// The `[rows, cols]` weight of the linear layer `base` as pack-quantized INT4, as its
+    /// file holds it, when it is stored so (`None` otherwise), with the tensors it read.
+    pub fn linear_int4(
+        &self,
+        base: &str,
+        rows: usize,
+        cols: usize,
+        f: &WeightFormats,
+    ) -> Result<Option<(Int4Linear, Vec<String>)>, CheckpointError> {
+        let (weight, packed) = (format!("{base}.weight"), format!("{base}.weight_packed"));
+        if self.contains(&weight) || !self.contains(&packed) {
+            return Ok(None);
+        }
+        let (scale, shape) = (format!("{base}.weight_scale"), format!("{base}.weight_shape"));
+        let (packed_view, scale_view, shape_view) = (self.view(&packed)?, self.view(&scale)?, self.view(&shape)?);
+        let declared = shape_view.to_i64()?;
+        if declared != [rows as i64, cols as i64] {
+            return Err(bad_values(&shape_view, format!("holds {declared:?}, but the config makes the weight [{rows}, {cols}]")));
+        }
+        if packed_view.dtype != Dtype::I32 {
+            return Err(packed_view.wrong_dtype("I32 (compressed-tensors packs eight 4-bit values per int32)"));
+        }
+        packed_view.expect_shape(&[rows, (cols * 4).div_ceil(32)])?;
+        scale_view.expect_shape(&[rows, cols.div_ceil(f.int4_group)])?;
+        let w = Int4Linear {
+            packed: packed_view.data.to_vec(),
+            scales: scale_view.to_f32()?,
+            group: f.int4_group,
+            scale_dtype: scale_view.dtype,
+            shape: [rows, cols],
+        };
+        Ok(Some((w, vec![packed, scale, shape])))
+    }
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ pub(crate) fn moe_experts<B: Backend<Tensor = CpuTensor, Weight = CpuWeight, Ids
     n: usize,
     out: &mut CpuTensor,
 ) {
-    assert!(w.fp8.is_none(), "FP8 experts on a backend that dequantizes at load");
+    assert!(w.quantized.is_none(), "quantized experts on a backend that dequantizes at load");
     let (hidden, inner) = (x.cols, w.inner);
     for i in 0..n {
         let xi = &x.data[i * hidden..][..hidden];

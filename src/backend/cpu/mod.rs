@@ -342,6 +342,19 @@ impl Backend for CpuBackend {
         }
     }
 
+    fn pick_ids(&self, src: &CpuIds, stride: usize, map: Option<&CpuIds>, n: usize, dst: &mut CpuIds, at: usize) {
+        for (i, d) in dst.data[at..at + n].iter_mut().enumerate() {
+            let best = src.data[i * stride];
+            *d = map.map_or(best, |m| m.data[best as usize]);
+        }
+    }
+
+    fn gather_ids(&self, src: &CpuIds, from: &[i32], dst: &mut CpuIds) {
+        for (d, &f) in dst.data.iter_mut().zip(from).filter(|(_, &f)| f >= 0) {
+            *d = src.data[f as usize];
+        }
+    }
+
     fn sample(&self, probs: &CpuTensor, row: usize, excluded: &[u32], coin: f32) -> Result<u32, BackendError> {
         let p = probs.row(row);
         let kept = |j: usize| !excluded.contains(&(j as u32));

@@ -138,8 +138,9 @@ pub struct CudaWeight {
     /// Columns of the unsharded tensor (a row-parallel shard keeps 1 / world of them):
     /// the skinny matmuls cut K by it.
     k_full: usize,
-    /// The buffer holds FP8 e4m3 bytes, two to a slot, for `moe_experts` only.
-    pub(super) fp8: bool,
+    /// The buffer holds the checkpoint's quantized bytes (FP8, packed INT4), two to a slot,
+    /// for `moe_experts` only.
+    pub(super) raw: bool,
 }
 
 pub struct CudaIds {
@@ -555,7 +556,7 @@ fn input(x: &CudaTensor, n: usize, w: &CudaWeight) -> Input {
 
 /// `out = x · wᵀ (+ bias)` as a skinny-kernel segment, shapes checked.
 fn segment(x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, out: &CudaTensor) -> Segment {
-    assert!(!w.fp8, "matmul by an FP8 weight, which only moe_experts reads");
+    assert!(!w.raw, "matmul by a quantized weight, which only moe_experts reads");
     let (n_out, k_in) = (w.shape[0], w.shape[1]);
     assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
     Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out, accumulate: false }
@@ -590,6 +591,11 @@ struct StepLaunch {
     blocks: u32,
     threads: u32,
     shared: u32,
+}
+
+/// Whether a view's bytes are kept as the checkpoint stores them: FP8, or packed INT4 (U8).
+fn raw_bytes(view: &TensorView<'_>) -> bool {
+    matches!(view.dtype, safetensors::tensor::Dtype::F8_E4M3 | safetensors::tensor::Dtype::U8)
 }
 
 fn to_usize_ids(rows: &[usize]) -> Vec<i32> {
@@ -671,21 +677,21 @@ impl Backend for CudaBackend {
 
     fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<CudaWeight, BackendError> {
         let what = || format!("weight {}", view.name);
-        if view.dtype == safetensors::tensor::Dtype::F8_E4M3 {
+        if raw_bytes(view) {
             if shard != Shard::Replicated && self.rank.world > 1 {
-                return Err(BackendError::Device(format!("{}: FP8 weights are loaded whole, not sharded", view.name)));
+                return Err(BackendError::Device(format!("{}: quantized weights are loaded whole, not sharded", view.name)));
             }
             let buf = self.gpu.alloc::<bf16>(view.data.len().div_ceil(2), &what())?;
             self.gpu.upload(view.data, buf.ptr());
             self.gpu.take_error()?;
             let cols = view.shape.get(1).copied().unwrap_or(1);
-            return Ok(CudaWeight { buf: WeightBuf::whole(buf), shape: view.shape.to_vec(), k_full: cols, fp8: true });
+            return Ok(CudaWeight { buf: WeightBuf::whole(buf), shape: view.shape.to_vec(), k_full: cols, raw: true });
         }
         self.load_stacked(std::slice::from_ref(view), shard).map(|mut w| w.remove(0))
     }
 
     fn load_stacked(&self, views: &[TensorView<'_>], shard: Shard) -> Result<Vec<CudaWeight>, BackendError> {
-        if views.iter().any(|v| v.dtype == safetensors::tensor::Dtype::F8_E4M3) {
+        if views.iter().any(raw_bytes) {
             return views.iter().map(|v| self.load_weight(v, shard)).collect();
         }
         // Each tensor's shard as host bytes of bf16 (a view into the file where it is one
@@ -721,7 +727,7 @@ impl Backend for CudaBackend {
             }
             let cols = shape.get(1).copied().unwrap_or(1);
             let k_full = if shard == Shard::Row { cols * self.rank.world } else { cols };
-            weights.push(CudaWeight { buf: WeightBuf { storage: storage.clone(), offset, len }, shape, k_full, fp8: false });
+            weights.push(CudaWeight { buf: WeightBuf { storage: storage.clone(), offset, len }, shape, k_full, raw: false });
             offset += len;
         }
         self.gpu.take_error()?;
@@ -1153,7 +1159,7 @@ impl Backend for CudaBackend {
         safetensors::tensor::Dtype::BF16
     }
 
-    fn keeps_fp8(&self) -> bool {
+    fn keeps_quantized(&self) -> bool {
         true
     }
 
@@ -1317,6 +1323,31 @@ impl Backend for CudaBackend {
         u32::try_from(picked).map_err(|_| BackendError::Device(format!("row {row} has no probability mass")))
     }
 
+    fn pick_ids(&self, src: &CudaIds, stride: usize, map: Option<&CudaIds>, n: usize, dst: &mut CudaIds, at: usize) {
+        assert!(at + n <= dst.buf.len(), "pick_ids: {n} ids at {at} into {}", dst.buf.len());
+        let mut args = [
+            Arg::Ptr(src.buf.ptr()),
+            Arg::I32(stride as i32),
+            Arg::Ptr(map.map_or(0, |m| m.buf.ptr())),
+            Arg::I32(n as i32),
+            Arg::Ptr(dst.buf.ptr()),
+            Arg::I32(at as i32),
+            NULL,
+        ];
+        let values = [at as i32];
+        self.launch_elems("pick_ids_i32", n, &mut args, Some(Dynamic { values: &values, value_args: &[5], ptr_arg: 6 }));
+    }
+
+    fn gather_ids(&self, src: &CudaIds, from: &[i32], dst: &mut CudaIds) {
+        assert!(from.len() <= dst.buf.len(), "gather_ids: {} ids into {}", from.len(), dst.buf.len());
+        // A row list holds MAX_LIST entries: longer lists go in pieces, each at its offset.
+        for (piece, list) in from.chunks(MAX_LIST).enumerate() {
+            let base = (piece * MAX_LIST) as i32;
+            let mut args = [Arg::Ptr(src.buf.ptr()), NULL, Arg::I32(list.len() as i32), Arg::Ptr(dst.buf.ptr()), Arg::I32(base)];
+            self.launch_elems("gather_ids_i32", list.len(), &mut args, Some(Dynamic { values: list, value_args: &[], ptr_arg: 1 }));
+        }
+    }
+
     fn graph_begin(&self, key: &str) -> Result<(), BackendError> {
         self.graphs.begin(&self.gpu, key)
     }
@@ -1345,6 +1376,13 @@ impl Backend for CudaBackend {
 
     fn uses_graphs(&self) -> bool {
         true
+    }
+
+    /// Powers of two of the splits: a batch-1 decode graph captured at launch (one key) took
+    /// one head a block and 9 split slots, which a 32K-token context replayed (16 splits a
+    /// query; testdata/gpu/run-26/NOTES.md).
+    fn context_class(&self, keys: usize) -> usize {
+        (keys / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS).ilog2() as usize
     }
 
     fn graph_reset(&self) {

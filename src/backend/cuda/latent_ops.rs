@@ -1,8 +1,10 @@
 //! `CudaBackend`'s DeepSeek-V3-family ops (`backend::latent`), launched from kernels/latent.cu.
 
 use super::backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
+use safetensors::tensor::Dtype;
+
 use super::gpu::Arg;
-use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::latent::{ExpertFormat, Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 
 /// Warps per block of the latent kernels (kernels/latent.cu's LATENT_WARPS), and the output
 /// rows each warp of an expert block takes (MOE_ROWS_PER_WARP).
@@ -14,6 +16,8 @@ const MAX_LORA: usize = 512;
 const MAX_ROPE: usize = 64;
 const MAX_EXPERTS: usize = 1024;
 const MAX_GROUPS: usize = 64;
+/// INT4 weights a lane of kernels/latent.cu's INT4 expert kernels reads at once (Int4Experts::CHUNK).
+const INT4_CHUNK: usize = 16;
 
 impl CudaBackend {
     pub(super) fn launch_head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
@@ -141,15 +145,14 @@ impl CudaBackend {
         let (act, y) = (Arg::Ptr(scratch.act.buf.ptr()), Arg::Ptr(scratch.out.buf.ptr()));
         let (x_arg, gate_up, down) = (Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.gate_up.buf.ptr()), Arg::Ptr(w.down.buf.ptr()));
         let tokens = Arg::I32(per_token as i32);
-        match &w.fp8 {
+        match w.quantized.as_ref().map(|q| (q, q.format)) {
             None => {
                 let mut first = [x_arg, gate_up, plan, tokens, hidden_arg, inner_arg, list, act];
                 self.kernel("moe_gate_up_bf16", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
                 let mut second = [act, down, plan, hidden_arg, inner_arg, list, y];
                 self.kernel("moe_down_bf16", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
             }
-            Some(f) => {
-                let [br, bc] = f.block;
+            Some((f, ExpertFormat::Fp8 { block: [br, bc] })) => {
                 if bc % 16 != 0 || inner % br != 0 || inner % bc != 0 || hidden % br != 0 || hidden % bc != 0 {
                     self.gpu.record(|| format!("FP8 experts of hidden {hidden} and width {inner} over {br}x{bc} blocks: the widths must be whole blocks of a multiple of 16 columns"));
                     return;
@@ -159,6 +162,23 @@ impl CudaBackend {
                 self.kernel("moe_gate_up_fp8", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
                 let mut second = [act, down, Arg::Ptr(f.down.buf.ptr()), br, bc, plan, hidden_arg, inner_arg, list, y];
                 self.kernel("moe_down_fp8", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
+            }
+            Some((f, ExpertFormat::Int4 { group, scale_dtype })) => {
+                if [hidden, inner].iter().any(|d| d % INT4_CHUNK != 0 || d % group != 0) {
+                    self.gpu.record(|| format!("INT4 experts of hidden {hidden} and width {inner} in groups of {group}: the widths must be whole groups and multiples of {INT4_CHUNK}"));
+                    return;
+                }
+                let rounding = Arg::I32(match scale_dtype {
+                    Dtype::BF16 => 1,
+                    Dtype::F16 => 2,
+                    _ => 0,
+                });
+                let group = Arg::I32(group as i32);
+                let mut first =
+                    [x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), group, rounding, plan, tokens, hidden_arg, inner_arg, list, act];
+                self.kernel("moe_gate_up_int4", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
+                let mut second = [act, down, Arg::Ptr(f.down.buf.ptr()), group, rounding, plan, hidden_arg, inner_arg, list, y];
+                self.kernel("moe_down_int4", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
             }
         }
         let mut combine = [

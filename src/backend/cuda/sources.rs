@@ -118,7 +118,9 @@ pub const SOURCES: &[KernelSource] = &[
             "copy_cols_f32",
             "gather_rows_f32",
             "move_rows_f32",
-            "store_kv_paged_f32"
+            "store_kv_paged_f32",
+            "pick_ids_i32",
+            "gather_ids_i32"
         ]
     ),
     kernel_source!("allreduce.cu", ["peer_all_reduce_f32"]),
@@ -133,6 +135,8 @@ pub const SOURCES: &[KernelSource] = &[
             "moe_gate_up_bf16",
             "moe_down_bf16",
             "moe_gate_up_fp8",
+            "moe_gate_up_int4",
+            "moe_down_int4",
             "moe_down_fp8",
             "moe_combine_f32"
         ]

@@ -10,9 +10,9 @@
 //! - `kv_b_proj` split into its key half, transposed per head (the query's absorption,
 //!   `Backend::head_matmul`), and its value half (the output's);
 //! - each layer's routed experts stacked into one gate-and-up and one down weight
-//!   (`backend::latent::Experts`), one expert at a time: as FP8 bytes and block scales when
-//!   the checkpoint stores them so and the backend reads them so (`Backend::keeps_fp8`),
-//!   else dequantized and staged in the backend's weight dtype.
+//!   (`backend::latent::Experts`), one expert at a time: as the checkpoint's FP8 or packed
+//!   INT4 bytes and their scales when it stores them so and the backend reads them so
+//!   (`Backend::keeps_quantized`), else dequantized and staged in the backend's weight dtype.
 
 use std::ops::Range;
 use std::path::Path;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use safetensors::tensor::Dtype;
 
-use crate::backend::latent::{Experts, Fp8Scales, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::latent::{ExpertFormat, ExpertScales, Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{Backend, BackendError, Projection, RopeTable, Shard};
 use crate::engine::deepseek::host::{Linear, Split, Staged};
 use crate::engine::deepseek::mla::{Mla, MlaShape, QProj};
@@ -29,7 +29,7 @@ use crate::engine::llama::{Capture, StepInputs};
 use crate::engine::weights::Loader;
 use crate::model::checkpoint::TensorView;
 use crate::model::deepseek::DeepseekConfig;
-use crate::model::quantized::Fp8Linear;
+use crate::model::quantized::{Fp8Linear, Int4Linear, WeightFormats};
 
 /// `values` as one weight of shape `[rows, cols]`.
 fn weight<B: Backend>(b: &B, values: &[f32], cols: usize, name: &str) -> Result<B::Weight, BackendError> {
@@ -116,28 +116,60 @@ struct RoutedExperts<B: Backend> {
     bias: B::Tensor,
     gate_up: B::Weight,
     down: B::Weight,
-    /// The block scales of FP8 `gate_up` and `down` (`Experts::fp8`).
-    fp8: Option<(B::Tensor, B::Tensor, [usize; 2])>,
+    /// The scales of quantized `gate_up` and `down`, and their format (`Experts::quantized`).
+    quantized: Option<(B::Tensor, B::Tensor, ExpertFormat)>,
     first: usize,
     count: usize,
     inner: usize,
     shared: Option<DenseMlp<B>>,
 }
 
-/// A layer's routed experts gathered as the backend will read them: dequantized, or FP8 as
-/// the checkpoint holds them.
+/// A routed expert's weight as the checkpoint stores it, for a backend that reads it so.
+struct StoredLinear {
+    bytes: Vec<u8>,
+    scales: Vec<f32>,
+    format: ExpertFormat,
+}
+
+impl From<Fp8Linear> for StoredLinear {
+    fn from(w: Fp8Linear) -> Self {
+        StoredLinear { bytes: w.bytes, scales: w.scales, format: ExpertFormat::Fp8 { block: w.block } }
+    }
+}
+
+impl From<Int4Linear> for StoredLinear {
+    fn from(w: Int4Linear) -> Self {
+        StoredLinear { bytes: w.packed, scales: w.scales, format: ExpertFormat::Int4 { group: w.group, scale_dtype: w.scale_dtype } }
+    }
+}
+
+/// The formats whose `[inner, hidden]` experts the backend's kernels take as stored: whole
+/// FP8 blocks; INT4 widths of whole groups and of its kernels' 16-value chunks.
+fn stored_formats(f: &WeightFormats, dims: [usize; 2]) -> (bool, bool) {
+    let [br, bc] = f.fp8_block;
+    let fp8 = dims.iter().all(|d| d % br == 0 && d % bc == 0);
+    let int4 = dims.iter().all(|d| d % 16 == 0 && d % f.int4_group == 0);
+    (fp8, int4)
+}
+
+/// A layer's routed experts gathered as the backend will read them: dequantized, or as the
+/// checkpoint stores them (FP8, packed INT4).
 enum ExpertStacks {
     Plain { gate_up: Staged, down: Staged },
-    Fp8 { gate_up: Vec<u8>, down: Vec<u8>, scales: [Vec<f32>; 2], block: [usize; 2] },
+    Stored { gate_up: Vec<u8>, down: Vec<u8>, scales: [Vec<f32>; 2], format: ExpertFormat },
 }
 
 impl ExpertStacks {
-    /// Expert number `k` of the stack, FP8; `None` when the stack so far is not.
-    fn push_fp8(&mut self, k: usize, [gate, up, down]: [Fp8Linear; 3]) -> Option<()> {
+    /// Expert number `k` of the stack, as stored; `None` when the stack so far is not stored
+    /// so, or in another format.
+    fn push_stored(&mut self, k: usize, [gate, up, down]: [StoredLinear; 3]) -> Option<()> {
         if k == 0 {
-            *self = ExpertStacks::Fp8 { gate_up: Vec::new(), down: Vec::new(), scales: [Vec::new(), Vec::new()], block: gate.block };
+            *self = ExpertStacks::Stored { gate_up: Vec::new(), down: Vec::new(), scales: [Vec::new(), Vec::new()], format: gate.format };
         }
-        let ExpertStacks::Fp8 { gate_up, down: stacked_down, scales, .. } = self else { return None };
+        let ExpertStacks::Stored { gate_up, down: stacked_down, scales, format } = self else { return None };
+        if [&gate, &up, &down].iter().any(|w| w.format != *format) {
+            return None;
+        }
         for part in [gate, up] {
             gate_up.extend_from_slice(&part.bytes);
             scales[0].extend_from_slice(&part.scales);
@@ -148,26 +180,32 @@ impl ExpertStacks {
     }
 
     /// On the backend: `gate_up` (`[count · 2 · inner, hidden]`), `down` (`[count · hidden,
-    /// inner]`), and the block scales when FP8.
+    /// inner]`), and the scales and format when stored quantized.
     #[allow(clippy::type_complexity)]
     fn upload<B: Backend>(
         self,
         b: &B,
         prefix: &str,
         [count, inner, hidden]: [usize; 3],
-    ) -> Result<(B::Weight, B::Weight, Option<(B::Tensor, B::Tensor, [usize; 2])>), BackendError> {
+    ) -> Result<(B::Weight, B::Weight, Option<(B::Tensor, B::Tensor, ExpertFormat)>), BackendError> {
         let (gate_name, down_name) = (format!("{prefix}experts (gate and up)"), format!("{prefix}experts (down)"));
         match self {
             ExpertStacks::Plain { gate_up, down } => Ok((gate_up.upload(b, &gate_name)?, down.upload(b, &down_name)?, None)),
-            ExpertStacks::Fp8 { gate_up, down, scales: [s_gate_up, s_down], block: block @ [_, bc] } => {
-                let fp8 = |name: &str, data: &[u8], shape: [usize; 2]| {
-                    let view = TensorView { name, file: Path::new("(the target's weights)"), dtype: Dtype::F8_E4M3, shape: &shape, data };
+            ExpertStacks::Stored { gate_up, down, scales: [s_gate_up, s_down], format } => {
+                // Bytes a row, and scales a row, of a weight `cols` wide.
+                let (dtype, row_bytes, row_scales): (Dtype, fn(usize) -> usize, Box<dyn Fn(usize) -> usize>) = match format {
+                    ExpertFormat::Fp8 { block: [_, bc] } => (Dtype::F8_E4M3, |cols| cols, Box::new(move |cols| cols / bc)),
+                    ExpertFormat::Int4 { group, .. } => (Dtype::U8, |cols| cols / 2, Box::new(move |cols| cols / group)),
+                };
+                let stored = |name: &str, data: &[u8], [rows, cols]: [usize; 2]| {
+                    let shape = [rows, row_bytes(cols)];
+                    let view = TensorView { name, file: Path::new("(the target's weights)"), dtype, shape: &shape, data };
                     b.load_weight(&view, Shard::Replicated)
                 };
                 Ok((
-                    fp8(&gate_name, &gate_up, [count * 2 * inner, hidden])?,
-                    fp8(&down_name, &down, [count * hidden, inner])?,
-                    Some((b.tensor_from(hidden / bc, &s_gate_up)?, b.tensor_from(inner / bc, &s_down)?, block)),
+                    stored(&gate_name, &gate_up, [count * 2 * inner, hidden])?,
+                    stored(&down_name, &down, [count * hidden, inner])?,
+                    Some((b.tensor_from(row_scales(hidden), &s_gate_up)?, b.tensor_from(row_scales(inner), &s_down)?, format)),
                 ))
             }
         }
@@ -176,7 +214,7 @@ impl ExpertStacks {
 
 /// A layer whose routed experts are not all stored alike.
 fn mixed(expert: &str) -> BackendError {
-    BackendError::Device(format!("{expert}: stored unlike the layer's other routed experts (FP8 and not)"))
+    BackendError::Device(format!("{expert}: stored unlike the layer's other routed experts (quantized and not, or in another format)"))
 }
 
 enum FeedForward<B: Backend> {
@@ -202,19 +240,25 @@ impl<B: Backend> FeedForward<B> {
         }
         let share = MoeShare::of(c, split, ep)?;
         let inner = c.moe.intermediate;
-        let [br, bc] = f.fp8_block;
-        // FP8 experts stay FP8 where the backend reads them so: whole (no width split) and in
-        // whole blocks.
-        let fp8 = b.keeps_fp8() && share.width == (0..inner) && [inner, h].iter().all(|d| d % br == 0 && d % bc == 0);
+        // Quantized experts stay as stored where the backend reads them so: whole (no width
+        // split) and of widths its kernels take.
+        let whole = b.keeps_quantized() && share.width == (0..inner);
+        let (fp8, int4) = stored_formats(f, [inner, h]);
         let mut stacks = ExpertStacks::Plain { gate_up: Staged::new(b, h), down: Staged::new(b, share.width.len()) };
         for (k, e) in share.own.clone().enumerate() {
             let p = format!("{prefix}experts.{e}.");
-            let read = |ld: &mut Loader<'_, B>, t: &str, [rows, cols]: [usize; 2]| ld.host_fp8(&format!("{p}{t}.weight"), rows, cols, f);
-            if fp8 {
+            let read = |ld: &mut Loader<'_, B>, t: &str, [rows, cols]: [usize; 2]| -> Result<Option<StoredLinear>, BackendError> {
+                let name = format!("{p}{t}.weight");
+                if let Some(w) = ld.host_fp8(&name, rows, cols, f)?.filter(|_| fp8) {
+                    return Ok(Some(w.into()));
+                }
+                Ok(ld.host_int4(&name, rows, cols, f)?.filter(|_| int4).map(Into::into))
+            };
+            if whole {
                 if let Some(gate) = read(ld, "gate_proj", [inner, h])? {
                     let (up, down) = (read(ld, "up_proj", [inner, h])?, read(ld, "down_proj", [h, inner])?);
                     let (Some(up), Some(down)) = (up, down) else { return Err(mixed(&p)) };
-                    stacks.push_fp8(k, [gate, up, down]).ok_or_else(|| mixed(&p))?;
+                    stacks.push_stored(k, [gate, up, down]).ok_or_else(|| mixed(&p))?;
                     continue;
                 }
             }
@@ -223,7 +267,7 @@ impl<B: Backend> FeedForward<B> {
             gate_up.push(&mlp.gate.w).push(&mlp.up.w);
             down.push(&mlp.down.w);
         }
-        let (gate_up, down, fp8) = stacks.upload(b, prefix, [share.own.len(), share.width.len(), h])?;
+        let (gate_up, down, quantized) = stacks.upload(b, prefix, [share.own.len(), share.width.len(), h])?;
         let router = Linear::load(ld, f, &format!("{prefix}gate.weight"), c.moe.experts, h)?;
         let bias = ld.host_f32(&format!("{prefix}gate.e_score_correction_bias"), &[c.moe.experts])?;
         let shared = share.shared(ld, prefix, c)?.map(|m| DenseMlp::from_host(b, &m, &format!("{prefix}shared_experts."))).transpose()?;
@@ -232,7 +276,7 @@ impl<B: Backend> FeedForward<B> {
             bias: b.tensor_from(c.moe.experts, &bias)?,
             gate_up,
             down,
-            fp8,
+            quantized,
             first: share.own.start,
             count: share.own.len(),
             inner: share.width.len(),
@@ -264,20 +308,22 @@ fn layer_elements(mla: &Mla, c: &DeepseekConfig, i: usize, split: Split, ep: usi
     Ok((fixed + share.own.len() * per_expert, fixed + read * per_expert, read * per_expert))
 }
 
-/// Bytes of `elements` routed-expert weights as a layer keeps them: FP8 with an f32 scale a
-/// block, or the backend's weight dtype.
+/// Bytes of `elements` routed-expert weights as a layer keeps them: as stored with their f32
+/// scales, or in the backend's weight dtype.
 fn routed_bytes<B: Backend>(b: &B, ffn: &FeedForward<B>, elements: usize) -> usize {
-    let block = match ffn {
-        FeedForward::Moe(RoutedExperts { fp8: Some((_, _, block)), .. }) => Some(*block),
+    let format = match ffn {
+        FeedForward::Moe(RoutedExperts { quantized: Some((_, _, format)), .. }) => Some(*format),
         _ => None,
     };
-    kept_bytes(elements, block, dtype_bytes(b))
+    kept_bytes(elements, format, dtype_bytes(b))
 }
 
-/// Bytes of `elements` weights: one each and an f32 scale per FP8 block, or `dtype_bytes`.
-fn kept_bytes(elements: usize, fp8_block: Option<[usize; 2]>, dtype_bytes: usize) -> usize {
-    match fp8_block {
-        Some([br, bc]) => elements + elements.div_ceil(br * bc) * 4,
+/// Bytes of `elements` weights: FP8's one each and an f32 scale a block, INT4's one a pair
+/// and an f32 scale a group, or `dtype_bytes`.
+fn kept_bytes(elements: usize, format: Option<ExpertFormat>, dtype_bytes: usize) -> usize {
+    match format {
+        Some(ExpertFormat::Fp8 { block: [br, bc] }) => elements + elements.div_ceil(br * bc) * 4,
+        Some(ExpertFormat::Int4 { group, .. }) => elements.div_ceil(2) + elements.div_ceil(group) * 4,
         None => elements * dtype_bytes,
     }
 }
@@ -531,9 +577,9 @@ impl<B: Backend> DeviceStack<B> {
                 FeedForward::Moe(moe) => {
                     b.matmul(&f.x, &moe.router, None, n, &mut f.router);
                     b.moe_route(&f.router, &moe.bias, &w.routing, n, &mut f.chosen, &mut f.route_weights);
-                    let fp8 = moe.fp8.as_ref().map(|(gate_up, down, block)| Fp8Scales { gate_up, down, block: *block });
+                    let quantized = moe.quantized.as_ref().map(|(gate_up, down, format)| ExpertScales { gate_up, down, format: *format });
                     let experts =
-                        Experts { gate_up: &moe.gate_up, down: &moe.down, first: moe.first, count: moe.count, inner: moe.inner, fp8 };
+                        Experts { gate_up: &moe.gate_up, down: &moe.down, first: moe.first, count: moe.count, inner: moe.inner, quantized };
                     b.moe_experts(&f.x, &f.chosen, &f.route_weights, w.routing.per_token, &experts, n, &mut f.moe, &mut f.moe_out);
                     if let (Some(mlp), Some([gate, up, act])) = (&moe.shared, f.shared.as_mut()) {
                         b.gate_up_silu(&f.x, &mlp.gate, &mlp.up, n, gate, up, act);
@@ -557,15 +603,27 @@ impl<B: Backend> DeviceStack<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::kept_bytes;
+    use super::{kept_bytes, ExpertFormat};
+    use safetensors::tensor::Dtype;
 
     /// A DeepSeek-V3 token's 8 routed experts of 3 × 7168 × 2048: FP8 is a byte an element
     /// and an f32 per 128 × 128 block, half of bf16's bytes and a little more.
     #[test]
     fn fp8_experts_count_a_byte_an_element_and_their_block_scales() {
         let elements = 8 * 3 * 7168 * 2048;
-        assert_eq!(kept_bytes(elements, Some([128, 128]), 2), elements + elements / 16384 * 4);
+        let fp8 = Some(ExpertFormat::Fp8 { block: [128, 128] });
+        assert_eq!(kept_bytes(elements, fp8, 2), elements + elements / 16384 * 4);
         assert_eq!(kept_bytes(elements, None, 2), 2 * elements);
-        assert_eq!(kept_bytes(100, Some([128, 128]), 2), 104);
+        assert_eq!(kept_bytes(100, fp8, 2), 104);
+    }
+
+    /// Kimi-K2.5's INT4 experts: half a byte an element and an f32 per group of 32, a quarter
+    /// of bf16's bytes and an eighth more.
+    #[test]
+    fn int4_experts_count_half_a_byte_an_element_and_their_group_scales() {
+        let elements = 8 * 3 * 7168 * 2048;
+        let int4 = Some(ExpertFormat::Int4 { group: 32, scale_dtype: Dtype::BF16 });
+        assert_eq!(kept_bytes(elements, int4, 2), elements / 2 + elements / 32 * 4);
+        assert_eq!(kept_bytes(100, int4, 2), 50 + 4 * 4);
     }
 }
