@@ -269,24 +269,24 @@ struct Fp8Experts {
 };
 
 // compressed-tensors pack-quantized INT4 (src/model/quantized.rs, Int4Linear): element c of a
-// row in bits 4c..4c+4 of the row's bytes, as q + 8, one f32 scale per `group` elements of a
-// row; each weight is q * scale rounded to the scales' dtype (`rounding` 0: f32, 1: bf16,
-// 2: f16), as the CPU dequantizes it, so the weights are the CPU's to the bit. The widths are
-// multiples of CHUNK and of the group.
+// row in bits 4c..4c+4 of the row's bytes, as q + 8, one f32 scale per group of 2^group_shift
+// elements of a row; each weight is q * scale rounded to the scales' dtype (`rounding` 0:
+// f32, 1: bf16, 2: f16), as the CPU dequantizes it, so the weights are the CPU's to the bit.
+// The widths are multiples of the group, and the group of CHUNK: a chunk has one scale.
 struct Int4Experts {
     static constexpr int CHUNK = 16;
     const unsigned char* w;
     int width;
     const float* scales;
-    int group, rounding;
+    int group_shift, rounding;
     __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const {
         const uint2 u = *reinterpret_cast<const uint2*>(w + row * (width / 2) + d / 2);
-        const float* s = scales + row * (width / group);
+        const float s = scales[(row * width + d) >> group_shift];
 #pragma unroll
         for (int i = 0; i < CHUNK; ++i) {
             const unsigned word = i < 8 ? u.x : u.y;
             const int q = (int)((word >> (4 * (i % 8))) & 0xfu) - 8;
-            const float v = (float)q * s[(d + i) / group];
+            const float v = (float)q * s;
             if (rounding == 1) {
                 out[i] = __bfloat162float(__float2bfloat16_rn(v));
             } else if (rounding == 2) {
@@ -425,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
         down_rows(act, W{down, inner, scales, A, B}, plan, hidden, inner, list, y);                                   \
     }
 MOE_STORED_ENTRIES(fp8, Fp8Experts, block_rows, block_cols)
-MOE_STORED_ENTRIES(int4, Int4Experts, group, rounding)
+MOE_STORED_ENTRIES(int4, Int4Experts, group_shift, rounding)
 
 // out[i] = Σ_j weights[i][j] · y[i * per_token + j] over the slots whose expert this rank
 // holds, in slot order. Grid: rows.

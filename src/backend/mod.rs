@@ -751,14 +751,6 @@ pub trait Backend: Send + Sync + 'static {
     /// CPU reference) has nothing to change.
     fn set_deterministic(&self, _on: bool) {}
 
-    /// A graph step replays the launch shapes it was captured with at every context length.
-    /// A backend that sizes them by the keys a query sees (the CUDA step attention: its
-    /// splits and heads a block) names the class of lengths that share them, and a step's
-    /// graph key carries it, so that a long context replays a graph captured for one.
-    fn context_class(&self, _keys: usize) -> usize {
-        0
-    }
-
     /// Whether `graph_step` records and replays graphs here (the launch then captures its
     /// steps in the graph-capture phases).
     fn uses_graphs(&self) -> bool {

@@ -273,10 +273,9 @@ fn pad_table(pool: &mut BlockPool, layout: &BatchLayout) -> BlockTable {
     pad
 }
 
-/// The graph key of a step of `seqs` sequences (padded) of `rows` rows each, whose longest
-/// context is of the backend's `context_class`.
-fn step_key(seqs: usize, rows: usize, class: usize) -> String {
-    format!("scheduler-step/{seqs}x{rows}/{class}")
+/// The graph key of a step of `seqs` sequences (padded) of `rows` rows each.
+fn step_key(seqs: usize, rows: usize) -> String {
+    format!("scheduler-step/{seqs}x{rows}")
 }
 
 /// One forward of a step's batch and the argmax of its logit rows, as the graph step
@@ -315,15 +314,14 @@ pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, s
         pad_inputs(seqs, rows, &mut ids, &mut positions);
         target.model.inputs().set(&*b, &ids, &positions);
         let pad_slots = pad.slots(rows);
-        let class = b.context_class(rows);
         let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&pad_slots, 0, seqs, rows).collect();
         let logit_rows: Vec<usize> = (0..ids.len()).collect();
         let paged = PagedBatch::new(&batch, ids.len());
         b.prepare_paged_batch(&paged);
         // The first run records the step, the second captures it.
         for _ in 0..2 {
-            captured = captured
-                .and_then(|_| forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows, class))));
+            captured =
+                captured.and_then(|_| forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows))));
         }
         captured = captured.and_then(|_| b.read_ids(&buffers.argmax, 1).map(drop).map_err(EngineError::from));
     }
@@ -476,8 +474,7 @@ impl<B: Backend> Scheduler<B> {
         // positions were written above, the argmax reads its logits on the device).
         b.prepare_paged_batch(&paged);
         let scheduled = Instant::now();
-        let longest = parts.iter().map(|p| self.running[p.seq].committed + p.rows).max().unwrap_or(0);
-        let key = graph.map(|(seqs, rows)| step_key(seqs, rows, b.context_class(longest)));
+        let key = graph.map(|(seqs, rows)| step_key(seqs, rows));
         forward_and_argmax(&mut self.target, &mut self.buffers.argmax, &paged, &logit_rows, key.as_deref())?;
         drop(paged);
         drop(batch);

@@ -112,8 +112,7 @@ impl<B: Backend> Target<B> {
         };
         if greedy && n <= self.graph_rows {
             let shape = if tree_mask.is_some() { "tree" } else { "chain" };
-            let class = b.context_class(base + n);
-            b.graph_step(&format!("target-verify/{n}/{shape}/{class}"), &mut step);
+            b.graph_step(&format!("target-verify/{n}/{shape}"), &mut step);
         } else {
             step();
         }

@@ -1378,13 +1378,6 @@ impl Backend for CudaBackend {
         true
     }
 
-    /// Powers of two of the splits: a batch-1 decode graph captured at launch (one key) took
-    /// one head a block and 9 split slots, which a 32K-token context replayed (16 splits a
-    /// query; testdata/gpu/run-26/NOTES.md).
-    fn context_class(&self, keys: usize) -> usize {
-        (keys / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS).ilog2() as usize
-    }
-
     fn graph_reset(&self) {
         self.graphs.clear();
     }

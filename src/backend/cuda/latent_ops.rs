@@ -164,8 +164,8 @@ impl CudaBackend {
                 self.kernel("moe_down_fp8", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
             }
             Some((f, ExpertFormat::Int4 { group, scale_dtype })) => {
-                if [hidden, inner].iter().any(|d| d % INT4_CHUNK != 0 || d % group != 0) {
-                    self.gpu.record(|| format!("INT4 experts of hidden {hidden} and width {inner} in groups of {group}: the widths must be whole groups and multiples of {INT4_CHUNK}"));
+                if !group.is_power_of_two() || group % INT4_CHUNK != 0 || [hidden, inner].iter().any(|d| d % group != 0) {
+                    self.gpu.record(|| format!("INT4 experts of hidden {hidden} and width {inner} in groups of {group}: the group must be a power of two of at least {INT4_CHUNK}, and the widths whole groups"));
                     return;
                 }
                 let rounding = Arg::I32(match scale_dtype {
@@ -173,7 +173,7 @@ impl CudaBackend {
                     Dtype::F16 => 2,
                     _ => 0,
                 });
-                let group = Arg::I32(group as i32);
+                let group = Arg::I32(group.trailing_zeros() as i32);
                 let mut first =
                     [x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), group, rounding, plan, tokens, hidden_arg, inner_arg, list, act];
                 self.kernel("moe_gate_up_int4", grids.0, LATENT_WARPS * 32, 0, &mut first, None);

@@ -144,11 +144,12 @@ impl From<Int4Linear> for StoredLinear {
 }
 
 /// The formats whose `[inner, hidden]` experts the backend's kernels take as stored: whole
-/// FP8 blocks; INT4 widths of whole groups and of its kernels' 16-value chunks.
+/// FP8 blocks; INT4 widths of whole groups, each a power of two of whole 16-value chunks
+/// (one scale a chunk).
 fn stored_formats(f: &WeightFormats, dims: [usize; 2]) -> (bool, bool) {
-    let [br, bc] = f.fp8_block;
+    let ([br, bc], group) = (f.fp8_block, f.int4_group);
     let fp8 = dims.iter().all(|d| d % br == 0 && d % bc == 0);
-    let int4 = dims.iter().all(|d| d % 16 == 0 && d % f.int4_group == 0);
+    let int4 = group.is_power_of_two() && group % 16 == 0 && dims.iter().all(|d| d % group == 0);
     (fp8, int4)
 }
 
