@@ -5,7 +5,11 @@ dense) and as many layers as asked, random weights in FP8 e4m3 with 128x128
 and its correction bias unquantized), sharded with an index and a word-level tokenizer,
 generated on the GPU.
 
-usage: python3 write_dsv3_fp8.py OUT [--layers 3]
+With --int4, the layout Kimi-K2.5 ships instead: the routed experts in compressed-tensors
+pack-quantized INT4 (random 4-bit values, eight to an int32 word, a bf16 scale per group of
+32 along a row, `weight_shape`), every other linear layer bf16.
+
+usage: python3 write_dsv3_fp8.py OUT [--layers 3] [--int4]
 """
 import argparse
 import json
@@ -18,6 +22,7 @@ from safetensors.torch import save_file
 from write_llama8b import finish
 
 BLOCK = 128
+GROUP = 32
 SHARD_BYTES = 4 << 30
 
 CONFIG = {
@@ -69,12 +74,31 @@ def fp8(shape, gen):
     return q[: shape[0], : shape[1]].to(torch.float8_e4m3fn).cpu(), scale.cpu()
 
 
+INT4_CONFIG = {
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+    "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+        "num_bits": 4, "type": "int", "symmetric": True, "group_size": GROUP, "strategy": "group", "dynamic": False}}},
+}
+
+
+def int4(shape, gen):
+    """Random pack-quantized INT4 as compressed-tensors writes it: q + 8 in bits 4c..4c+4 of a
+    row's int32 words, a bf16 scale per GROUP of a row (values up to about 0.02), and the shape."""
+    rows, cols = shape
+    words = torch.randint(-(2**31), 2**31 - 1, (rows, cols // 8), generator=gen, device="cuda", dtype=torch.int32)
+    scale = (torch.rand((rows, cols // GROUP), generator=gen, device="cuda") * 0.001 + 0.002).to(torch.bfloat16)
+    return words.cpu(), scale.cpu(), torch.tensor([rows, cols], dtype=torch.int64)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--int4", action="store_true", help="routed experts in pack-quantized INT4, the rest bf16 (Kimi-K2.5)")
     args = ap.parse_args()
     cfg = dict(CONFIG, num_hidden_layers=args.layers)
+    if args.int4:
+        cfg["quantization_config"] = INT4_CONFIG
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -107,9 +131,16 @@ def main():
                             ("self_attn.kv_a_layernorm", cfg["kv_lora_rank"])]:
             put(p + norm + ".weight", torch.ones(width, dtype=torch.bfloat16))
         for name, shape in linears(cfg, i):
-            q, s = fp8(shape, gen)
-            put(name, q)
-            put(name + "_scale_inv", s)
+            base = name.removesuffix(".weight")
+            if not args.int4:
+                q, s = fp8(shape, gen)
+                put(name, q)
+                put(name + "_scale_inv", s)
+            elif ".experts." in name:
+                for suffix, t in zip(("weight_packed", "weight_scale", "weight_shape"), int4(shape, gen)):
+                    put(f"{base}.{suffix}", t)
+            else:
+                put(name, bf16(shape))
         if i >= cfg["first_k_dense_replace"]:
             put(p + "mlp.gate.weight", bf16((cfg["n_routed_experts"], h)))
             put(p + "mlp.gate.e_score_correction_bias", torch.zeros(cfg["n_routed_experts"], dtype=torch.float32))

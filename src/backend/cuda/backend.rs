@@ -1160,7 +1160,7 @@ impl Backend for CudaBackend {
     }
 
     fn keeps_quantized(&self) -> bool {
-        true
+        Knobs::get().stored_experts
     }
 
     fn head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
