@@ -207,7 +207,8 @@ mod tests {
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
     /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS; attention.cu's
     /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share and heads a
-    /// block, MMA_ENTRY the tensor-core prefill and step kernels per head width.
+    /// block, MMA_ENTRY the tensor-core prefill and step kernels per head width; latent.cu's
+    /// MOE_STORED_ENTRIES the gate-up and down kernels of a stored expert format.
     /// What the kernel regex finds inside a macro instead of a kernel's name: gemv.cu's
     /// parameter `NAME`, and `__launch_bounds__` where attention.cu pastes the name
     /// (`attention_f32##NAME`). The stamped names are added from the macros' uses.
@@ -218,6 +219,7 @@ mod tests {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
         let entry = regex::Regex::new(r"(?m)^ATTENTION_ENTRY\((\w+),").unwrap();
         let mma = regex::Regex::new(r"(?m)^MMA_ENTRY\((\d+)\)").unwrap();
+        let stored = regex::Regex::new(r"(?m)^MOE_STORED_ENTRIES\((\w+),").unwrap();
         for src in SOURCES {
             let mut found: Vec<&str> =
                 re.captures_iter(src.text).map(|c| c.get(1).unwrap().as_str()).filter(|n| !MACRO_MATCHES.contains(n)).collect();
@@ -228,6 +230,9 @@ mod tests {
                 .captures_iter(src.text)
                 .flat_map(|c| ["prefill_attention", "paged_attention"].map(|kind| format!("{kind}_tf32_d{}", &c[1])))
                 .collect();
+            found.extend(stamped.iter().map(String::as_str));
+            let stamped: Vec<String> =
+                stored.captures_iter(src.text).flat_map(|c| ["moe_gate_up", "moe_down"].map(|kind| format!("{kind}_{}", &c[1]))).collect();
             found.extend(stamped.iter().map(String::as_str));
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
