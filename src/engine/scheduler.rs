@@ -435,19 +435,7 @@ impl<B: Backend> Scheduler<B> {
         pad_inputs(padding, pad_rows, &mut ids, &mut positions);
         let pad_slots = self.pad.slots(pad_rows);
         self.target.model.inputs().set(&*b, &ids, &positions);
-        let chains = self.drafter.as_deref().and_then(|d| d.chain_tokens());
-        // Rows of drafts still on the device (part, drafting row), gathered into the ids there.
-        let drafted: Vec<(usize, usize)> =
-            parts.iter().enumerate().filter_map(|(i, p)| self.running[p.seq].chain_row.map(|row| (i, row))).collect();
-        if let Some(c) = chains.filter(|_| !drafted.is_empty()) {
-            let mut from = Vec::new();
-            for &(i, row) in &drafted {
-                let p = &parts[i];
-                from.resize(p.row + p.rows, -1);
-                (1..p.rows).for_each(|l| from[p.row + l] = c.index(l - 1, row));
-            }
-            b.gather_ids(&c.ids, &from, &mut self.target.model.inputs().ids);
-        }
+        let drafted = self.gather_drafts(&parts)?;
         for (p, mask) in parts.iter().zip(self.buffers.masks.iter_mut()) {
             if let Some(t) = p.tree.as_ref().filter(|t| !t.is_chain()) {
                 b.write_ids(mask, &t.mask());
@@ -481,16 +469,7 @@ impl<B: Backend> Scheduler<B> {
         let launched = Instant::now();
         let argmax =
             if read_rows == 0 { Vec::new() } else { b.read_ids(&self.buffers.argmax, read_rows)?.into_iter().map(|t| t as u32).collect() };
-        if let Some(c) = chains.filter(|_| !drafted.is_empty()) {
-            let rows: Vec<usize> = drafted.iter().map(|&(_, row)| row).collect();
-            let length = drafted.iter().map(|&(i, _)| parts[i].rows - 1).max().unwrap_or(0);
-            for (&(i, _), tokens) in drafted.iter().zip(c.read(&*b, &rows, length)?) {
-                let p = &mut parts[i];
-                self.running[p.seq].chain_row = None;
-                let tree = p.tree.as_mut().expect("a drafted part verifies a tree");
-                tree.tokens[1..].copy_from_slice(&tokens[..p.rows - 1]);
-            }
-        }
+        self.read_drafts(&mut parts, &drafted)?;
         let read = Instant::now();
         let mut updates = Vec::with_capacity(parts.len());
         let mut reads = Vec::with_capacity(parts.len());
@@ -527,6 +506,44 @@ impl<B: Backend> Scheduler<B> {
         t.wait_s += read.duration_since(launched).as_secs_f64();
         t.commit_s += read.elapsed().as_secs_f64();
         Ok(updates)
+    }
+
+    /// The chain drafts of `parts` that are still on the device, as (part, drafting row),
+    /// gathered there into the forward's ids, which hold placeholders for them.
+    fn gather_drafts(&mut self, parts: &[Part]) -> Result<Vec<(usize, usize)>, EngineError> {
+        let drafted: Vec<(usize, usize)> =
+            parts.iter().enumerate().filter_map(|(i, p)| self.running[p.seq].chain_row.map(|row| (i, row))).collect();
+        if drafted.is_empty() {
+            return Ok(drafted);
+        }
+        let chains = self.drafter.as_deref().and_then(|d| d.chain_tokens()).ok_or_else(no_chains)?;
+        let mut from = Vec::new();
+        for &(i, row) in &drafted {
+            let p = &parts[i];
+            from.resize(p.row + p.rows, -1);
+            (1..p.rows).for_each(|l| from[p.row + l] = chains.index(l - 1, row));
+        }
+        let b = self.target.model.backend().clone();
+        b.gather_ids(&chains.ids, &from, &mut self.target.model.inputs().ids);
+        Ok(drafted)
+    }
+
+    /// The drafts `gather_drafts` found, read back into their parts' trees.
+    fn read_drafts(&mut self, parts: &mut [Part], drafted: &[(usize, usize)]) -> Result<(), EngineError> {
+        if drafted.is_empty() {
+            return Ok(());
+        }
+        let chains = self.drafter.as_deref().and_then(|d| d.chain_tokens()).ok_or_else(no_chains)?;
+        let rows: Vec<usize> = drafted.iter().map(|&(_, row)| row).collect();
+        let length = drafted.iter().map(|&(i, _)| parts[i].rows - 1).max().unwrap_or(0);
+        let b = self.target.model.backend().clone();
+        for (&(i, _), tokens) in drafted.iter().zip(chains.read(&*b, &rows, length)?) {
+            let p = &mut parts[i];
+            self.running[p.seq].chain_row = None;
+            let tree = p.tree.as_mut().expect("a drafted part verifies a tree");
+            tree.tokens[1..].copy_from_slice(&tokens[..p.rows - 1]);
+        }
+        Ok(())
     }
 
     /// (padded sequences, rows each) of a step whose every part is a chain of the same
@@ -691,6 +708,11 @@ impl<B: Backend> Scheduler<B> {
         }
         Ok(())
     }
+}
+
+/// The error of drafts on the device with no drafter that holds them (set_pool went).
+fn no_chains() -> EngineError {
+    EngineError::Request("drafted chains on the device, but the drafter holds none".into())
 }
 
 /// A scheduler as the serving thread drives it, whatever its backend (`ranks::Serve::serve_batch`).
