@@ -210,6 +210,10 @@ fn bench(args: &BenchArgs, color: ColorChoice) -> Result<i32, Failure> {
         out["identical"] = json!(mismatches.is_empty());
         out["mismatched_prompts"] = json!(mismatches);
     }
+    // The bytes of weights a decode step reads (a MoE target's active ones), which a floor
+    // divides a bandwidth by.
+    out["target_weight_bytes"] = json!(target_bytes);
+    out["draft_weight_bytes"] = json!(draft_bytes);
     if device != "cpu" {
         // The host's bandwidth is no floor for a GPU (scripts/gpu measures the device's).
         return Ok(print_bench(&out, args));
@@ -221,8 +225,6 @@ fn bench(args: &BenchArgs, color: ColorChoice) -> Result<i32, Failure> {
     let floor = bandwidth / target_bytes as f64;
     out["memory_bandwidth_gb_s"] = json!(bandwidth / 1e9);
     out["memory_bandwidth_samples_gb_s"] = json!([bandwidth_before / 1e9, bandwidth_after / 1e9]);
-    out["target_weight_bytes"] = json!(target_bytes);
-    out["draft_weight_bytes"] = json!(draft_bytes);
     out["target_only_floor_tokens_per_s"] = json!(floor);
     // Target-only decoding reads every target weight once per token: its decode rate over
     // the bandwidth floor says how close the CPU kernels come to the machine's limit.
