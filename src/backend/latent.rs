@@ -128,6 +128,32 @@ pub enum ExpertFormat {
     Int4 { group: usize, scale_dtype: safetensors::tensor::Dtype },
 }
 
+impl ExpertFormat {
+    /// The dtype the bytes go to a backend's `load_weight` as.
+    pub fn dtype(&self) -> safetensors::tensor::Dtype {
+        match self {
+            ExpertFormat::Fp8 { .. } => safetensors::tensor::Dtype::F8_E4M3,
+            ExpertFormat::Int4 { .. } => safetensors::tensor::Dtype::U8,
+        }
+    }
+
+    /// Bytes of a row of `cols` values.
+    pub fn row_bytes(&self, cols: usize) -> usize {
+        match self {
+            ExpertFormat::Fp8 { .. } => cols,
+            ExpertFormat::Int4 { .. } => cols.div_ceil(2),
+        }
+    }
+
+    /// Scales along a row of `cols` values (the widths are whole blocks or groups).
+    pub fn row_scales(&self, cols: usize) -> usize {
+        match self {
+            ExpertFormat::Fp8 { block: [_, bc] } => cols / bc,
+            ExpertFormat::Int4 { group, .. } => cols / group,
+        }
+    }
+}
+
 /// The dequantization scales of stacked quantized experts, the grids stacked as the rows are.
 pub struct ExpertScales<'a, B: Backend + ?Sized> {
     pub gate_up: &'a B::Tensor,
@@ -182,5 +208,15 @@ mod tests {
         let s = SeqSlots { row: 0, slots: &[0, 1, 2, 3], window: AttnWindow { prefix: 1, region: 3, queries: 1 }, mask: None };
         let t = SlotTable::new(&[s], 1);
         assert_eq!(t.row(0), (&[0, 1, 2, 3][..], 3));
+    }
+
+    /// A row of DeepSeek-V3's hidden width as each format stores it: FP8 a byte a value and a
+    /// scale a 128-wide block, INT4 two values a byte and a scale a group of 32.
+    #[test]
+    fn stored_rows_count_their_bytes_and_scales() {
+        let fp8 = ExpertFormat::Fp8 { block: [128, 128] };
+        let int4 = ExpertFormat::Int4 { group: 32, scale_dtype: safetensors::tensor::Dtype::BF16 };
+        assert_eq!((fp8.row_bytes(7168), fp8.row_scales(7168), fp8.dtype()), (7168, 56, safetensors::tensor::Dtype::F8_E4M3));
+        assert_eq!((int4.row_bytes(7168), int4.row_scales(7168), int4.dtype()), (3584, 224, safetensors::tensor::Dtype::U8));
     }
 }

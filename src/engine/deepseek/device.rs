@@ -18,8 +18,6 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use safetensors::tensor::Dtype;
-
 use crate::backend::latent::{ExpertFormat, ExpertScales, Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
 use crate::backend::{Backend, BackendError, Projection, RopeTable, Shard};
 use crate::engine::deepseek::host::{Linear, Split, Staged};
@@ -193,20 +191,19 @@ impl ExpertStacks {
         match self {
             ExpertStacks::Plain { gate_up, down } => Ok((gate_up.upload(b, &gate_name)?, down.upload(b, &down_name)?, None)),
             ExpertStacks::Stored { gate_up, down, scales: [s_gate_up, s_down], format } => {
-                // Bytes a row, and scales a row, of a weight `cols` wide.
-                let (dtype, row_bytes, row_scales): (Dtype, fn(usize) -> usize, Box<dyn Fn(usize) -> usize>) = match format {
-                    ExpertFormat::Fp8 { block: [_, bc] } => (Dtype::F8_E4M3, |cols| cols, Box::new(move |cols| cols / bc)),
-                    ExpertFormat::Int4 { group, .. } => (Dtype::U8, |cols| cols / 2, Box::new(move |cols| cols / group)),
-                };
                 let stored = |name: &str, data: &[u8], [rows, cols]: [usize; 2]| {
-                    let shape = [rows, row_bytes(cols)];
-                    let view = TensorView { name, file: Path::new("(the target's weights)"), dtype, shape: &shape, data };
+                    let shape = [rows, format.row_bytes(cols)];
+                    let view = TensorView { name, file: Path::new("(the target's weights)"), dtype: format.dtype(), shape: &shape, data };
                     b.load_weight(&view, Shard::Replicated)
                 };
                 Ok((
                     stored(&gate_name, &gate_up, [count * 2 * inner, hidden])?,
                     stored(&down_name, &down, [count * hidden, inner])?,
-                    Some((b.tensor_from(row_scales(hidden), &s_gate_up)?, b.tensor_from(row_scales(inner), &s_down)?, format)),
+                    Some((
+                        b.tensor_from(format.row_scales(hidden), &s_gate_up)?,
+                        b.tensor_from(format.row_scales(inner), &s_down)?,
+                        format,
+                    )),
                 ))
             }
         }
