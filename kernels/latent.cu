@@ -254,13 +254,18 @@ struct Bf16Experts {
     __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
 };
 
-// FP8 e4m3 bytes with one f32 scale per (block_rows, block_cols) block, the grids stacked as
-// the rows are (block_cols a multiple of 16, the widths whole blocks).
-struct Fp8Experts {
+// Experts as the checkpoint stores them: their bytes, rows of `width` values, 16 values a
+// lane at a time, and their f32 scales; each format says how to read them.
+struct StoredExperts {
     static constexpr int CHUNK = 16;
     const unsigned char* w;
     int width;
     const float* scales;
+};
+
+// FP8 e4m3 bytes with one scale per (block_rows, block_cols) block, the grids stacked as the
+// rows are (block_cols a multiple of 16, the widths whole blocks).
+struct Fp8Experts : StoredExperts {
     int block_rows, block_cols;
     __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const { load16_e4m3(w + row * width + d, out); }
     __device__ __forceinline__ float scale(long long row, int d) const {
@@ -273,11 +278,7 @@ struct Fp8Experts {
 // elements of a row; each weight is q * scale rounded to the scales' dtype (`rounding` 0:
 // f32, 1: bf16, 2: f16), as the CPU dequantizes it, so the weights are the CPU's to the bit.
 // The widths are multiples of the group, and the group of CHUNK: a chunk has one scale.
-struct Int4Experts {
-    static constexpr int CHUNK = 16;
-    const unsigned char* w;
-    int width;
-    const float* scales;
+struct Int4Experts : StoredExperts {
     int group_shift, rounding;
     __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const {
         const uint2 u = *reinterpret_cast<const uint2*>(w + row * (width / 2) + d / 2);
@@ -409,20 +410,20 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
 }
 
 // The entry points of experts as the checkpoint stores them: FP8 with block scales, INT4 with
-// group scales. W's constructor takes the bytes, the row width, the scales and the format's
-// two numbers (A, B).
+// group scales. W is built from its StoredExperts (the bytes, the row width, the scales) and
+// the format's two numbers (A, B).
 #define MOE_STORED_ENTRIES(FORMAT, W, A, B)                                                                           \
     extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)                                                   \
         moe_gate_up_##FORMAT(const float* x, const unsigned char* gate_up, const float* scales, int A, int B,        \
                              const int* plan, int per_token, int hidden, int inner, int list, float* act) {           \
         pdl_enter();                                                                                                  \
-        gate_up_rows(x, W{gate_up, hidden, scales, A, B}, plan, per_token, hidden, inner, list, act);                 \
+        gate_up_rows(x, W{{gate_up, hidden, scales}, A, B}, plan, per_token, hidden, inner, list, act);                 \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)                                                   \
         moe_down_##FORMAT(const float* act, const unsigned char* down, const float* scales, int A, int B,            \
                           const int* plan, int hidden, int inner, int list, float* y) {                               \
         pdl_enter();                                                                                                  \
-        down_rows(act, W{down, inner, scales, A, B}, plan, hidden, inner, list, y);                                   \
+        down_rows(act, W{{down, inner, scales}, A, B}, plan, hidden, inner, list, y);                                   \
     }
 MOE_STORED_ENTRIES(fp8, Fp8Experts, block_rows, block_cols)
 MOE_STORED_ENTRIES(int4, Int4Experts, group_shift, rounding)

@@ -92,14 +92,14 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// A linear layer's `[rows, cols]` weight as its FP8 bytes and block scales, when the
     /// checkpoint stores it so (`None` otherwise: read it with `host_linear`).
-    pub fn host_fp8(&mut self, name: &str, rows: usize, cols: usize, formats: &WeightFormats) -> Result<Option<Fp8Linear>, BackendError> {
-        self.host_as_stored(name, |ck, base| ck.linear_fp8(base, rows, cols, formats))
+    pub fn host_fp8(&mut self, name: &str, [rows, cols]: [usize; 2], f: &WeightFormats) -> Result<Option<Fp8Linear<'a>>, BackendError> {
+        self.host_as_stored(name, |ck, base| ck.linear_fp8(base, rows, cols, f))
     }
 
     /// A linear layer's `[rows, cols]` weight as its packed INT4 values and group scales, when
     /// the checkpoint stores it so (`None` otherwise: read it with `host_linear`).
-    pub fn host_int4(&mut self, name: &str, rows: usize, cols: usize, formats: &WeightFormats) -> Result<Option<Int4Linear>, BackendError> {
-        self.host_as_stored(name, |ck, base| ck.linear_int4(base, rows, cols, formats))
+    pub fn host_int4(&mut self, name: &str, [rows, cols]: [usize; 2], f: &WeightFormats) -> Result<Option<Int4Linear<'a>>, BackendError> {
+        self.host_as_stored(name, |ck, base| ck.linear_int4(base, rows, cols, f))
     }
 
     /// What `read` finds of the linear layer `name` (its `.weight` suffix dropped), its
@@ -107,7 +107,7 @@ impl<'a, B: Backend> Loader<'a, B> {
     fn host_as_stored<T>(
         &mut self,
         name: &str,
-        read: impl FnOnce(&Checkpoint, &str) -> Result<Option<(T, Vec<String>)>, CheckpointError>,
+        read: impl FnOnce(&'a Checkpoint, &str) -> Result<Option<(T, Vec<String>)>, CheckpointError>,
     ) -> Result<Option<T>, BackendError> {
         let base = name.strip_suffix(".weight").unwrap_or(name);
         let Some((w, tensors)) = read(self.ck, base)? else { return Ok(None) };

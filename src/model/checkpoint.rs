@@ -261,9 +261,13 @@ impl Checkpoint {
         self.meta(name).map(|m| self.files[m.file_index].path.as_path())
     }
 
-    pub fn view<'a>(&'a self, name: &'a str) -> Result<TensorView<'a>, CheckpointError> {
-        let meta =
-            self.tensors.get(name).ok_or_else(|| CheckpointError::MissingTensor { dir: self.dir.clone(), name: name.to_string() })?;
+    /// The tensor `name`, borrowed from the checkpoint alone (its name is the index's), so
+    /// that its bytes outlive the name asked with.
+    pub fn view(&self, name: &str) -> Result<TensorView<'_>, CheckpointError> {
+        let (name, meta) = self
+            .tensors
+            .get_key_value(name)
+            .ok_or_else(|| CheckpointError::MissingTensor { dir: self.dir.clone(), name: name.to_string() })?;
         let file = &self.files[meta.file_index];
         Ok(TensorView { name, file: &file.path, dtype: meta.dtype, shape: &meta.shape, data: file.bytes(meta.start, meta.end) })
     }

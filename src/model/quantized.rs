@@ -129,8 +129,9 @@ impl Checkpoint {
 
 /// An FP8 linear layer as its file holds it: the e4m3 bytes, `[rows, cols]`, and the f32
 /// dequantization scale of each `block` (the grid rounded up).
-pub struct Fp8Linear {
-    pub bytes: Vec<u8>,
+pub struct Fp8Linear<'a> {
+    /// The file's bytes, borrowed from the checkpoint (copied once, where they are stacked).
+    pub bytes: &'a [u8],
     pub scales: Vec<f32>,
     pub block: [usize; 2],
 }
@@ -145,7 +146,7 @@ impl Checkpoint {
         rows: usize,
         cols: usize,
         f: &WeightFormats,
-    ) -> Result<Option<(Fp8Linear, Vec<String>)>, CheckpointError> {
+    ) -> Result<Option<(Fp8Linear<'_>, Vec<String>)>, CheckpointError> {
         let weight = format!("{base}.weight");
         if !self.contains(&weight) {
             return Ok(None);
@@ -157,7 +158,7 @@ impl Checkpoint {
         view.expect_shape(&[rows, cols])?;
         let scale = format!("{base}.weight_scale_inv");
         let scales = fp8_scales(&view, &self.view(&scale)?, [rows, cols], f.fp8_block)?;
-        Ok(Some((Fp8Linear { bytes: view.data.to_vec(), scales, block: f.fp8_block }, vec![weight, scale])))
+        Ok(Some((Fp8Linear { bytes: view.data, scales, block: f.fp8_block }, vec![weight, scale])))
     }
 }
 
@@ -204,9 +205,9 @@ fn fp8_blocks(
 /// row sits in bits `4c..4c+4` of the row's little-endian int32 words (so the low nibble of
 /// byte `c / 2` for even `c`), as `q + 8`; its value is `q · scales[row, c / group]`, rounded
 /// to the scales' dtype as compressed-tensors' own dequantizer gives it back.
-pub struct Int4Linear {
-    /// `[rows, words · 4]` bytes, the file's.
-    pub packed: Vec<u8>,
+pub struct Int4Linear<'a> {
+    /// `[rows, words · 4]` bytes, borrowed from the checkpoint's file.
+    pub packed: &'a [u8],
     /// `[rows, ceil(cols / group)]`, exact in f32.
     pub scales: Vec<f32>,
     pub group: usize,
@@ -214,7 +215,7 @@ pub struct Int4Linear {
     pub shape: [usize; 2],
 }
 
-impl Int4Linear {
+impl Int4Linear<'_> {
     /// The `[rows, cols]` values in f32.
     pub fn dequantized(&self) -> Vec<f32> {
         let [rows, cols] = self.shape;
@@ -245,7 +246,7 @@ impl Checkpoint {
         rows: usize,
         cols: usize,
         f: &WeightFormats,
-    ) -> Result<Option<(Int4Linear, Vec<String>)>, CheckpointError> {
+    ) -> Result<Option<(Int4Linear<'_>, Vec<String>)>, CheckpointError> {
         let (weight, packed) = (format!("{base}.weight"), format!("{base}.weight_packed"));
         if self.contains(&weight) || !self.contains(&packed) {
             return Ok(None);
@@ -262,7 +263,7 @@ impl Checkpoint {
         packed_view.expect_shape(&[rows, (cols * 4).div_ceil(32)])?;
         scale_view.expect_shape(&[rows, cols.div_ceil(f.int4_group)])?;
         let w = Int4Linear {
-            packed: packed_view.data.to_vec(),
+            packed: packed_view.data,
             scales: scale_view.to_f32()?,
             group: f.int4_group,
             scale_dtype: scale_view.dtype,

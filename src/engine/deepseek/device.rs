@@ -123,20 +123,20 @@ struct RoutedExperts<B: Backend> {
 }
 
 /// A routed expert's weight as the checkpoint stores it, for a backend that reads it so.
-struct StoredLinear {
-    bytes: Vec<u8>,
+struct StoredLinear<'a> {
+    bytes: &'a [u8],
     scales: Vec<f32>,
     format: ExpertFormat,
 }
 
-impl From<Fp8Linear> for StoredLinear {
-    fn from(w: Fp8Linear) -> Self {
+impl<'a> From<Fp8Linear<'a>> for StoredLinear<'a> {
+    fn from(w: Fp8Linear<'a>) -> Self {
         StoredLinear { bytes: w.bytes, scales: w.scales, format: ExpertFormat::Fp8 { block: w.block } }
     }
 }
 
-impl From<Int4Linear> for StoredLinear {
-    fn from(w: Int4Linear) -> Self {
+impl<'a> From<Int4Linear<'a>> for StoredLinear<'a> {
+    fn from(w: Int4Linear<'a>) -> Self {
         StoredLinear { bytes: w.packed, scales: w.scales, format: ExpertFormat::Int4 { group: w.group, scale_dtype: w.scale_dtype } }
     }
 }
@@ -161,7 +161,7 @@ enum ExpertStacks {
 impl ExpertStacks {
     /// Expert number `k` of the stack, as stored; `None` when the stack so far is not stored
     /// so, or in another format.
-    fn push_stored(&mut self, k: usize, [gate, up, down]: [StoredLinear; 3]) -> Option<()> {
+    fn push_stored(&mut self, k: usize, [gate, up, down]: [StoredLinear<'_>; 3]) -> Option<()> {
         if k == 0 {
             *self = ExpertStacks::Stored { gate_up: Vec::new(), down: Vec::new(), scales: [Vec::new(), Vec::new()], format: gate.format };
         }
@@ -170,10 +170,10 @@ impl ExpertStacks {
             return None;
         }
         for part in [gate, up] {
-            gate_up.extend_from_slice(&part.bytes);
+            gate_up.extend_from_slice(part.bytes);
             scales[0].extend_from_slice(&part.scales);
         }
-        stacked_down.extend_from_slice(&down.bytes);
+        stacked_down.extend_from_slice(down.bytes);
         scales[1].extend_from_slice(&down.scales);
         Some(())
     }
@@ -223,8 +223,8 @@ enum FeedForward<B: Backend> {
 impl<B: Backend> FeedForward<B> {
     /// Layer `i`'s feed-forward under `prefix`, this rank's share; the routed experts one
     /// at a time onto the stacked weights.
-    fn load(
-        ld: &mut Loader<'_, B>,
+    fn load<'a>(
+        ld: &mut Loader<'a, B>,
         b: &B,
         prefix: &str,
         c: &DeepseekConfig,
@@ -245,12 +245,13 @@ impl<B: Backend> FeedForward<B> {
         let mut stacks = ExpertStacks::Plain { gate_up: Staged::new(b, h), down: Staged::new(b, share.width.len()) };
         for (k, e) in share.own.clone().enumerate() {
             let p = format!("{prefix}experts.{e}.");
-            let read = |ld: &mut Loader<'_, B>, t: &str, [rows, cols]: [usize; 2]| -> Result<Option<StoredLinear>, BackendError> {
+            // Only the formats the kernels take: a weight read here is counted as read.
+            let read = |ld: &mut Loader<'a, B>, t: &str, shape: [usize; 2]| -> Result<Option<StoredLinear<'a>>, BackendError> {
                 let name = format!("{p}{t}.weight");
-                if let Some(w) = ld.host_fp8(&name, rows, cols, f)?.filter(|_| fp8) {
+                if let Some(w) = if fp8 { ld.host_fp8(&name, shape, f)? } else { None } {
                     return Ok(Some(w.into()));
                 }
-                Ok(ld.host_int4(&name, rows, cols, f)?.filter(|_| int4).map(Into::into))
+                Ok(if int4 { ld.host_int4(&name, shape, f)?.map(Into::into) } else { None })
             };
             if whole {
                 if let Some(gate) = read(ld, "gate_proj", [inner, h])? {
