@@ -4,7 +4,10 @@
 // nothing next to that:
 //
 // - One mma.m16n8k8 (tf32 in, f32 accumulate) multiplies 16 weight rows by the 8 rows of
-//   x at once. bf16 widens to tf32 exactly; x rounds to tf32 (10-bit mantissa).
+//   x at once. bf16 widens to tf32 exactly; x is split into a tf32 part and the tf32
+//   rounding of what is left, two mmas, so that a product is x's to about 2^-22 and not to
+//   tf32's 2^-11 (which flipped near-tied MoE routes against the CPU's f32). The second mma
+//   costs nothing next to the weight stream.
 // - Lanes load W in 16-byte pieces, 8 weights of one row: lane (g, t) = (lane / 4,
 //   lane % 4) reads columns c + 8t .. c + 8t + 7 of rows g and g + 8 of a 16-row tile, for
 //   32 columns per warp and step. The dot product does not care in which order k is
@@ -152,11 +155,14 @@ __device__ __forceinline__ void mma_round(const GemvArgs& a, int c, int end, int
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const unsigned b0 = tf32_of(xf[2 * j]), b1 = tf32_of(xf[2 * j + 1]);
+            // x = hi + lo, each exact in tf32: two products make x's to about 2^-22.
+            const unsigned h0 = tf32_of(xf[2 * j]), h1 = tf32_of(xf[2 * j + 1]);
+            const unsigned l0 = tf32_of(xf[2 * j] - __uint_as_float(h0)), l1 = tf32_of(xf[2 * j + 1] - __uint_as_float(h1));
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
                 const unsigned r0 = word(w[u][i][0], j), r8 = word(w[u][i][1], j);
-                mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, b0, b1);
+                mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, l0, l1);
+                mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, h0, h1);
             }
         }
     }

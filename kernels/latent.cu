@@ -15,6 +15,8 @@
 // (token, expert) pairs an expert block accumulates at once; output rows a warp takes.
 #define MOE_PAIRS 8
 #define MOE_ROWS_PER_WARP 4
+// Output rows a warp of a stored dense linear takes.
+#define LINEAR_ROWS_PER_WARP 2
 
 // out[r, h*b + j] = x[r, h*a ..][..a] · w[h*b + j] for r < n. Grid: (heads, ceil(b /
 // LATENT_WARPS)); a warp per output column, over every row.
@@ -254,8 +256,9 @@ struct Bf16Experts {
     __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
 };
 
-// Experts as the checkpoint stores them: their bytes, rows of `width` values, 16 values a
-// lane at a time, and their f32 scales; each format says how to read them.
+// Weights as the checkpoint stores them (stacked experts, dense linears): their bytes, rows of
+// `width` values, 16 values a lane at a time, and their f32 scales; each format says how to
+// read them.
 struct StoredExperts {
     static constexpr int CHUNK = 16;
     const unsigned char* w;
@@ -358,41 +361,79 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
     }
 }
 
+// Weight row `row` (`width` values) against np <= MOE_PAIRS activation rows, x_of(q) the
+// start of row q: sums[q] = w_row · x_q over the whole warp.
+template <class W, class X>
+__device__ __forceinline__ void row_dots(const W& w, long long row, int width, int np, X x_of, float (&sums)[MOE_PAIRS]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int q = 0; q < MOE_PAIRS; ++q) sums[q] = 0.f;
+    for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK) {
+        float wv[W::CHUNK];
+        w.load(row, d, wv);
+        const float sc = w.scale(row, d);
+#pragma unroll
+        for (int q = 0; q < MOE_PAIRS; ++q) {
+            if (q >= np) break;
+            sums[q] += sc * dot_chunk(wv, x_of(q) + d);
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < MOE_PAIRS; ++q) {
+        if (q >= np) break;
+        sums[q] = warp_sum(sums[q]);
+    }
+}
+
+// The warp's `per_warp` output rows o < n_out of its block's share (`block` the block's
+// index along them): weight row row_of(o) against each of `count` inputs, MOE_PAIRS at a
+// time, x_of(i) the start of input i; lane 0 hands each sum to put(i, o, sum).
+template <class W, class Row, class X, class Put>
+__device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width, int count, X x_of,
+                                          Put put) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int k = 0; k < per_warp; ++k) {
+        const int o = (block * LATENT_WARPS + warp) * per_warp + k;
+        if (o >= n_out) return;
+        for (int i0 = 0; i0 < count; i0 += MOE_PAIRS) {
+            const int np = min(MOE_PAIRS, count - i0);
+            float sums[MOE_PAIRS];
+            row_dots(w, row_of(o), width, np, [&](int q) { return x_of(i0 + q); }, sums);
+#pragma unroll
+            for (int q = 0; q < MOE_PAIRS; ++q) {
+                if (q >= np) break;
+                if (lane == 0) put(i0 + q, o, sums[q]);
+            }
+        }
+    }
+}
+
 // One active expert's down rows over its pairs: y[p, o] = down_o · act[p]. Grid:
 // (min(count, pairs), ceil(hidden / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
 template <class W>
 __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan, int hidden, int inner, int list, float* y) {
     if (blockIdx.x >= plan[0]) return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
     const int* pairs = plan + list + start;
-    for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
-        const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
-        if (o >= hidden) return;
-        const long long row = (long long)e * hidden + o;
-        for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
-            const int np = min(MOE_PAIRS, run - p0);
-            float acc[MOE_PAIRS];
-#pragma unroll
-            for (int q = 0; q < MOE_PAIRS; ++q) acc[q] = 0.f;
-            for (int d = W::CHUNK * lane; d < inner; d += 32 * W::CHUNK) {
-                float wv[W::CHUNK];
-                w.load(row, d, wv);
-                const float sc = w.scale(row, d);
-#pragma unroll
-                for (int q = 0; q < MOE_PAIRS; ++q) {
-                    if (q >= np) break;
-                    acc[q] += sc * dot_chunk(wv, act + (long long)pairs[p0 + q] * inner + d);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < MOE_PAIRS; ++q) {
-                if (q >= np) break;
-                const float s = warp_sum(acc[q]);
-                if (lane == 0) y[(long long)pairs[p0 + q] * hidden + o] = s;
-            }
-        }
-    }
+    warp_rows(
+        w, MOE_ROWS_PER_WARP, blockIdx.y, hidden, [&](int o) { return (long long)e * hidden + o; }, inner, run,
+        [&](int i) { return act + (long long)pairs[i] * inner; }, [&](int i, int o, float sum) { y[(long long)pairs[i] * hidden + o] = sum; });
+}
+
+// A dense linear kept as the checkpoint stores it, over the first `rows` rows of x ([.., k_in]):
+// y[m, o] = w_o · x[m], or y[m, o] += it with `accumulate` (the residual add). Activations and
+// sums in f32 and the weights the CPU's to the bit, so a decode, verify or short prefill
+// computes what the host reference does (src/backend/cuda/stored.rs).
+// Grid: ceil(n_out / (LATENT_WARPS * LINEAR_ROWS_PER_WARP)).
+template <class W>
+__device__ __forceinline__ void linear_rows(const float* x, W w, int rows, int k_in, int n_out, int accumulate, float* y) {
+    warp_rows(
+        w, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in, rows,
+        [&](int i) { return x + (long long)i * k_in; },
+        [&](int i, int o, float sum) {
+            float* out = y + (long long)i * n_out + o;
+            *out = accumulate ? *out + sum : sum;
+        });
 }
 
 // bf16 experts (hidden and inner multiples of 8).
@@ -427,6 +468,46 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     }
 MOE_STORED_ENTRIES(fp8, Fp8Experts, block_rows, block_cols)
 MOE_STORED_ENTRIES(int4, Int4Experts, group_shift, rounding)
+
+// head_matmul_bf16's product by FP8 weights as stored (a multiple of 16 and of block_cols,
+// block_cols of 16). Grid: (heads, ceil(b / LATENT_WARPS)); a warp per output column, over
+// the rows MOE_PAIRS at a time.
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    head_matmul_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, float* out, int a,
+                    int b, int n) {
+    pdl_enter();
+    const int h = blockIdx.x, heads = gridDim.x;
+    warp_rows(
+        Fp8Experts{{w, a, scales}, block_rows, block_cols}, 1, blockIdx.y, b, [&](int j) { return (long long)h * b + j; }, a, n,
+        [&](int r) { return x + ((long long)r * heads + h) * a; },
+        [&](int r, int j, float sum) { out[((long long)r * heads + h) * b + j] = sum; });
+}
+
+// A dense FP8 linear (k_in a multiple of block_cols, block_cols of 16).
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    linear_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows, int k_in,
+               int n_out, int accumulate, float* y) {
+    pdl_enter();
+    linear_rows(x, Fp8Experts{{w, k_in, scales}, block_rows, block_cols}, rows, k_in, n_out, accumulate, y);
+}
+
+// A dense FP8 linear's [rows, cols] values rounded to bf16, for cuBLAS at prefill sizes.
+// Grid-stride over chunks of 16 values (cols a multiple of 16).
+extern "C" __global__ void dequant_fp8_bf16(const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows,
+                                            int cols, bf16* out) {
+    pdl_enter();
+    const Fp8Experts fp8{{w, cols, scales}, block_rows, block_cols};
+    const long long chunks = (long long)rows * cols / Fp8Experts::CHUNK;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks; i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i * Fp8Experts::CHUNK / cols;
+        const int d = (int)(i * Fp8Experts::CHUNK % cols);
+        float v[Fp8Experts::CHUNK];
+        fp8.load(row, d, v);
+        const float s = fp8.scale(row, d);
+#pragma unroll
+        for (int j = 0; j < Fp8Experts::CHUNK; ++j) out[row * cols + d + j] = __float2bfloat16_rn(v[j] * s);
+    }
+}
 
 // out[i] = Σ_j weights[i][j] · y[i * per_token + j] over the slots whose expert this rank
 // holds, in slot order. Grid: rows.

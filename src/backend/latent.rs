@@ -9,6 +9,7 @@
 //! `kv_b_proj`'s value half then maps to the head's values.
 
 use super::{AttnWindow, Backend};
+use crate::model::quantized::{e4m3_to_f32, Int4Linear};
 
 /// The shape of one absorbed MLA layer on this rank.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -118,9 +119,10 @@ pub struct Experts<'a, B: Backend + ?Sized> {
     pub quantized: Option<ExpertScales<'a, B>>,
 }
 
-/// How stacked experts' bytes hold their values, as the checkpoint stores them.
+/// How a weight kept as the checkpoint stores it holds its values: stacked routed experts
+/// (`Experts::quantized`) and dense linears (`Backend::load_stored`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpertFormat {
+pub enum StoredFormat {
     /// FP8 e4m3, one f32 scale per `block` (the widths are multiples of the block).
     Fp8 { block: [usize; 2] },
     /// compressed-tensors pack-quantized INT4 (`model::quantized::Int4Linear`): two values a
@@ -128,37 +130,63 @@ pub enum ExpertFormat {
     Int4 { group: usize, scale_dtype: safetensors::tensor::Dtype },
 }
 
-impl ExpertFormat {
+impl StoredFormat {
     /// The dtype the bytes go to a backend's `load_weight` as.
     pub fn dtype(&self) -> safetensors::tensor::Dtype {
         match self {
-            ExpertFormat::Fp8 { .. } => safetensors::tensor::Dtype::F8_E4M3,
-            ExpertFormat::Int4 { .. } => safetensors::tensor::Dtype::U8,
+            StoredFormat::Fp8 { .. } => safetensors::tensor::Dtype::F8_E4M3,
+            StoredFormat::Int4 { .. } => safetensors::tensor::Dtype::U8,
         }
     }
 
     /// Bytes of a row of `cols` values.
     pub fn row_bytes(&self, cols: usize) -> usize {
         match self {
-            ExpertFormat::Fp8 { .. } => cols,
-            ExpertFormat::Int4 { .. } => cols.div_ceil(2),
+            StoredFormat::Fp8 { .. } => cols,
+            StoredFormat::Int4 { .. } => cols.div_ceil(2),
         }
     }
 
     /// Scales along a row of `cols` values (the widths are whole blocks or groups).
     pub fn row_scales(&self, cols: usize) -> usize {
         match self {
-            ExpertFormat::Fp8 { block: [_, bc] } => cols / bc,
-            ExpertFormat::Int4 { group, .. } => cols / group,
+            StoredFormat::Fp8 { block: [_, bc] } => cols / bc,
+            StoredFormat::Int4 { group, .. } => cols / group,
         }
     }
+
+    /// The `[rows, cols]` values of `bytes` under `scales` (one per block or group, the grid
+    /// row-major), in f32 as the checkpoint readers of `model::quantized` give them.
+    pub fn dequantize(&self, bytes: &[u8], scales: &[f32], [rows, cols]: [usize; 2]) -> Vec<f32> {
+        match *self {
+            StoredFormat::Fp8 { block: [br, bc] } => {
+                let grid_cols = cols.div_ceil(bc);
+                let mut out = Vec::with_capacity(rows * cols);
+                for (r, row) in bytes.chunks_exact(cols).take(rows).enumerate() {
+                    let row_scales = &scales[(r / br) * grid_cols..][..grid_cols];
+                    out.extend(row.iter().enumerate().map(|(c, &b)| e4m3_to_f32(b).unwrap_or(f32::NAN) * row_scales[c / bc]));
+                }
+                out
+            }
+            StoredFormat::Int4 { group, scale_dtype } => {
+                Int4Linear { packed: bytes, scales: scales.to_vec(), group, scale_dtype, shape: [rows, cols] }.dequantized()
+            }
+        }
+    }
+}
+
+/// An FP8 weight's block scales spread to one grid row per weight row (blocks of `[1, bc]`),
+/// so that its rows can be picked and re-laid freely, each keeping its scales.
+pub fn fp8_row_scales(scales: &[f32], rows: usize, [br, bc]: [usize; 2], cols: usize) -> Vec<f32> {
+    let grid_cols = cols.div_ceil(bc);
+    (0..rows).flat_map(|r| scales[(r / br) * grid_cols..][..grid_cols].iter().copied()).collect()
 }
 
 /// The dequantization scales of stacked quantized experts, the grids stacked as the rows are.
 pub struct ExpertScales<'a, B: Backend + ?Sized> {
     pub gate_up: &'a B::Tensor,
     pub down: &'a B::Tensor,
-    pub format: ExpertFormat,
+    pub format: StoredFormat,
 }
 
 /// `Backend::moe_experts`' scratch for `rows · per_token` (token, expert) pairs: each pair's
@@ -214,8 +242,8 @@ mod tests {
     /// scale a 128-wide block, INT4 two values a byte and a scale a group of 32.
     #[test]
     fn stored_rows_count_their_bytes_and_scales() {
-        let fp8 = ExpertFormat::Fp8 { block: [128, 128] };
-        let int4 = ExpertFormat::Int4 { group: 32, scale_dtype: safetensors::tensor::Dtype::BF16 };
+        let fp8 = StoredFormat::Fp8 { block: [128, 128] };
+        let int4 = StoredFormat::Int4 { group: 32, scale_dtype: safetensors::tensor::Dtype::BF16 };
         assert_eq!((fp8.row_bytes(7168), fp8.row_scales(7168), fp8.dtype()), (7168, 56, safetensors::tensor::Dtype::F8_E4M3));
         assert_eq!((int4.row_bytes(7168), int4.row_scales(7168), int4.dtype()), (3584, 224, safetensors::tensor::Dtype::U8));
     }

@@ -167,6 +167,27 @@ pub fn residual_through<B: Backend + ?Sized>(b: &B, x: &B::Tensor, w: &B::Weight
     b.add(h, delta, n);
 }
 
+/// A linear layer's weight as the checkpoint stores it (`Backend::load_stored`): `[rows,
+/// cols]` values in `format`'s bytes and their scales.
+#[derive(Clone, Copy)]
+pub struct StoredWeight<'a> {
+    pub name: &'a str,
+    pub bytes: &'a [u8],
+    pub scales: &'a [f32],
+    pub shape: [usize; 2],
+    pub format: latent::StoredFormat,
+}
+
+/// `w` dequantized on the host and loaded as `load_weight` loads any weight: what
+/// `Backend::load_stored` does on a backend that does not multiply by stored bytes.
+pub fn load_dequantized<B: Backend + ?Sized>(b: &B, w: &StoredWeight<'_>) -> Result<B::Weight, BackendError> {
+    let values = w.format.dequantize(w.bytes, w.scales, w.shape);
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let file = std::path::Path::new("(the target's weights)");
+    let view = TensorView { name: w.name, file, dtype: safetensors::tensor::Dtype::F32, shape: &w.shape, data: &data };
+    b.load_weight(&view, Shard::Replicated)
+}
+
 /// One output of `Backend::matmul_many`: `out[:n] = x[:n] · wᵀ (+ bias)`.
 pub struct Projection<'a, B: Backend + ?Sized> {
     pub w: &'a B::Weight,
@@ -404,8 +425,8 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Whether `load_weight` keeps the bytes of an F8_E4M3 view, or a U8 view of packed INT4,
-    /// as they are, for the quantized forms of `moe_experts` (`latent::Experts::quantized`);
-    /// otherwise a loader dequantizes first.
+    /// as they are, for the quantized forms of `moe_experts` (`latent::Experts::quantized`),
+    /// and `load_stored` keeps a dense linear's; otherwise a loader dequantizes first.
     fn keeps_quantized(&self) -> bool {
         false
     }
@@ -436,6 +457,12 @@ pub trait Backend: Send + Sync + 'static {
     fn ids(&self, len: usize) -> Result<Self::Ids, BackendError>;
     /// Upload a checkpoint tensor (any float dtype) as this rank's shard.
     fn load_weight(&self, view: &TensorView<'_>, shard: Shard) -> Result<Self::Weight, BackendError>;
+    /// A whole linear layer's weight as the checkpoint stores it, for `matmul` and its kin. A
+    /// backend whose kernels read those bytes keeps them so (`keeps_quantized`); the rest
+    /// dequantize it here (`load_dequantized`).
+    fn load_stored(&self, w: &StoredWeight<'_>) -> Result<Self::Weight, BackendError> {
+        load_dequantized(self, w)
+    }
 
     /// Room for matmuls of up to `rows` rows, x of at most `widest_in` columns and stacked
     /// products (`load_stacked`) of at most `widest_products`, made before any graph step

@@ -19,10 +19,10 @@ use super::peer::{self, PeerReduce};
 use super::shard::{contiguous_bf16, shard_weight, RankInfo};
 use super::sources::{attention_kernel, heads_per_block, prefill_mma_kernel, step_mma_kernel, PREFILL_ATTENTION_KERNEL, SOURCES};
 use crate::backend::kernels::{CompileProgress, KernelCompileError, KernelsReady};
-use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable, StoredFormat};
 use crate::backend::{
     paged_attention_per_seq, residual_through, AttnGeometry, AttnWindow, Backend, BackendError, KvDtype, KvStore, Mask, PagedBatch,
-    PagedScratch, Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
+    PagedScratch, Projection, RopeStyle, RopeTable, Shard, StoredWeight, STEP_QUERIES_MAX,
 };
 use crate::knobs::Knobs;
 use crate::model::checkpoint::TensorView;
@@ -118,7 +118,7 @@ pub(super) struct WeightBuf {
 }
 
 impl WeightBuf {
-    fn whole(buf: DeviceBuf<bf16>) -> WeightBuf {
+    pub(super) fn whole(buf: DeviceBuf<bf16>) -> WeightBuf {
         let len = buf.len();
         WeightBuf { storage: Arc::new(buf), offset: 0, len }
     }
@@ -141,6 +141,21 @@ pub struct CudaWeight {
     /// The buffer holds the checkpoint's quantized bytes (FP8, packed INT4), two to a slot,
     /// for `moe_experts` only.
     pub(super) raw: bool,
+    /// A dense linear kept as the checkpoint stores it (`stored.rs`): the buffer holds its
+    /// bytes, two to a slot, and these are its scales.
+    pub(super) stored: Option<StoredScales>,
+}
+
+/// A stored weight's scales (`stored.rs`), as `StoredFormat` lays them out.
+pub(crate) struct StoredScales {
+    pub(super) buf: DeviceBuf<f32>,
+    pub(super) format: StoredFormat,
+}
+
+impl CudaWeight {
+    pub(super) fn stored(buf: WeightBuf, [rows, cols]: [usize; 2], scales: StoredScales) -> CudaWeight {
+        CudaWeight { buf, shape: vec![rows, cols], k_full: cols, raw: false, stored: Some(scales) }
+    }
 }
 
 pub struct CudaIds {
@@ -180,6 +195,9 @@ pub struct CudaBackend {
     /// Residual adds inside the row-parallel matmuls at tp = 1 (the default), or as
     /// launches of their own (`SPECDECK_FUSED_RESIDUAL=0`, for the A/B of what fusing buys).
     fused_residual: bool,
+    /// The bf16 values of the largest stored weight (`stored.rs`), rewritten by each prefill
+    /// matmul that needs them; sized as the weights load, before any graph is captured over it.
+    pub(super) dequant_scratch: std::sync::Mutex<Option<DeviceBuf<bf16>>>,
 }
 
 impl CudaBackend {
@@ -225,6 +243,7 @@ impl CudaBackend {
             paged_table: Default::default(),
             slot_table: Default::default(),
             fused_residual,
+            dequant_scratch: Default::default(),
         };
         b.reset_bad_id();
         Ok(b)
@@ -502,7 +521,7 @@ impl CudaBackend {
 
     /// A matmul-family op through the graph gate: `None` when a replay skips it, else
     /// whether it runs eagerly (so a new shape may be timed).
-    fn matmul_gate(&self, name: &str, rows: usize, ptrs: &[u64]) -> Option<bool> {
+    pub(super) fn matmul_gate(&self, name: &str, rows: usize, ptrs: &[u64]) -> Option<bool> {
         // On the stack: every matmul of a step passes here. q, k and v take ten pointers.
         let mut args = [NULL; 16];
         assert!(ptrs.len() <= args.len(), "{name}: {} pointers to sign", ptrs.len());
@@ -556,7 +575,7 @@ fn input(x: &CudaTensor, n: usize, w: &CudaWeight) -> Input {
 
 /// `out = x · wᵀ (+ bias)` as a skinny-kernel segment, shapes checked.
 fn segment(x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, out: &CudaTensor) -> Segment {
-    assert!(!w.raw, "matmul by a quantized weight, which only moe_experts reads");
+    assert!(!w.raw && w.stored.is_none(), "a quantized weight by the bf16 matmuls");
     let (n_out, k_in) = (w.shape[0], w.shape[1]);
     assert_eq!((x.cols, out.cols), (k_in, n_out), "matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]", x.cols, out.cols);
     Segment { w: w.buf.ptr(), bias: bias.map(|b| b.buf.ptr()), out: out.buf.ptr(), n_out, accumulate: false }
@@ -685,9 +704,13 @@ impl Backend for CudaBackend {
             self.gpu.upload(view.data, buf.ptr());
             self.gpu.take_error()?;
             let cols = view.shape.get(1).copied().unwrap_or(1);
-            return Ok(CudaWeight { buf: WeightBuf::whole(buf), shape: view.shape.to_vec(), k_full: cols, raw: true });
+            return Ok(CudaWeight { buf: WeightBuf::whole(buf), shape: view.shape.to_vec(), k_full: cols, raw: true, stored: None });
         }
         self.load_stacked(std::slice::from_ref(view), shard).map(|mut w| w.remove(0))
+    }
+
+    fn load_stored(&self, w: &StoredWeight<'_>) -> Result<CudaWeight, BackendError> {
+        self.keep_stored(w)
     }
 
     fn load_stacked(&self, views: &[TensorView<'_>], shard: Shard) -> Result<Vec<CudaWeight>, BackendError> {
@@ -727,7 +750,7 @@ impl Backend for CudaBackend {
             }
             let cols = shape.get(1).copied().unwrap_or(1);
             let k_full = if shard == Shard::Row { cols * self.rank.world } else { cols };
-            weights.push(CudaWeight { buf: WeightBuf { storage: storage.clone(), offset, len }, shape, k_full, raw: false });
+            weights.push(CudaWeight { buf: WeightBuf { storage: storage.clone(), offset, len }, shape, k_full, raw: false, stored: None });
             offset += len;
         }
         self.gpu.take_error()?;
@@ -739,7 +762,7 @@ impl Backend for CudaBackend {
     }
 
     fn weight_bytes(&self, w: &CudaWeight) -> u64 {
-        w.buf.len() as u64 * 2
+        w.buf.len() as u64 * 2 + w.stored.as_ref().map_or(0, |s| s.buf.len() as u64 * 4)
     }
 
     fn write_ids(&self, dst: &mut CudaIds, src: &[i32]) {
@@ -815,6 +838,12 @@ impl Backend for CudaBackend {
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaWeight>, n: usize, out: &mut CudaTensor) {
+        if let Some(stored) = &w.stored {
+            if bias.is_some() {
+                return self.gpu.record(|| "a stored weight with a bias".into());
+            }
+            return self.stored_matmul(x, w, stored, n, out, None);
+        }
         let seg = segment(x, w, bias, out);
         if let Some(eager) = self.matmul_gate("matmul", n, &[x.buf.ptr(), seg.w, seg.bias.unwrap_or(0), seg.out]) {
             self.matmuls.run(&self.gpu, input(x, n, w), seg, eager);
@@ -823,6 +852,9 @@ impl Backend for CudaBackend {
 
     fn matmul_many(&self, x: &CudaTensor, n: usize, projections: &mut [Projection<'_, Self>]) {
         let Some(first) = projections.first() else { return };
+        if projections.iter().any(|p| p.w.stored.is_some()) {
+            return projections.iter_mut().for_each(|p| self.matmul(x, p.w, p.bias, n, p.out));
+        }
         let operand = input(x, n, first.w);
         let segs: Vec<Segment> = projections.iter_mut().map(|p| segment(x, p.w, p.bias, p.out)).collect();
         let ptrs: Vec<u64> = std::iter::once(x.buf.ptr()).chain(segs.iter().flat_map(|s| [s.w, s.bias.unwrap_or(0), s.out])).collect();
@@ -841,6 +873,11 @@ impl Backend for CudaBackend {
         up_buf: &mut CudaTensor,
         out: &mut CudaTensor,
     ) {
+        if gate.stored.is_some() || up.stored.is_some() {
+            self.matmul(x, gate, None, n, gate_buf);
+            self.matmul(x, up, None, n, up_buf);
+            return self.silu_mul(gate_buf, up_buf, n, out);
+        }
         let seg = segment(x, gate, None, out);
         assert_eq!(up.shape, gate.shape, "gate_up_silu: gate is {:?}, up is {:?}", gate.shape, up.shape);
         assert!(gate_buf.cols == out.cols && up_buf.cols == out.cols, "gate_up_silu: scratch widths differ from the output");
@@ -851,6 +888,9 @@ impl Backend for CudaBackend {
     }
 
     fn matmul_residual(&self, x: &CudaTensor, w: &CudaWeight, n: usize, delta: &mut CudaTensor, h: &mut CudaTensor) {
+        if let (Some(stored), 1) = (&w.stored, self.rank.world) {
+            return self.stored_matmul(x, w, stored, n, h, Some(delta));
+        }
         if !self.fused_residual {
             return residual_through(self, x, w, n, delta, h);
         }

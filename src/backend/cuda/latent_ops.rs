@@ -4,7 +4,7 @@ use super::backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
 use safetensors::tensor::Dtype;
 
 use super::gpu::Arg;
-use crate::backend::latent::{ExpertFormat, Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable, StoredFormat};
 
 /// Warps per block of the latent kernels (kernels/latent.cu's LATENT_WARPS), and the output
 /// rows each warp of an expert block takes (MOE_ROWS_PER_WARP).
@@ -22,15 +22,21 @@ const INT4_CHUNK: usize = 16;
 impl CudaBackend {
     pub(super) fn launch_head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
         let (b, a) = (w.shape[0] / heads, w.shape[1]);
-        let mut args = [
-            Arg::Ptr(x.buf.ptr()),
-            Arg::Ptr(w.buf.ptr()),
-            Arg::Ptr(out.buf.ptr()),
-            Arg::I32(a as i32),
-            Arg::I32(b as i32),
-            Arg::I32(n as i32),
-        ];
-        self.kernel("head_matmul_bf16", (heads as u32, b.div_ceil(LATENT_WARPS as usize) as u32), LATENT_WARPS * 32, 0, &mut args, None);
+        let grid = (heads as u32, b.div_ceil(LATENT_WARPS as usize) as u32);
+        let (x, w_ptr, out) = (Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()));
+        let sizes = [Arg::I32(a as i32), Arg::I32(b as i32), Arg::I32(n as i32)];
+        match w.stored.as_ref().map(|s| (s, s.format)) {
+            None => {
+                let mut args = [x, w_ptr, out, sizes[0], sizes[1], sizes[2]];
+                self.kernel("head_matmul_bf16", grid, LATENT_WARPS * 32, 0, &mut args, None);
+            }
+            Some((s, StoredFormat::Fp8 { block: [br, bc] })) if bc % 16 == 0 && a % bc == 0 => {
+                let mut args =
+                    [x, w_ptr, Arg::Ptr(s.buf.ptr()), Arg::I32(br as i32), Arg::I32(bc as i32), out, sizes[0], sizes[1], sizes[2]];
+                self.kernel("head_matmul_fp8", grid, LATENT_WARPS * 32, 0, &mut args, None);
+            }
+            Some((_, format)) => self.gpu.record(|| format!("per-head products of {a}-wide rows stored as {format:?}: not a kernel's")),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -152,7 +158,7 @@ impl CudaBackend {
                 let mut second = [act, down, plan, hidden_arg, inner_arg, list, y];
                 self.kernel("moe_down_bf16", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
             }
-            Some((f, ExpertFormat::Fp8 { block: [br, bc] })) => {
+            Some((f, StoredFormat::Fp8 { block: [br, bc] })) => {
                 if bc % 16 != 0 || inner % br != 0 || inner % bc != 0 || hidden % br != 0 || hidden % bc != 0 {
                     self.gpu.record(|| format!("FP8 experts of hidden {hidden} and width {inner} over {br}x{bc} blocks: the widths must be whole blocks of a multiple of 16 columns"));
                     return;
@@ -163,7 +169,7 @@ impl CudaBackend {
                 let mut second = [act, down, Arg::Ptr(f.down.buf.ptr()), br, bc, plan, hidden_arg, inner_arg, list, y];
                 self.kernel("moe_down_fp8", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
             }
-            Some((f, ExpertFormat::Int4 { group, scale_dtype })) => {
+            Some((f, StoredFormat::Int4 { group, scale_dtype })) => {
                 if !group.is_power_of_two() || group % INT4_CHUNK != 0 || [hidden, inner].iter().any(|d| d % group != 0) {
                     self.gpu.record(|| format!("INT4 experts of hidden {hidden} and width {inner} in groups of {group}: the group must be a power of two of at least {INT4_CHUNK}, and the widths whole groups"));
                     return;

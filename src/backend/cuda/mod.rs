@@ -26,6 +26,7 @@ pub(crate) mod peer;
 pub mod probe;
 pub(crate) mod shard;
 pub(crate) mod sources;
+mod stored;
 pub(crate) mod tp;
 
 pub use backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};

@@ -128,6 +128,7 @@ pub const SOURCES: &[KernelSource] = &[
         "latent.cu",
         [
             "head_matmul_bf16",
+            "head_matmul_fp8",
             "mla_store_f32",
             "mla_attention_f32",
             "moe_route_f32",
@@ -138,7 +139,9 @@ pub const SOURCES: &[KernelSource] = &[
             "moe_gate_up_int4",
             "moe_down_int4",
             "moe_down_fp8",
-            "moe_combine_f32"
+            "moe_combine_f32",
+            "linear_fp8",
+            "dequant_fp8_bf16"
         ]
     ),
     kernel_source!(

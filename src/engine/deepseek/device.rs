@@ -18,11 +18,12 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::backend::latent::{ExpertFormat, ExpertScales, Experts, MlaGeometry, MoeScratch, Routing, SlotTable};
+use crate::backend::latent::{ExpertScales, Experts, MlaGeometry, MoeScratch, Routing, SlotTable, StoredFormat};
 use crate::backend::{Backend, BackendError, Projection, RopeTable, Shard};
 use crate::engine::deepseek::host::{Linear, Split, Staged};
-use crate::engine::deepseek::mla::{Mla, MlaShape, QProj};
+use crate::engine::deepseek::mla::MlaShape;
 use crate::engine::deepseek::moe::{routing, Mlp, MoeShare};
+use crate::engine::deepseek::rows::Rows;
 use crate::engine::llama::{Capture, StepInputs};
 use crate::engine::weights::Loader;
 use crate::model::checkpoint::TensorView;
@@ -39,9 +40,9 @@ fn vector<B: Backend>(b: &B, values: &[f32], name: &str) -> Result<B::Weight, Ba
     weight(b, values, values.len(), name)
 }
 
-/// The rows `rows` of `l`, in that order.
-fn rows_of(l: &Linear, rows: impl Iterator<Item = usize>) -> Vec<f32> {
-    rows.flat_map(|r| l.row(r).iter().copied()).collect()
+/// The bytes a token reads of `weights` as `b` keeps them.
+fn kept<B: Backend>(b: &B, weights: &[&B::Weight]) -> usize {
+    weights.iter().map(|w| b.weight_bytes(w) as usize).sum()
 }
 
 struct Attention<B: Backend> {
@@ -57,39 +58,63 @@ struct Attention<B: Backend> {
     /// Per head, `kv_b_proj`'s value rows: `[heads · v, kv_lora]`.
     w_uv: B::Weight,
     o: B::Weight,
+    /// Weight elements held (as `Mla::elements` counts them).
+    elements: usize,
 }
 
 impl<B: Backend> Attention<B> {
-    fn from_host(b: &B, m: &Mla, s: &MlaShape, name: &str) -> Result<Self, BackendError> {
-        let (qk, per_head) = (s.nope + s.rope, s.nope + s.v);
-        let (q_lora, q) = match &m.q {
-            QProj::Full(l) => (None, l),
-            QProj::Lora { a, norm, b: q_b } => {
-                (Some((weight(b, &a.w, a.inputs, &format!("{name}q_a_proj"))?, vector(b, norm, &format!("{name}q_a_layernorm"))?)), q_b)
+    /// The attention under `prefix`, this rank's `heads`, read as `Mla::load` reads it, with
+    /// its linears as the checkpoint stores them where `stored` (`Rows::read`); `kv_b_proj`
+    /// as values, since its key half is transposed per head.
+    fn load<'a>(
+        ld: &mut Loader<'a, B>,
+        b: &B,
+        c: &DeepseekConfig,
+        (s, heads): (&MlaShape, Range<usize>),
+        prefix: &str,
+        stored: bool,
+    ) -> Result<Self, BackendError> {
+        let name = |t: &str| format!("{prefix}{t}");
+        let (h, qk, per_head, f) = (c.hidden, s.nope + s.rope, s.nope + s.v, &c.weights);
+        let of_heads = |width: usize| heads.start * width..heads.end * width;
+        let read = |ld: &mut Loader<'a, B>, t: &str, shape: [usize; 2], stored: bool| Rows::read(ld, f, &name(t), shape, stored);
+        let (q_lora, q, q_a_elements) = match c.q_lora_rank {
+            None => (None, read(ld, "q_proj.weight", [c.heads * qk, h], stored)?, 0),
+            Some(r) => {
+                let a = read(ld, "q_a_proj.weight", [r, h], stored)?;
+                let norm = ld.host_f32(&name("q_a_layernorm.weight"), &[r])?;
+                let q_b = read(ld, "q_b_proj.weight", [c.heads * qk, r], stored)?;
+                let uploaded = (a.upload(b, &name("q_a_proj"))?, vector(b, &norm, &name("q_a_layernorm"))?);
+                (Some(uploaded), q_b, a.elements() + r)
             }
         };
-        let heads = 0..s.heads;
-        let q_nope = rows_of(q, heads.clone().flat_map(|h| h * qk..h * qk + s.nope));
-        let q_pe = rows_of(q, heads.clone().flat_map(|h| h * qk + s.nope..(h + 1) * qk));
-        let lora = s.kv_lora;
-        let mut w_uk = Vec::with_capacity(s.heads * lora * s.nope);
-        for h in heads.clone() {
-            for l in 0..lora {
-                w_uk.extend((0..s.nope).map(|d| m.kv_b.row(h * per_head + d)[l]));
-            }
-        }
-        let w_uv = rows_of(&m.kv_b, heads.flat_map(|h| h * per_head + s.nope..(h + 1) * per_head));
+        let q = q.outputs_in(of_heads(qk));
+        let kv_a = read(ld, "kv_a_proj_with_mqa.weight", [c.latent_width(), h], stored)?;
+        let kv_norm = ld.host_f32(&name("kv_a_layernorm.weight"), &[s.kv_lora])?;
+        let kv_b = read(ld, "kv_b_proj.weight", [c.heads * per_head, s.kv_lora], stored)?.outputs_in(of_heads(per_head));
+        let o = read(ld, "o_proj.weight", [h, c.heads * s.v], stored)?.inputs_in(of_heads(s.v));
+        let elements = q_a_elements + q.elements() + kv_a.elements() + s.kv_lora + kv_b.elements() + o.elements();
+        let w_uk = kv_b.heads_transposed(s.heads, per_head, 0..s.nope);
+        let w_uv = kv_b.pick((0..s.heads).flat_map(|hd| hd * per_head + s.nope..(hd + 1) * per_head));
+        let part = |w: &Rows<'a>, rows: Range<usize>| w.pick((0..s.heads).flat_map(move |hd| hd * qk + rows.start..hd * qk + rows.end));
         Ok(Attention {
             q_lora,
-            q_nope: weight(b, &q_nope, q.inputs, &format!("{name}q_proj (no rope)"))?,
-            q_pe: weight(b, &q_pe, q.inputs, &format!("{name}q_proj (rope)"))?,
-            kv_c: weight(b, &rows_of(&m.kv_a, 0..lora), m.kv_a.inputs, &format!("{name}kv_a_proj_with_mqa (latent)"))?,
-            kv_pe: weight(b, &rows_of(&m.kv_a, lora..lora + s.rope), m.kv_a.inputs, &format!("{name}kv_a_proj_with_mqa (rope)"))?,
-            kv_norm: vector(b, &m.kv_a_norm, &format!("{name}kv_a_layernorm"))?,
-            w_uk: weight(b, &w_uk, s.nope, &format!("{name}kv_b_proj (keys)"))?,
-            w_uv: weight(b, &w_uv, lora, &format!("{name}kv_b_proj (values)"))?,
-            o: weight(b, &m.o.w, m.o.inputs, &format!("{name}o_proj"))?,
+            q_nope: part(&q, 0..s.nope).upload(b, &name("q_proj (no rope)"))?,
+            q_pe: part(&q, s.nope..qk).upload(b, &name("q_proj (rope)"))?,
+            kv_c: kv_a.pick(0..s.kv_lora).upload(b, &name("kv_a_proj_with_mqa (latent)"))?,
+            kv_pe: kv_a.pick(s.kv_lora..s.kv_lora + s.rope).upload(b, &name("kv_a_proj_with_mqa (rope)"))?,
+            kv_norm: vector(b, &kv_norm, &name("kv_a_layernorm"))?,
+            w_uk: w_uk.upload(b, &name("kv_b_proj (keys)"))?,
+            w_uv: w_uv.upload(b, &name("kv_b_proj (values)"))?,
+            o: o.upload(b, &name("o_proj"))?,
+            elements,
         })
+    }
+
+    /// Bytes of weights a token reads, as kept.
+    fn bytes(&self, b: &B) -> usize {
+        let q = self.q_lora.as_ref().map_or(0, |(a, norm)| kept(b, &[a, norm]));
+        q + kept(b, &[&self.q_nope, &self.q_pe, &self.kv_c, &self.kv_pe, &self.kv_norm, &self.w_uk, &self.w_uv, &self.o])
     }
 }
 
@@ -100,12 +125,26 @@ struct DenseMlp<B: Backend> {
 }
 
 impl<B: Backend> DenseMlp<B> {
-    fn from_host(b: &B, m: &Mlp, name: &str) -> Result<Self, BackendError> {
-        Ok(DenseMlp {
-            gate: weight(b, &m.gate.w, m.gate.inputs, &format!("{name}gate_proj"))?,
-            up: weight(b, &m.up.w, m.up.inputs, &format!("{name}up_proj"))?,
-            down: weight(b, &m.down.w, m.down.inputs, &format!("{name}down_proj"))?,
-        })
+    /// The MLP under `prefix`, the `width` part of its `inner` units, read as `Mlp::load`
+    /// reads it, as stored where `stored` (`Rows::read`).
+    fn load(
+        ld: &mut Loader<'_, B>,
+        b: &B,
+        f: &WeightFormats,
+        prefix: &str,
+        ([hidden, inner], width): ([usize; 2], Range<usize>),
+        stored: bool,
+    ) -> Result<Self, BackendError> {
+        let name = |t: &str| format!("{prefix}{t}_proj");
+        let mut read = |t: &str, shape| Rows::read(ld, f, &format!("{}.weight", name(t)), shape, stored);
+        let gate = read("gate", [inner, hidden])?.outputs_in(width.clone());
+        let up = read("up", [inner, hidden])?.outputs_in(width.clone());
+        let down = read("down", [hidden, inner])?.inputs_in(width);
+        Ok(DenseMlp { gate: gate.upload(b, &name("gate"))?, up: up.upload(b, &name("up"))?, down: down.upload(b, &name("down"))? })
+    }
+
+    fn bytes(&self, b: &B) -> usize {
+        kept(b, &[&self.gate, &self.up, &self.down])
     }
 }
 
@@ -115,7 +154,7 @@ struct RoutedExperts<B: Backend> {
     gate_up: B::Weight,
     down: B::Weight,
     /// The scales of quantized `gate_up` and `down`, and their format (`Experts::quantized`).
-    quantized: Option<(B::Tensor, B::Tensor, ExpertFormat)>,
+    quantized: Option<(B::Tensor, B::Tensor, StoredFormat)>,
     first: usize,
     count: usize,
     inner: usize,
@@ -126,18 +165,18 @@ struct RoutedExperts<B: Backend> {
 struct StoredLinear<'a> {
     bytes: &'a [u8],
     scales: Vec<f32>,
-    format: ExpertFormat,
+    format: StoredFormat,
 }
 
 impl<'a> From<Fp8Linear<'a>> for StoredLinear<'a> {
     fn from(w: Fp8Linear<'a>) -> Self {
-        StoredLinear { bytes: w.bytes, scales: w.scales, format: ExpertFormat::Fp8 { block: w.block } }
+        StoredLinear { bytes: w.bytes, scales: w.scales, format: StoredFormat::Fp8 { block: w.block } }
     }
 }
 
 impl<'a> From<Int4Linear<'a>> for StoredLinear<'a> {
     fn from(w: Int4Linear<'a>) -> Self {
-        StoredLinear { bytes: w.packed, scales: w.scales, format: ExpertFormat::Int4 { group: w.group, scale_dtype: w.scale_dtype } }
+        StoredLinear { bytes: w.packed, scales: w.scales, format: StoredFormat::Int4 { group: w.group, scale_dtype: w.scale_dtype } }
     }
 }
 
@@ -155,7 +194,7 @@ fn stored_formats(f: &WeightFormats, dims: [usize; 2]) -> (bool, bool) {
 /// checkpoint stores them (FP8, packed INT4).
 enum ExpertStacks {
     Plain { gate_up: Staged, down: Staged },
-    Stored { gate_up: Vec<u8>, down: Vec<u8>, scales: [Vec<f32>; 2], format: ExpertFormat },
+    Stored { gate_up: Vec<u8>, down: Vec<u8>, scales: [Vec<f32>; 2], format: StoredFormat },
 }
 
 impl ExpertStacks {
@@ -186,7 +225,7 @@ impl ExpertStacks {
         b: &B,
         prefix: &str,
         [count, inner, hidden]: [usize; 3],
-    ) -> Result<(B::Weight, B::Weight, Option<(B::Tensor, B::Tensor, ExpertFormat)>), BackendError> {
+    ) -> Result<(B::Weight, B::Weight, Option<(B::Tensor, B::Tensor, StoredFormat)>), BackendError> {
         let (gate_name, down_name) = (format!("{prefix}experts (gate and up)"), format!("{prefix}experts (down)"));
         match self {
             ExpertStacks::Plain { gate_up, down } => Ok((gate_up.upload(b, &gate_name)?, down.upload(b, &down_name)?, None)),
@@ -234,7 +273,8 @@ impl<B: Backend> FeedForward<B> {
     ) -> Result<Self, BackendError> {
         let (h, f) = (c.hidden, &c.weights);
         if !c.is_moe_layer(i) {
-            return Ok(FeedForward::Dense(DenseMlp::from_host(b, &Mlp::dense(ld, prefix, c, split)?, prefix)?));
+            let width = split.part(c.intermediate, "intermediate_size")?;
+            return Ok(FeedForward::Dense(DenseMlp::load(ld, b, f, prefix, ([h, c.intermediate], width), split.world == 1)?));
         }
         let share = MoeShare::of(c, split, ep)?;
         let inner = c.moe.intermediate;
@@ -269,7 +309,11 @@ impl<B: Backend> FeedForward<B> {
         let (gate_up, down, quantized) = stacks.upload(b, prefix, [share.own.len(), share.width.len(), h])?;
         let router = Linear::load(ld, f, &format!("{prefix}gate.weight"), c.moe.experts, h)?;
         let bias = ld.host_f32(&format!("{prefix}gate.e_score_correction_bias"), &[c.moe.experts])?;
-        let shared = share.shared(ld, prefix, c)?.map(|m| DenseMlp::from_host(b, &m, &format!("{prefix}shared_experts."))).transpose()?;
+        let shared_inner = c.moe.shared_experts * inner;
+        let shared = share
+            .shared_width
+            .clone()
+            .map(|width| DenseMlp::load(ld, b, f, &format!("{prefix}shared_experts."), ([h, shared_inner], width), split.world == 1));
         Ok(FeedForward::Moe(RoutedExperts {
             router: weight(b, &router.w, h, &format!("{prefix}gate.weight"))?,
             bias: b.tensor_from(c.moe.experts, &bias)?,
@@ -279,8 +323,21 @@ impl<B: Backend> FeedForward<B> {
             first: share.own.start,
             count: share.own.len(),
             inner: share.width.len(),
-            shared,
+            shared: shared.transpose()?,
         }))
+    }
+}
+
+impl<B: Backend> FeedForward<B> {
+    /// Bytes a token reads as kept, but for the routed experts: the MLP, or the router, its
+    /// bias and the shared experts.
+    fn fixed_bytes(&self, b: &B) -> usize {
+        match self {
+            FeedForward::Dense(mlp) => mlp.bytes(b),
+            FeedForward::Moe(moe) => {
+                kept(b, &[&moe.router]) + 4 * b.weight_shape(&moe.router)[0] + moe.shared.as_ref().map_or(0, |m| m.bytes(b))
+            }
+        }
     }
 }
 
@@ -293,8 +350,8 @@ struct Layer<B: Backend> {
 
 /// Weight elements of one layer on this rank: `(held, read by a token, of those the routed
 /// experts')`.
-fn layer_elements(mla: &Mla, c: &DeepseekConfig, i: usize, split: Split, ep: usize) -> Result<(usize, usize, usize), BackendError> {
-    let base = 2 * c.hidden + mla.elements();
+fn layer_elements(attention: usize, c: &DeepseekConfig, i: usize, split: Split, ep: usize) -> Result<(usize, usize, usize), BackendError> {
+    let base = 2 * c.hidden + attention;
     if !c.is_moe_layer(i) {
         let mlp = 3 * c.hidden * split.part(c.intermediate, "intermediate_size")?.len();
         return Ok((base + mlp, base + mlp, 0));
@@ -319,10 +376,10 @@ fn routed_bytes<B: Backend>(b: &B, ffn: &FeedForward<B>, elements: usize) -> usi
 
 /// Bytes of `elements` weights: FP8's one each and an f32 scale a block, INT4's one a pair
 /// and an f32 scale a group, or `dtype_bytes`.
-fn kept_bytes(elements: usize, format: Option<ExpertFormat>, dtype_bytes: usize) -> usize {
+fn kept_bytes(elements: usize, format: Option<StoredFormat>, dtype_bytes: usize) -> usize {
     match format {
-        Some(ExpertFormat::Fp8 { block: [br, bc] }) => elements + elements.div_ceil(br * bc) * 4,
-        Some(ExpertFormat::Int4 { group, .. }) => elements.div_ceil(2) + elements.div_ceil(group) * 4,
+        Some(StoredFormat::Fp8 { block: [br, bc] }) => elements + elements.div_ceil(br * bc) * 4,
+        Some(StoredFormat::Int4 { group, .. }) => elements.div_ceil(2) + elements.div_ceil(group) * 4,
         None => elements * dtype_bytes,
     }
 }
@@ -443,14 +500,14 @@ impl<B: Backend> DeviceStack<B> {
         let mut read_bytes = elements.1 * dtype_bytes(b);
         for i in 0..c.layers {
             let l = format!("{p}model.layers.{i}.");
-            let mla = Mla::load(ld, &format!("{l}self_attn."), c, heads.clone())?;
-            let (held, read, routed) = layer_elements(&mla, c, i, split, ep)?;
+            let attn = Attention::load(ld, b, c, (&shape, heads.clone()), &format!("{l}self_attn."), split.world == 1)?;
+            let (held, read, routed) = layer_elements(attn.elements, c, i, split, ep)?;
             elements = (elements.0 + held, elements.1 + read);
             let ffn = FeedForward::load(ld, b, &format!("{l}mlp."), c, i, split, ep)?;
-            read_bytes += (read - routed) * dtype_bytes(b) + routed_bytes(b, &ffn, routed);
+            read_bytes += 2 * c.hidden * dtype_bytes(b) + attn.bytes(b) + ffn.fixed_bytes(b) + routed_bytes(b, &ffn, routed);
             layers.push(Layer {
                 input_ln: vector(b, &ld.host_f32(&format!("{l}input_layernorm.weight"), &[c.hidden])?, &format!("{l}input_layernorm"))?,
-                attn: Attention::from_host(b, &mla, &shape, &format!("{l}self_attn."))?,
+                attn,
                 post_ln: vector(
                     b,
                     &ld.host_f32(&format!("{l}post_attention_layernorm.weight"), &[c.hidden])?,
@@ -602,7 +659,7 @@ impl<B: Backend> DeviceStack<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::{kept_bytes, ExpertFormat};
+    use super::{kept_bytes, StoredFormat};
     use safetensors::tensor::Dtype;
 
     /// A DeepSeek-V3 token's 8 routed experts of 3 × 7168 × 2048: FP8 is a byte an element
@@ -610,7 +667,7 @@ mod tests {
     #[test]
     fn fp8_experts_count_a_byte_an_element_and_their_block_scales() {
         let elements = 8 * 3 * 7168 * 2048;
-        let fp8 = Some(ExpertFormat::Fp8 { block: [128, 128] });
+        let fp8 = Some(StoredFormat::Fp8 { block: [128, 128] });
         assert_eq!(kept_bytes(elements, fp8, 2), elements + elements / 16384 * 4);
         assert_eq!(kept_bytes(elements, None, 2), 2 * elements);
         assert_eq!(kept_bytes(100, fp8, 2), 104);
@@ -621,7 +678,7 @@ mod tests {
     #[test]
     fn int4_experts_count_half_a_byte_an_element_and_their_group_scales() {
         let elements = 8 * 3 * 7168 * 2048;
-        let int4 = Some(ExpertFormat::Int4 { group: 32, scale_dtype: Dtype::BF16 });
+        let int4 = Some(StoredFormat::Int4 { group: 32, scale_dtype: Dtype::BF16 });
         assert_eq!(kept_bytes(elements, int4, 2), elements / 2 + elements / 32 * 4);
         assert_eq!(kept_bytes(100, int4, 2), 50 + 4 * 4);
     }

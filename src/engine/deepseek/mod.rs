@@ -19,6 +19,7 @@ pub(crate) mod device;
 pub(crate) mod host;
 pub(crate) mod mla;
 pub(crate) mod moe;
+pub(crate) mod rows;
 
 use std::sync::Arc;
 

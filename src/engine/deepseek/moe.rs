@@ -86,7 +86,7 @@ pub(crate) struct Moe {
 pub(crate) struct MoeShare {
     pub own: Range<usize>,
     pub width: Range<usize>,
-    shared_width: Option<Range<usize>>,
+    pub shared_width: Option<Range<usize>>,
 }
 
 impl MoeShare {

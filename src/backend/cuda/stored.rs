@@ -1,0 +1,98 @@
+//! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
+//! their f32 scales on the GPU, a byte a weight where bf16 takes two. A step of up to
+//! `KERNEL_ROWS` rows reads them as they are (kernels/latent.cu's `linear_fp8`: f32
+//! activations, the CPU's weights to the bit); a larger batch, a prefill, dequantizes them to
+//! bf16 into one scratch buffer that cuBLAS then reads, where the tensor cores' arithmetic
+//! outweighs the second pass over the weight.
+
+use half::bf16;
+
+use super::backend::{CudaBackend, CudaTensor, CudaWeight, StoredScales, WeightBuf};
+use super::gemm::{Input, Segment};
+use super::gpu::{stride_grid, Arg};
+use crate::backend::latent::StoredFormat;
+use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
+
+/// Rows of x up to which `linear_fp8` reads the stored bytes.
+const KERNEL_ROWS: usize = 16;
+/// Warps per block and output rows per warp of `linear_fp8` (kernels/latent.cu's
+/// LATENT_WARPS and LINEAR_ROWS_PER_WARP).
+const LINEAR_ROWS_PER_BLOCK: usize = 8 * 2;
+
+impl CudaBackend {
+    /// `w` kept as stored where `linear_fp8` reads it (FP8, whole blocks of a multiple of 16
+    /// columns, one GPU), else dequantized as any backend does.
+    pub(super) fn keep_stored(&self, w: &StoredWeight<'_>) -> Result<CudaWeight, BackendError> {
+        let [rows, cols] = w.shape;
+        let StoredFormat::Fp8 { block: [_, bc] } = w.format else { return load_dequantized(self, w) };
+        if !self.keeps_quantized() || bc % 16 != 0 || cols % bc != 0 || self.rank().world > 1 {
+            return load_dequantized(self, w);
+        }
+        let what = format!("weight {}", w.name);
+        let buf = self.gpu.alloc::<bf16>(w.bytes.len().div_ceil(2), &what)?;
+        self.gpu.upload(w.bytes, buf.ptr());
+        let scales = self.gpu.alloc::<f32>(w.scales.len(), &format!("{what} (scales)"))?;
+        self.gpu.upload(w.scales, scales.ptr());
+        let mut scratch = self.dequant_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if scratch.as_ref().is_none_or(|s| s.len() < rows * cols) {
+            *scratch = Some(self.gpu.alloc::<bf16>(rows * cols, "dequantized weight scratch")?);
+        }
+        self.gpu.take_error()?;
+        Ok(CudaWeight::stored(WeightBuf::whole(buf), w.shape, StoredScales { buf: scales, format: w.format }))
+    }
+
+    /// `out[:n] = x[:n] · wᵀ` for a stored `w`; with `residual`, `out[:n] += ...`, the
+    /// residual's buffer taking what a timing trial writes (`Matmuls::run_residual`).
+    pub(super) fn stored_matmul(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        stored: &StoredScales,
+        n: usize,
+        out: &CudaTensor,
+        residual: Option<&CudaTensor>,
+    ) {
+        let accumulate = residual.is_some();
+        let [n_out, k_in] = [w.shape[0], w.shape[1]];
+        assert_eq!(
+            (x.cols, out.cols),
+            (k_in, n_out),
+            "stored matmul: x is [.., {}], w is [{n_out}, {k_in}], out is [.., {}]",
+            x.cols,
+            out.cols
+        );
+        let StoredFormat::Fp8 { block: [br, bc] } = stored.format else {
+            return self.gpu.record(|| "stored matmul: only FP8 weights are kept as stored".into());
+        };
+        let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
+        let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
+        if n <= KERNEL_ROWS {
+            let mut args = [
+                Arg::Ptr(x.buf.ptr()),
+                w_ptr,
+                scales,
+                br,
+                bc,
+                Arg::I32(n as i32),
+                Arg::I32(k_in as i32),
+                Arg::I32(n_out as i32),
+                Arg::I32(accumulate as i32),
+                Arg::Ptr(out.buf.ptr()),
+            ];
+            return self.kernel("linear_fp8", (n_out.div_ceil(LINEAR_ROWS_PER_BLOCK) as u32, 1), 256, 0, &mut args, None);
+        }
+        let scratch = self.dequant_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(values) = scratch.as_ref().map(|s| s.ptr()) else {
+            return self.gpu.record(|| "stored matmul: no dequantization scratch (the weight was not loaded by keep_stored)".into());
+        };
+        let mut args = [w_ptr, scales, br, bc, Arg::I32(n_out as i32), Arg::I32(k_in as i32), Arg::Ptr(values)];
+        self.kernel("dequant_fp8_bf16", stride_grid(n_out * k_in / 16), 256, 0, &mut args, None);
+        let seg = Segment { w: values, bias: None, out: out.buf.ptr(), n_out, accumulate };
+        let Some(eager) = self.matmul_gate("stored_matmul", n, &[x.buf.ptr(), values, seg.out]) else { return };
+        let input = Input { x: x.buf.ptr(), rows: n, k_in, k_full: k_in };
+        match residual {
+            Some(trial) => self.matmuls.run_residual(&self.gpu, input, seg, trial.buf.ptr(), eager),
+            None => self.matmuls.run(&self.gpu, input, seg, eager),
+        }
+    }
+}
