@@ -15,8 +15,10 @@
 // (token, expert) pairs an expert block accumulates at once; output rows a warp takes.
 #define MOE_PAIRS 8
 #define MOE_ROWS_PER_WARP 4
-// Output rows a warp of a stored dense linear takes.
-#define LINEAR_ROWS_PER_WARP 2
+// Output rows a warp of a stored dense linear takes, and the chunks of a weight row a lane
+// has in flight at once (a step's linears are bound by how many bytes are on the way).
+#define LINEAR_ROWS_PER_WARP 1
+#define ROW_LOADS 4
 
 // out[r, h*b + j] = x[r, h*a ..][..a] · w[h*b + j] for r < n. Grid: (heads, ceil(b /
 // LATENT_WARPS)); a warp per output column, over every row.
@@ -234,8 +236,7 @@ extern "C" __global__ void moe_plan_i32(const int* chosen, int pairs, int first,
 // Sixteen float8_e4m3fn weights from a 16-byte-aligned address as floats, exactly: the
 // hardware converts pairs to f16 (which holds every e4m3 value), then to f32. The lower byte
 // of a pair is the lower half of the result.
-__device__ __forceinline__ void load16_e4m3(const unsigned char* w, float (&out)[16]) {
-    const uint4 raw = *(const uint4*)w;
+__device__ __forceinline__ void unpack16_e4m3(const uint4& raw, float (&out)[16]) {
     const unsigned short* pairs = (const unsigned short*)&raw;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -247,14 +248,23 @@ __device__ __forceinline__ void load16_e4m3(const unsigned char* w, float (&out)
 }
 
 // The stacked expert weights as the expert kernels read them: CHUNK consecutive weights of a
-// row at a time (a lane's 16 bytes), and the scale that chunk's partial sum takes.
+// row at a time (a lane's 16 bytes, fetched as Raw and expanded to f32 when they are used),
+// and the scale that chunk's partial sum takes.
 struct Bf16Experts {
     static constexpr int CHUNK = 8;
+    using Raw = uint4;
     const bf16* w;
     int width;
-    __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const { load8(w + row * width + d, out); }
+    __device__ __forceinline__ Raw fetch(long long row, int d) const { return *reinterpret_cast<const uint4*>(w + row * width + d); }
+    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack8(raw, out); }
     __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
 };
+
+// A chunk of W's row `row` at column d, in f32.
+template <class W>
+__device__ __forceinline__ void load_chunk(const W& w, long long row, int d, float (&out)[W::CHUNK]) {
+    w.expand(w.fetch(row, d), out);
+}
 
 // Weights as the checkpoint stores them (stacked experts, dense linears): their bytes, rows of
 // `width` values, 16 values a lane at a time, and their f32 scales; each format says how to
@@ -270,7 +280,9 @@ struct StoredExperts {
 // rows are (block_cols a multiple of 16, the widths whole blocks).
 struct Fp8Experts : StoredExperts {
     int block_rows, block_cols;
-    __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const { load16_e4m3(w + row * width + d, out); }
+    using Raw = uint4;
+    __device__ __forceinline__ Raw fetch(long long row, int d) const { return *reinterpret_cast<const uint4*>(w + row * width + d); }
+    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack16_e4m3(raw, out); }
     __device__ __forceinline__ float scale(long long row, int d) const {
         return scales[(row / block_rows) * (width / block_cols) + d / block_cols];
     }
@@ -283,9 +295,17 @@ struct Fp8Experts : StoredExperts {
 // The widths are multiples of the group, and the group of CHUNK: a chunk has one scale.
 struct Int4Experts : StoredExperts {
     int group_shift, rounding;
-    __device__ __forceinline__ void load(long long row, int d, float (&out)[CHUNK]) const {
-        const uint2 u = *reinterpret_cast<const uint2*>(w + row * (width / 2) + d / 2);
-        const float s = scales[(row * width + d) >> group_shift];
+    // The chunk's 16 packed values and its group's scale.
+    struct Raw {
+        uint2 u;
+        float s;
+    };
+    __device__ __forceinline__ Raw fetch(long long row, int d) const {
+        return {*reinterpret_cast<const uint2*>(w + row * (width / 2) + d / 2), scales[(row * width + d) >> group_shift]};
+    }
+    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const {
+        const uint2 u = raw.u;
+        const float s = raw.s;
 #pragma unroll
         for (int i = 0; i < CHUNK; ++i) {
             const unsigned word = i < 8 ? u.x : u.y;
@@ -340,8 +360,8 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
             for (int q = 0; q < MOE_PAIRS; ++q) ag[q] = au[q] = 0.f;
             for (int d = W::CHUNK * lane; d < hidden; d += 32 * W::CHUNK) {
                 float wg[W::CHUNK], wu[W::CHUNK];
-                w.load(g, d, wg);
-                w.load(u, d, wu);
+                load_chunk(w, g, d, wg);
+                load_chunk(w, u, d, wu);
                 const float gs = w.scale(g, d), us = w.scale(u, d);
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
@@ -368,14 +388,28 @@ __device__ __forceinline__ void row_dots(const W& w, long long row, int width, i
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int q = 0; q < MOE_PAIRS; ++q) sums[q] = 0.f;
-    for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK) {
-        float wv[W::CHUNK];
-        w.load(row, d, wv);
-        const float sc = w.scale(row, d);
+    constexpr int STEP = 32 * W::CHUNK;
+    for (int d0 = W::CHUNK * lane; d0 < width; d0 += ROW_LOADS * STEP) {
+        // Every load of the round first, then the arithmetic.
+        typename W::Raw raw[ROW_LOADS];
+        float sc[ROW_LOADS];
 #pragma unroll
-        for (int q = 0; q < MOE_PAIRS; ++q) {
-            if (q >= np) break;
-            sums[q] += sc * dot_chunk(wv, x_of(q) + d);
+        for (int u = 0; u < ROW_LOADS; ++u) {
+            if (d0 + u * STEP < width) {
+                raw[u] = w.fetch(row, d0 + u * STEP);
+                sc[u] = w.scale(row, d0 + u * STEP);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; ++u) {
+            if (d0 + u * STEP >= width) break;
+            float wv[W::CHUNK];
+            w.expand(raw[u], wv);
+#pragma unroll
+            for (int q = 0; q < MOE_PAIRS; ++q) {
+                if (q >= np) break;
+                sums[q] += sc[u] * dot_chunk(wv, x_of(q) + d0 + u * STEP);
+            }
         }
     }
 #pragma unroll
@@ -502,7 +536,7 @@ extern "C" __global__ void dequant_fp8_bf16(const unsigned char* w, const float*
         const long long row = i * Fp8Experts::CHUNK / cols;
         const int d = (int)(i * Fp8Experts::CHUNK % cols);
         float v[Fp8Experts::CHUNK];
-        fp8.load(row, d, v);
+        load_chunk(fp8, row, d, v);
         const float s = fp8.scale(row, d);
 #pragma unroll
         for (int j = 0; j < Fp8Experts::CHUNK; ++j) out[row * cols + d + j] = __float2bfloat16_rn(v[j] * s);

@@ -15,9 +15,9 @@ use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
 /// Rows of x up to which `linear_fp8` reads the stored bytes.
 const KERNEL_ROWS: usize = 16;
-/// Warps per block and output rows per warp of `linear_fp8` (kernels/latent.cu's
+/// Warps per block times output rows per warp of `linear_fp8` (kernels/latent.cu's
 /// LATENT_WARPS and LINEAR_ROWS_PER_WARP).
-const LINEAR_ROWS_PER_BLOCK: usize = 8 * 2;
+const LINEAR_ROWS_PER_BLOCK: usize = 8;
 
 impl CudaBackend {
     /// `w` kept as stored where `linear_fp8` reads it (FP8, whole blocks of a multiple of 16

@@ -496,7 +496,9 @@ impl<B: Backend> DeviceStack<B> {
         let p = c.prefix();
         let mut layers = Vec::with_capacity(c.layers);
         let mut elements = (embed.elements() + norm.len() + lm_head.map_or(0, Linear::elements), 0);
-        elements.1 = elements.0;
+        // A token reads one row of the embedding table, and the whole lm_head (the table
+        // again when they are tied).
+        elements.1 = c.hidden + norm.len() + lm_head.map_or(embed.elements(), Linear::elements);
         let mut read_bytes = elements.1 * dtype_bytes(b);
         for i in 0..c.layers {
             let l = format!("{p}model.layers.{i}.");

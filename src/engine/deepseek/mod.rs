@@ -199,9 +199,10 @@ impl<B: Backend> DeepseekModel<B> {
         self.elements().0
     }
 
-    /// Bytes of weights one decode step reads: each MoE layer's router, shared experts and
-    /// `num_experts_per_tok` routed experts, in the dtype they are kept in (f32 on the host;
-    /// on a device the backend's weight dtype, and FP8 with its block scales for FP8 experts).
+    /// Bytes of weights one decode step reads: one embedding row, the lm_head, and of each
+    /// MoE layer its router, shared experts and `num_experts_per_tok` routed experts, in the
+    /// dtype they are kept in (f32 on the host; on a device the backend's weight dtype, or as
+    /// stored with their scales where the backend keeps them so).
     pub fn weight_bytes(&self) -> u64 {
         match &self.stack {
             Stack::Host(_) => 4 * self.elements().1,
@@ -219,8 +220,10 @@ impl<B: Backend> DeepseekModel<B> {
         let layers = |routed: Option<usize>| -> usize {
             host.layers.iter().map(|l| l.input_ln.len() + l.attn.elements() + l.post_ln.len() + l.ffn.elements(routed)).sum()
         };
-        let fixed = host.embed.elements() + host.norm.len() + host.lm_head.as_ref().map_or(0, Linear::elements);
-        ((fixed + layers(None)) as u64, (fixed + layers(Some(k))) as u64)
+        let (embed, norm, head) = (host.embed.elements(), host.norm.len(), host.lm_head.as_ref().map(Linear::elements));
+        // A token reads one embedding row, and the whole lm_head (the table, when tied).
+        let (held, read) = (embed + norm + head.unwrap_or(0), self.config.hidden + norm + head.unwrap_or(embed));
+        ((held + layers(None)) as u64, (read + layers(Some(k))) as u64)
     }
 
     /// The group's sum of every rank's partial `[n, hidden]` output (itself at one rank).
