@@ -64,8 +64,8 @@ struct Attention<B: Backend> {
 
 impl<B: Backend> Attention<B> {
     /// The attention under `prefix`, this rank's `heads`, read as `Mla::load` reads it, with
-    /// its linears as the checkpoint stores them where `stored` (`Rows::read`); `kv_b_proj`
-    /// as values, since its key half is transposed per head.
+    /// its linears as the checkpoint stores them where `stored` (`Rows::read`); `kv_b_proj`'s
+    /// key half transposed per head (`Rows::heads_transposed`).
     fn load<'a>(
         ld: &mut Loader<'a, B>,
         b: &B,
@@ -77,22 +77,22 @@ impl<B: Backend> Attention<B> {
         let name = |t: &str| format!("{prefix}{t}");
         let (h, qk, per_head, f) = (c.hidden, s.nope + s.rope, s.nope + s.v, &c.weights);
         let of_heads = |width: usize| heads.start * width..heads.end * width;
-        let read = |ld: &mut Loader<'a, B>, t: &str, shape: [usize; 2], stored: bool| Rows::read(ld, f, &name(t), shape, stored);
+        let read = |ld: &mut Loader<'a, B>, t: &str, shape: [usize; 2]| Rows::read(ld, f, &name(t), shape, stored);
         let (q_lora, q, q_a_elements) = match c.q_lora_rank {
-            None => (None, read(ld, "q_proj.weight", [c.heads * qk, h], stored)?, 0),
+            None => (None, read(ld, "q_proj.weight", [c.heads * qk, h])?, 0),
             Some(r) => {
-                let a = read(ld, "q_a_proj.weight", [r, h], stored)?;
+                let a = read(ld, "q_a_proj.weight", [r, h])?;
                 let norm = ld.host_f32(&name("q_a_layernorm.weight"), &[r])?;
-                let q_b = read(ld, "q_b_proj.weight", [c.heads * qk, r], stored)?;
+                let q_b = read(ld, "q_b_proj.weight", [c.heads * qk, r])?;
                 let uploaded = (a.upload(b, &name("q_a_proj"))?, vector(b, &norm, &name("q_a_layernorm"))?);
                 (Some(uploaded), q_b, a.elements() + r)
             }
         };
         let q = q.outputs_in(of_heads(qk));
-        let kv_a = read(ld, "kv_a_proj_with_mqa.weight", [c.latent_width(), h], stored)?;
+        let kv_a = read(ld, "kv_a_proj_with_mqa.weight", [c.latent_width(), h])?;
         let kv_norm = ld.host_f32(&name("kv_a_layernorm.weight"), &[s.kv_lora])?;
-        let kv_b = read(ld, "kv_b_proj.weight", [c.heads * per_head, s.kv_lora], stored)?.outputs_in(of_heads(per_head));
-        let o = read(ld, "o_proj.weight", [h, c.heads * s.v], stored)?.inputs_in(of_heads(s.v));
+        let kv_b = read(ld, "kv_b_proj.weight", [c.heads * per_head, s.kv_lora])?.outputs_in(of_heads(per_head));
+        let o = read(ld, "o_proj.weight", [h, c.heads * s.v])?.inputs_in(of_heads(s.v));
         let elements = q_a_elements + q.elements() + kv_a.elements() + s.kv_lora + kv_b.elements() + o.elements();
         let w_uk = kv_b.heads_transposed(s.heads, per_head, 0..s.nope);
         let w_uv = kv_b.pick((0..s.heads).flat_map(|hd| hd * per_head + s.nope..(hd + 1) * per_head));

@@ -122,10 +122,9 @@ impl<'a> Rows<'a> {
         let cols = self.shape()[1];
         // The source rows of transposed row (h, c), each with its column c.
         let sources = |h: usize| part.clone().map(move |d| h * per_head + d);
-        let Rows::Fp8 { bytes, scales, block_cols, .. } = self else {
-            let l = self.dequantized();
-            let w = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| sources(h).map(move |r| (r, c)))).map(|(r, c)| l.row(r)[c]);
-            return Rows::Values(Linear { w: w.collect(), outputs: heads * cols, inputs: part.len() });
+        let (bytes, scales, block_cols) = match self {
+            Rows::Values(l) => return Rows::Values(transposed_values(l, heads, per_head, part)),
+            Rows::Fp8 { bytes, scales, block_cols, .. } => (bytes, scales, block_cols),
         };
         let scale = |r: usize, c: usize| scales[r * (cols / block_cols) + c / block_cols];
         let runs = |h: usize| sources(h).step_by(TRANSPOSED_BLOCK);
@@ -134,7 +133,7 @@ impl<'a> Rows<'a> {
                 (0..cols).step_by(*block_cols).all(|c| runs(h).all(|r0| (r0..r0 + TRANSPOSED_BLOCK).all(|r| scale(r, c) == scale(r0, c))))
             });
         if !whole {
-            return Rows::Values(self.dequantized()).heads_transposed(heads, per_head, part);
+            return Rows::Values(transposed_values(&self.dequantized(), heads, per_head, part));
         }
         let bytes = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| sources(h).map(move |r| bytes[r * cols + c])));
         let scales = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| runs(h).map(move |r0| scale(r0, c))));
@@ -157,6 +156,14 @@ impl<'a> Rows<'a> {
             }
         }
     }
+}
+
+/// `Rows::heads_transposed` of values.
+fn transposed_values(l: &Linear, heads: usize, per_head: usize, part: Range<usize>) -> Linear {
+    let (cols, width) = (l.inputs, part.len());
+    let sources = |h: usize, c: usize| part.clone().map(move |d| (h * per_head + d, c));
+    let w = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| sources(h, c))).map(|(r, c)| l.row(r)[c]);
+    Linear { w: w.collect(), outputs: heads * cols, inputs: width }
 }
 
 #[cfg(test)]
