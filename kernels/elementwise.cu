@@ -46,6 +46,17 @@ extern "C" __global__ void f32_to_bf16(const float* src, bf16* dst, long long le
     GRID_STRIDE(i, len) dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+// x as high + low, both bf16: the high part x rounded, the low part what that rounding left
+// out, for a cuBLAS product of x's f32 values to about 16 bits (Matmuls::run_split).
+extern "C" __global__ void f32_to_bf16_split(const float* src, bf16* high, bf16* low, long long len) {
+    pdl_enter();
+    GRID_STRIDE(i, len) {
+        bf16 h = __float2bfloat16_rn(src[i]);
+        high[i] = h;
+        low[i] = __float2bfloat16_rn(src[i] - __bfloat162float(h));
+    }
+}
+
 // dst[dst_start + r] = src[src_start + r] for r < rows (same width). The starts come from
 // `starts` ([src_start, dst_start] on the device) when it is not NULL, so a replayed graph
 // writes the KV cache at the new position. The row kernels here (copy, gather, move) also

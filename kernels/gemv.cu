@@ -21,6 +21,9 @@
 // What that buys besides speed: an output (m, n) is the same bits whatever the row count M,
 // the row tile, or the loads in flight (an mma column depends on its own x row only, and the
 // k order is fixed by W), so a verify step's rows equal the decode steps they stand for.
+// More than 8 rows (`--enable-deterministic-inference`) run as groups of 8, the grid's x
+// index, each computed as an 8-row launch computes it; the blocks of one weight tile come
+// next to each other in the grid, so they run together and share the tile's loads in L2.
 // And a row-parallel shard of K over 2 ranks computes exactly the two halves of that tree,
 // so the all-reduced sum equals the single-GPU result bit for bit when the host derives W
 // from the unsharded K (backend/cuda/gemm.rs).
@@ -261,8 +264,19 @@ __device__ __forceinline__ void rope_epilogue(const GemvArgs& a, const float* pa
     }
 }
 
+// The launch as group blockIdx.x of 8 rows sees it: x and the outputs from the group's first
+// row. A rope launch is one group (the host's rule): its cache rows are not moved here.
+__device__ __forceinline__ void to_row_group(GemvArgs& a) {
+    const int row0 = 8 * blockIdx.x;
+    a.x += (long long)row0 * a.k_in;
+    a.m_rows = min(8, a.m_rows - row0);
+#pragma unroll
+    for (int s = 0; s < 3; ++s)
+        if (a.y[s]) a.y[s] += (long long)row0 * a.n[s];
+}
+
 template <int MT, int U, Epilogue E>
-__device__ void gemv_tile(const GemvArgs& a) {
+__device__ void gemv_tile(GemvArgs a) {
     constexpr bool GATE_UP = E == Epilogue::GateUp;
     constexpr int RT = 16 * MT;
     // The partial sums, in dynamic shared memory sized by the launch's slices (a fixed size
@@ -270,11 +284,13 @@ __device__ void gemv_tile(const GemvArgs& a) {
     extern __shared__ float part[];
     pdl_launch_dependents();
 
+    to_row_group(a);
+
     // Which matrix and rows this block's tile covers.
-    int seg = 0, first = blockIdx.x * (GATE_UP ? RT / 2 : RT);
+    int seg = 0, first = blockIdx.y * (GATE_UP ? RT / 2 : RT);
     if (!GATE_UP) {
         const int tiles0 = (a.n[0] + RT - 1) / RT, tiles1 = (a.n[1] + RT - 1) / RT;
-        int tile = blockIdx.x;
+        int tile = blockIdx.y;
         if (tile >= tiles0) { tile -= tiles0; seg = 1; if (tile >= tiles1) { tile -= tiles1; seg = 2; } }
         first = tile * RT;
     }

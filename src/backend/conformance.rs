@@ -271,6 +271,16 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
         }
     }
 
+    // The router's product keeps x's f32 values at every row count, cuBLAS's included.
+    let w = p.weight(&[n_out, hidden], 0.1)?;
+    for rows in [1, 5, 40] {
+        let x = p.tensor(rows, hidden, 1.0)?;
+        let mut y = p.tensor(rows, n_out, 0.0)?;
+        p.r.matmul_f32_inputs(&x.r, &w.r, rows, &mut y.r);
+        p.t.matmul_f32_inputs(&x.t, &w.t, rows, &mut y.t);
+        p.compare(&format!("matmul_f32_inputs {rows}x{hidden} -> {n_out}"), &y, rows, F32_TOL)?;
+    }
+
     let norm = p.weight(&[hidden], 1.0)?;
     let x = p.tensor(7, hidden, 2.0)?;
     let mut y = p.tensor(7, hidden, 0.0)?;
@@ -737,6 +747,7 @@ mod tests {
             "embed",
             "matmul 40x256 -> 384 bias=true",
             "matmul 5x256 -> 4101 bias=false",
+            "matmul_f32_inputs 40x256 -> 384",
             "matmul_many 5 rows, output 1",
             "gate_up_silu 40 rows",
             "matmul_residual 5 rows",
@@ -768,7 +779,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 136);
+        assert_eq!(checks.len(), 139);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

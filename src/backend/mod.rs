@@ -671,6 +671,14 @@ pub trait Backend: Send + Sync + 'static {
 
     // ---- fused steps (the defaults run the ops above; a GPU backend fuses them) -----------
 
+    /// `matmul` without a bias, with x's f32 values kept whole where `matmul` may round a
+    /// prefill's activations to bf16 (cuBLAS). For products that choose: the MoE router's
+    /// expert scores, which transformers computes in float32, and where bf16 activations
+    /// move a near-tie between two experts to the other side and change the layer's output.
+    fn matmul_f32_inputs(&self, x: &Self::Tensor, w: &Self::Weight, n: usize, out: &mut Self::Tensor) {
+        self.matmul(x, w, None, n, out);
+    }
+
     /// `matmul` of the same `x[:n]` by each projection (q, k and v of a layer).
     fn matmul_many(&self, x: &Self::Tensor, n: usize, projections: &mut [Projection<'_, Self>]) {
         for p in projections.iter_mut() {

@@ -26,7 +26,7 @@ use super::tpcheck::{tp_check, tp_model_check};
 use crate::backend::conformance::compare_backends;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::compile::{compile_then, default_include_paths, nvrtc_version, CompileTarget, CompiledModule, PtxCache};
-use crate::backend::cuda::gemm::{candidates, GemvJob, Input, MatmulPath, Segment};
+use crate::backend::cuda::gemm::{GemvJob, Input, MatmulPath, Segment, GEMV_CONFIGS};
 use crate::backend::cuda::gpu::{release_pool_memory, Gpu};
 use crate::backend::cuda::peer::MAX_VALUES;
 use crate::backend::cuda::probe::{probe, CudaInventory};
@@ -496,15 +496,20 @@ fn gemm(r: &mut Report, backend: &CudaBackend) -> anyhow::Result<Value> {
     Ok(Value::Array(out))
 }
 
+/// Row counts the gemm section times: decode and verify steps, and batches of 16 and 64 rows
+/// that the skinny kernels take in groups of 8 under `--enable-deterministic-inference`.
+const TIMED_ROWS: [usize; 4] = [1, 5, 16, 64];
+
 fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow::Result<Vec<Value>> {
     let gpu = backend.gpu();
     let Widths { model, hidden, kv, inter, vocab } = *widths;
     let w = gpu.alloc::<half::bf16>(vocab * hidden, "gemm weights")?;
-    let x = gpu.alloc::<f32>(8 * inter, "gemm input")?;
-    let y = gpu.alloc::<f32>(8 * vocab, "gemm output")?;
+    let most = *TIMED_ROWS.iter().max().expect("row counts");
+    let x = gpu.alloc::<f32>(most * inter, "gemm input")?;
+    let y = gpu.alloc::<f32>(most * vocab, "gemm output")?;
     let seg =
         |w_at: usize, y_at: usize, n_out: usize| Segment { w: w.ptr_at(w_at), bias: None, out: y.ptr_at(y_at), n_out, accumulate: false };
-    let qkv = [seg(0, 0, hidden), seg(hidden * hidden, 8 * hidden, kv), seg((hidden + kv) * hidden, 8 * (hidden + kv), kv)];
+    let qkv = [seg(0, 0, hidden), seg(hidden * hidden, most * hidden, kv), seg((hidden + kv) * hidden, most * (hidden + kv), kv)];
     let o = [seg(0, 0, hidden)];
     let lm_head = [seg(0, 0, vocab)];
     let gate_up = GemvJob::GateUp { gate: w.ptr(), up: w.ptr_at(inter * hidden), act: y.ptr(), n_out: inter };
@@ -516,7 +521,7 @@ fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow
         ("lm_head", GemvJob::Segments(&lm_head), hidden, vocab * hidden),
     ];
     let mut out = Vec::new();
-    for rows in [1usize, 5] {
+    for rows in TIMED_ROWS {
         for (name, job, k_in, elems) in shapes {
             let input = Input { x: x.ptr(), rows, k_in, k_full: k_in };
             let path_ms = |path| {
@@ -526,7 +531,7 @@ fn gemm_shapes(r: &mut Report, backend: &CudaBackend, widths: &Widths) -> anyhow
                 })
             };
             let mut timed: Vec<(String, f64)> = Vec::new();
-            for config in candidates(rows) {
+            for config in GEMV_CONFIGS {
                 timed.push((config.plain.trim_start_matches("gemv_").to_string(), path_ms(MatmulPath::Gemv(config))?));
             }
             if matches!(job, GemvJob::Segments(_)) {

@@ -1,6 +1,7 @@
 //! The skinny matmuls' promises, checked bit for bit on the GPU (`cuda-check`, gemm
 //! section): an output row is the same whatever the row count (1 to 8) and configuration,
-//! for plain, gate-up and rope (q/k/v with RoPE and the cache write) launches; a 2-way
+//! for plain, gate-up and rope (q/k/v with RoPE and the cache write) launches, and in a
+//! launch of more rows in groups of 8 (deterministic mode) as in its group's own; a 2-way
 //! row-parallel split of K, its two halves added as the all-reduce adds them, equals the
 //! single-GPU result; a launch that adds into its output adds exactly its product; and the
 //! values agree with an f64 reference on the host.
@@ -32,6 +33,8 @@ pub struct SkinnyBits {
 /// configurations end on a half-empty tile.
 pub const K: usize = 8960;
 const N_OUT: usize = 272;
+/// Rows of the grouped check: groups of 8, 8 and 5.
+const GROUPED_ROWS: usize = 21;
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -92,17 +95,11 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
     let gpu = backend.gpu();
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let w_host: Vec<bf16> = (0..N_OUT * K).map(|_| bf16::from_f32(rng.random_range(-0.05f32..0.05))).collect();
-    let x_host: Vec<f32> = (0..GEMV_MAX_ROWS * K).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let x_host: Vec<f32> = (0..GROUPED_ROWS * K).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let (w, x) = (gpu.alloc_from(&w_host, "skinny check weights")?, gpu.alloc_from(&x_host, "skinny check input")?);
-    let y = gpu.alloc::<f32>(GEMV_MAX_ROWS * N_OUT, "skinny check output")?;
-    let launch = |config: &'static GemvConfig,
-                  gate_up: bool,
-                  rows: usize,
-                  x: &DeviceBuf<f32>,
-                  w: &DeviceBuf<bf16>,
-                  k_in: usize,
-                  accumulate: bool| {
-        let input = Input { x: x.ptr(), rows, k_in, k_full: K };
+    let y = gpu.alloc::<f32>(GROUPED_ROWS * N_OUT, "skinny check output")?;
+    let launch = |config: &'static GemvConfig, gate_up: bool, rows: usize, x: u64, w: &DeviceBuf<bf16>, k_in: usize, accumulate: bool| {
+        let input = Input { x, rows, k_in, k_full: K };
         let n_out = if gate_up { N_OUT / 2 } else { N_OUT };
         let seg = [Segment { w: w.ptr(), bias: None, out: y.ptr(), n_out, accumulate }];
         // Gate-up: the first half of W's rows are the gate, the second half the up rows.
@@ -114,7 +111,7 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
         backend.matmuls.run_path(gpu, input, job, MatmulPath::Gemv(config));
         gpu.download(&y, 0, rows * n_out)
     };
-    let run = |config, gate_up, rows, x: &DeviceBuf<f32>, w: &DeviceBuf<bf16>, k_in| launch(config, gate_up, rows, x, w, k_in, false);
+    let run = |config, gate_up, rows, x: u64, w: &DeviceBuf<bf16>, k_in| launch(config, gate_up, rows, x, w, k_in, false);
 
     let rope = rope_launcher(backend, &w, &x)?;
     let rope_reference = bits(&rope(&GEMV_CONFIGS[0], GEMV_MAX_ROWS)?);
@@ -133,26 +130,38 @@ pub fn skinny_bits(backend: &CudaBackend) -> anyhow::Result<SkinnyBits> {
         }
     }
     for gate_up in [false, true] {
-        let reference = bits(&run(&GEMV_CONFIGS[0], gate_up, GEMV_MAX_ROWS, &x, &w, K)?);
+        let kind = if gate_up { "gate-up " } else { "" };
+        let reference = bits(&run(&GEMV_CONFIGS[0], gate_up, GEMV_MAX_ROWS, x.ptr(), &w, K)?);
         for config in GEMV_CONFIGS {
             for rows in 1..=GEMV_MAX_ROWS {
-                let got = bits(&run(config, gate_up, rows, &x, &w, K)?);
+                let got = bits(&run(config, gate_up, rows, x.ptr(), &w, K)?);
                 if got[..] != reference[..got.len()] {
-                    mismatches.push(format!("{}{} rows {rows}", if gate_up { "gate-up " } else { "" }, config.plain));
+                    mismatches.push(format!("{kind}{} rows {rows}", config.plain));
                 }
+            }
+        }
+        // Each group of a grouped launch, against an 8-row (or 5-row) launch of its rows.
+        let mut groups = Vec::new();
+        for first in (0..GROUPED_ROWS).step_by(GEMV_MAX_ROWS) {
+            let rows = GEMV_MAX_ROWS.min(GROUPED_ROWS - first);
+            groups.extend(bits(&run(&GEMV_CONFIGS[0], gate_up, rows, x.ptr_at(first * K), &w, K)?));
+        }
+        for config in GEMV_CONFIGS {
+            if bits(&run(config, gate_up, GROUPED_ROWS, x.ptr(), &w, K)?) != groups {
+                mismatches.push(format!("{kind}{} rows {GROUPED_ROWS} in groups of {GEMV_MAX_ROWS}", config.plain));
             }
         }
     }
 
-    let whole = run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, K)?;
+    let whole = run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, x.ptr(), &w, K)?;
     // `y` holds `whole` now: adding the product again doubles it, exactly.
-    let doubled = launch(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, K, true)?;
+    let doubled = launch(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, x.ptr(), &w, K, true)?;
     let accumulate_equal = bits(&doubled) == bits(&whole.iter().map(|v| v + v).collect::<Vec<_>>());
     let half = K / 2;
     let part = |cols: std::ops::Range<usize>| -> anyhow::Result<Vec<f32>> {
         let w = gpu.alloc_from(&columns(&w_host, N_OUT, cols.clone()), "skinny check weights")?;
         let x = gpu.alloc_from(&columns(&x_host, GEMV_MAX_ROWS, cols), "skinny check input")?;
-        Ok(run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, &x, &w, half)?)
+        Ok(run(&GEMV_CONFIGS[0], false, GEMV_MAX_ROWS, x.ptr(), &w, half)?)
     };
     let (first, second) = (part(0..half)?, part(half..K)?);
     let summed: Vec<f32> = first.iter().zip(&second).map(|(a, b)| a + b).collect();

@@ -850,6 +850,16 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn matmul_f32_inputs(&self, x: &CudaTensor, w: &CudaWeight, n: usize, out: &mut CudaTensor) {
+        if w.stored.is_some() || !self.matmuls.takes_cublas(n) {
+            return self.matmul(x, w, None, n, out);
+        }
+        let seg = segment(x, w, None, out);
+        if self.matmul_gate("matmul_f32_inputs", n, &[x.buf.ptr(), seg.w, seg.out]).is_some() {
+            self.matmuls.run_split(&self.gpu, input(x, n, w), seg);
+        }
+    }
+
     fn matmul_many(&self, x: &CudaTensor, n: usize, projections: &mut [Projection<'_, Self>]) {
         let Some(first) = projections.first() else { return };
         if projections.iter().any(|p| p.w.stored.is_some()) {

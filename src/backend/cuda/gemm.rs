@@ -9,6 +9,11 @@
 //! They cut K by the unsharded width ([`Slicing`]), which makes a 2-way row-parallel shard
 //! all-reduce to the single-GPU bits as well.
 //!
+//! Under `--enable-deterministic-inference` the skinny kernels take every row count too, as
+//! groups of 8 rows in one launch, each group computed as an 8-row launch computes it: a
+//! row's bits then do not depend on how many rows share the step, where cuBLAS picks its
+//! kernel (and its reduction order) by the row count.
+//!
 //! The configurations (row tiles per block, column steps per round) compute the same bits,
 //! so the first eager run of each shape and row count times them and keeps the fastest.
 //! One launch can also multiply the same x by up to three matrices (q, k, v) or fuse gate,
@@ -26,7 +31,8 @@ use half::bf16;
 use super::gpu::{stride_grid, Arg, DeviceBuf, Gpu, NULL};
 use crate::knobs::Knobs;
 
-/// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile).
+/// Rows up to which the skinny kernels are used (the 8 columns of one tensor-core tile), and
+/// the rows of one group of a deterministic launch of more.
 pub const GEMV_MAX_ROWS: usize = 8;
 /// Most K slices one launch adds up (`GEMV_MAX_SLICES` in kernels/gemv.cu): their partial
 /// sums fill at most 34 KB of shared memory, under the 48 KB a launch gets without asking.
@@ -39,6 +45,9 @@ const SEGMENTS_PER_LAUNCH: usize = 3;
 /// with a shorter chain of dependent loads, and more partial sums to add. Small models are
 /// latency-bound, so their K (896, 1536) is cut down to this.
 const MIN_SLICE_COLS: usize = 96;
+/// Most groups of 8 rows one skinny launch takes (the grid's x extent): 64K rows, past any
+/// step or prompt chunk.
+const MAX_GROUPS: usize = 8192;
 /// Slices are cut no wider than this where K allows 32 of them (14336: 32 of 448, where 16
 /// of 896 made each warp's chain of loads twice as long), so that a row-parallel half of a
 /// wide K still has 16 warps' worth of slices on each rank.
@@ -88,12 +97,6 @@ macro_rules! gemv_configs {
 
 // Keep in step with the GEMV_ENTRY lines of kernels/gemv.cu (a test checks).
 gemv_configs!((1, 2), (1, 3), (1, 4), (2, 2));
-
-/// The configurations that take `rows` rows: every one (they compute the same bits), or
-/// none past the skinny range.
-pub fn candidates(rows: usize) -> impl Iterator<Item = &'static GemvConfig> {
-    GEMV_CONFIGS.iter().filter(move |_| rows <= GEMV_MAX_ROWS)
-}
 
 /// How the skinny kernels cut K: `slices` runs of `cols` columns, added in a fixed pairwise
 /// tree. The cut is derived from the unsharded K, so a rank holding half of a row-parallel
@@ -254,12 +257,18 @@ impl GemvJob<'_> {
 }
 
 impl Input {
-    /// The K cut, when the skinny kernels can take this operand (few rows, K a multiple of
-    /// 8, 16-byte aligned rows of x and W).
-    fn skinny(&self, weights: impl IntoIterator<Item = u64>) -> Option<Slicing> {
+    /// The K cut, when the skinny kernels can take this operand (up to 8 rows, or any count
+    /// in groups of 8 when `grouped`; K a multiple of 8, 16-byte aligned rows of x and W).
+    fn skinny(&self, weights: impl IntoIterator<Item = u64>, grouped: bool) -> Option<Slicing> {
         let aligned = self.x % 16 == 0 && weights.into_iter().all(|w| w % 16 == 0);
         let slicing = Slicing::of(self.k_in, self.k_full)?;
-        (self.rows <= GEMV_MAX_ROWS && aligned && slicing.slices <= GEMV_MAX_SLICES).then_some(slicing)
+        let rows = self.rows <= GEMV_MAX_ROWS || (grouped && self.rows.div_ceil(GEMV_MAX_ROWS) <= MAX_GROUPS);
+        (rows && aligned && slicing.slices <= GEMV_MAX_SLICES).then_some(slicing)
+    }
+
+    /// The groups of 8 rows a skinny launch of this operand runs (the grid's x extent).
+    fn groups(&self) -> usize {
+        self.rows.div_ceil(GEMV_MAX_ROWS)
     }
 
     /// Rows `first..first + rows` of this operand.
@@ -291,9 +300,9 @@ pub struct Matmuls {
     staged: Mutex<Option<(u64, usize, usize)>>,
     /// The skinny configuration chosen for each shape.
     chosen: Mutex<HashMap<ShapeKey, &'static GemvConfig>>,
-    /// `--enable-deterministic-inference`: more rows than the skinny kernels take go
-    /// through them 8 rows at a time instead of cuBLAS, whose reduction order depends on
-    /// the shape (so on the row count and on a tensor-parallel shard's width).
+    /// `--enable-deterministic-inference`: more rows than 8 go through the skinny kernels
+    /// in groups of 8 instead of cuBLAS, whose reduction order depends on the shape (so on
+    /// the row count and on a tensor-parallel shard's width).
     deterministic: AtomicBool,
 }
 
@@ -335,11 +344,6 @@ pub fn stacked(segs: &[Segment], k_in: usize) -> bool {
     segs.len() > 1 && segs.windows(2).all(|w| w[1].w == w[0].w + (w[0].n_out * k_in * 2) as u64) && segs.iter().all(|s| !s.accumulate)
 }
 
-/// The row blocks of a deterministic launch: `(first row, rows)`, 8 at a time.
-fn row_chunks(rows: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..rows).step_by(GEMV_MAX_ROWS).map(move |r| (r, GEMV_MAX_ROWS.min(rows - r)))
-}
-
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -359,7 +363,7 @@ impl Matmuls {
     /// `seg.out += x · seg.wᵀ`. Adding twice is not adding once, so a new shape is timed
     /// writing into `trial_out` (of `seg.out`'s shape) instead.
     pub fn run_residual(&self, gpu: &Gpu, input: Input, seg: Segment, trial_out: u64, eager: bool) {
-        if eager && input.skinny([seg.w]).is_some() {
+        if eager && self.skinny(input, [seg.w]).is_some() {
             let trial = Segment { out: trial_out, accumulate: false, ..seg };
             self.config_for(gpu, input, GemvJob::Segments(&[trial]), true);
         }
@@ -403,10 +407,10 @@ impl Matmuls {
         Some(at)
     }
 
-    /// Whether a launch of more rows than the skinny kernels take goes through them in
-    /// blocks of 8 rows.
-    fn chunked(&self, input: Input) -> bool {
-        input.rows > GEMV_MAX_ROWS && self.deterministic()
+    /// The K cut of a skinny launch of `input` by `weights`, when one takes it: more than 8
+    /// rows only in deterministic mode.
+    fn skinny(&self, input: Input, weights: impl IntoIterator<Item = u64>) -> Option<Slicing> {
+        input.skinny(weights, self.deterministic())
     }
 
     /// The same x times each matrix: one skinny launch per three matrices, or cuBLAS (one
@@ -420,14 +424,7 @@ impl Matmuls {
                 return self.qkv_split(gpu, input, [q, k, v], None);
             }
         }
-        if self.chunked(input) {
-            for (first, rows) in row_chunks(input.rows) {
-                let moved: Vec<Segment> = segs.iter().map(|s| Segment { out: s.out + (first * s.n_out * 4) as u64, ..*s }).collect();
-                self.run_many(gpu, input.rows_from(first, rows), &moved, eager);
-            }
-            return;
-        }
-        let Some(cut) = input.skinny(segs.iter().map(|s| s.w)) else {
+        let Some(cut) = self.skinny(input, segs.iter().map(|s| s.w)) else {
             return self.cublas(gpu, input, segs);
         };
         self.forget_staged();
@@ -443,15 +440,8 @@ impl Matmuls {
         if input.rows == 0 {
             return;
         }
-        if self.chunked(input) {
-            for (first, rows) in row_chunks(input.rows) {
-                let act = act + (first * n_out * 4) as u64;
-                self.gate_up(gpu, input.rows_from(first, rows), gate, up, n_out, act, bufs, eager);
-            }
-            return;
-        }
         let job = GemvJob::GateUp { gate, up, act, n_out };
-        if let Some(cut) = input.skinny(job.weights()) {
+        if let Some(cut) = self.skinny(input, job.weights()) {
             self.forget_staged();
             return self.gemv(gpu, input, cut, job, eager);
         }
@@ -513,13 +503,14 @@ impl Matmuls {
         Some(products)
     }
 
-    /// The K cut of a `qkv_rope` launch, when it takes this one: the skinny kernels take its
-    /// rows and widths, and its heads split into 16-row tiles of RoPE pairs.
+    /// The K cut of a `qkv_rope` launch, when it takes this one: up to 8 rows (its cache
+    /// rows are one group's), widths the skinny kernels take, and heads that split into
+    /// 16-row tiles of RoPE pairs.
     pub fn rope_cut(input: Input, segs: &[Segment; 3], head_dim: usize) -> Option<Slicing> {
         if !RopeStore::fits(head_dim) {
             return None;
         }
-        input.skinny(segs.map(|s| s.w))
+        input.skinny(segs.map(|s| s.w), false)
     }
 
     /// q, k and v with RoPE and the cache write in one skinny launch cut as `rope_cut` says.
@@ -530,7 +521,7 @@ impl Matmuls {
     /// One path regardless of the rules (the self-test times each).
     pub fn run_path(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, path: MatmulPath) {
         match (path, job) {
-            (MatmulPath::Gemv(config), job) => match input.skinny(job.weights()) {
+            (MatmulPath::Gemv(config), job) => match input.skinny(job.weights(), !matches!(job, GemvJob::QkvRope(..))) {
                 Some(cut) => {
                     self.launch(gpu, config, input, cut, job);
                 }
@@ -545,28 +536,31 @@ impl Matmuls {
 
     /// The configuration this shape uses: the one chosen before, else (when the stream
     /// is not capturing and the launch does not add into its output) the fastest candidate
-    /// timed now, else the first candidate.
+    /// timed now, else the first candidate. A launch of several groups uses the choice for
+    /// one group of 8 rows (timed on its first 8 rows), so that a prompt of a new length
+    /// times nothing.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
+        let input = input.rows_from(0, input.rows.min(GEMV_MAX_ROWS));
         let key = ShapeKey { family: job.family(), rows: input.rows, n_total: job.n_total(), k_in: input.k_in };
         if let Some(c) = self.pinned.or_else(|| locked(&self.chosen).get(&key).copied()) {
             return c;
         }
         // Past here only on a shape's first use.
-        let list: Vec<&'static GemvConfig> = candidates(input.rows).collect();
-        let cut = match input.skinny(job.weights()) {
+        let list = GEMV_CONFIGS;
+        let cut = match input.skinny(job.weights(), false) {
             Some(cut) if eager && list.len() > 1 && !job.accumulates() => cut,
-            _ => return list[0],
+            _ => return &list[0],
         };
         let timed: Vec<(f64, &'static GemvConfig)> = list
             .iter()
-            .filter_map(|&c| {
+            .filter_map(|c| {
                 // A configuration that fails to launch (too many resources, say) is out.
                 let mut launched = true;
                 let ms = gpu.elapsed_ms(10, || launched &= self.launch(gpu, c, input, cut, job)).ok()?;
                 launched.then_some((ms, c))
             })
             .collect();
-        let best = timed.iter().min_by(|a, b| a.0.total_cmp(&b.0)).map_or(list[0], |t| t.1);
+        let best = timed.iter().min_by(|a, b| a.0.total_cmp(&b.0)).map_or(&list[0], |t| t.1);
         locked(&self.chosen).insert(key, best);
         best
     }
@@ -587,7 +581,7 @@ impl Matmuls {
             Arg::I32(cut.cols as i32),
             Arg::I32(cut.slices as i32),
         ];
-        let grid = (job.blocks(config) as u32, 1);
+        let grid = (input.groups() as u32, job.blocks(config) as u32);
         // One warp per slice, each taking several when there are more slices than warps.
         let threads = 32 * cut.slices.min(GEMV_MAX_WARPS) as u32;
         // A partial sum per slice and output (16 rows x 8 x rows per tile).
@@ -664,6 +658,21 @@ impl Matmuls {
         }
     }
 
+    /// `seg.out = x · seg.wᵀ` through cuBLAS with x cut into two bf16 parts, its rounding
+    /// and what that rounding left out, each multiplied and the second added: the products
+    /// of x's f32 values to about 16 bits, for twice one product's time.
+    pub fn run_split(&self, gpu: &Gpu, input: Input, seg: Segment) {
+        let Input { x, rows, k_in, .. } = input;
+        let len = rows * k_in;
+        self.forget_staged();
+        let Some(high) = grown(gpu, &self.scratch, 2 * len, "matmul input (bf16)") else { return };
+        let low = high + (2 * len) as u64;
+        gpu.bind();
+        gpu.launch("f32_to_bf16_split", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(high), Arg::Ptr(low), Arg::I64(len as i64)]);
+        Self::cublas_product(gpu, high, rows, k_in, &Segment { bias: None, accumulate: false, ..seg });
+        Self::cublas_product(gpu, low, rows, k_in, &Segment { bias: None, accumulate: true, ..seg });
+    }
+
     /// `seg.out (+)= x · seg.wᵀ (+ bias)` with x already in bf16 at `xb`.
     fn cublas_product(gpu: &Gpu, xb: u64, rows: usize, k_in: usize, seg: &Segment) {
         let (alpha, beta) = (1.0f32, if seg.accumulate { 1.0f32 } else { 0.0 });
@@ -714,11 +723,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_configuration_takes_up_to_eight_rows() {
-        for rows in 1..=GEMV_MAX_ROWS {
-            assert_eq!(candidates(rows).count(), GEMV_CONFIGS.len());
-        }
-        assert_eq!(candidates(9).count(), 0);
+    fn configurations_name_their_entry_points() {
         assert_eq!(GEMV_CONFIGS[0].plain, "gemv_t1_u2");
         assert_eq!(GEMV_CONFIGS[0].gate_up, "gemv_gate_up_t1_u2");
         assert_eq!(GEMV_CONFIGS[3].entry(Family::Rope), "gemv_rope_t2_u2");
@@ -792,26 +797,28 @@ mod tests {
     #[test]
     fn the_skinny_path_needs_aligned_rows_and_few_of_them() {
         let ok = Input { x: 0x1000, rows: 8, k_in: 4096, k_full: 4096 };
-        assert_eq!(ok.skinny([0x2000, 0x3000]), Some(Slicing { cols: 256, slices: 16 }));
-        assert!(Input { rows: 9, ..ok }.skinny([0x2000]).is_none());
-        assert!(Input { k_in: 4100, k_full: 4100, ..ok }.skinny([0x2000]).is_none());
-        assert!(Input { x: 0x1004, ..ok }.skinny([0x2000]).is_none());
-        assert!(ok.skinny([0x2000, 0x3008]).is_none());
+        assert_eq!(ok.skinny([0x2000, 0x3000], false), Some(Slicing { cols: 256, slices: 16 }));
+        assert!(Input { rows: 9, ..ok }.skinny([0x2000], false).is_none());
+        assert!(Input { k_in: 4100, k_full: 4100, ..ok }.skinny([0x2000], false).is_none());
+        assert!(Input { x: 0x1004, ..ok }.skinny([0x2000], false).is_none());
+        assert!(ok.skinny([0x2000, 0x3008], false).is_none());
     }
 
-    /// A deterministic prefill of 21 rows runs as blocks of 8, 8 and 5, each reading its
-    /// own rows of x.
+    /// A deterministic prefill of 21 rows is one launch of three groups (8, 8 and 5 rows);
+    /// past the grid's extent it goes to cuBLAS.
     #[test]
-    fn deterministic_launches_take_eight_rows_at_a_time() {
-        assert_eq!(row_chunks(21).collect::<Vec<_>>(), [(0, 8), (8, 8), (16, 5)]);
-        assert_eq!(row_chunks(8).collect::<Vec<_>>(), [(0, 8)]);
+    fn deterministic_launches_take_any_rows_in_groups_of_eight() {
         let input = Input { x: 0x1000, rows: 21, k_in: 4096, k_full: 4096 };
-        let part = input.rows_from(16, 5);
-        assert_eq!((part.x, part.rows, part.k_in), (0x1000 + 16 * 4096 * 4, 5, 4096));
+        assert_eq!(input.groups(), 3);
+        assert_eq!(Input { rows: 8, ..input }.groups(), 1);
         let m = Matmuls::default();
-        assert!(!m.chunked(input));
+        assert!(m.skinny(input, [0x2000]).is_none() && m.takes_cublas(21));
         m.set_deterministic(true);
-        assert!(m.chunked(input) && !m.chunked(Input { rows: 8, ..input }));
+        assert_eq!(m.skinny(input, [0x2000]), Some(Slicing { cols: 256, slices: 16 }));
+        assert!(!m.takes_cublas(21));
+        assert!(m.skinny(Input { rows: 8 * MAX_GROUPS + 1, ..input }, [0x2000]).is_none());
+        let first = input.rows_from(0, GEMV_MAX_ROWS);
+        assert_eq!((first.x, first.rows, first.k_in), (0x1000, 8, 4096));
     }
 
     /// q, k and v loaded into one allocation (Llama-3.1-8B's widths at K = 4096, bf16) go

@@ -113,6 +113,7 @@ pub const SOURCES: &[KernelSource] = &[
             "add_f32",
             "add_bias_f32",
             "f32_to_bf16",
+            "f32_to_bf16_split",
             "copy_rows_f32",
             "copy_rows_to_bf16",
             "copy_cols_f32",

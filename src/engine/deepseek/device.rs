@@ -633,7 +633,7 @@ impl<B: Backend> DeviceStack<B> {
                     b.matmul_residual(act, &mlp.down, n, &mut f.delta, &mut f.h);
                 }
                 FeedForward::Moe(moe) => {
-                    b.matmul(&f.x, &moe.router, None, n, &mut f.router);
+                    b.matmul_f32_inputs(&f.x, &moe.router, n, &mut f.router);
                     b.moe_route(&f.router, &moe.bias, &w.routing, n, &mut f.chosen, &mut f.route_weights);
                     let quantized = moe.quantized.as_ref().map(|(gate_up, down, format)| ExpertScales { gate_up, down, format: *format });
                     let experts =
