@@ -339,9 +339,58 @@ __device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float*
     return s;
 }
 
+// R weight rows (`width` values each) against np <= MOE_PAIRS activation rows, x_of(q) the
+// start of row q: sums[r][q] = w_rows[r] · x_q over the whole warp. A lane visits its chunks
+// in the same order whatever R, so each sum is the same bits alone or beside another row.
+template <int R, class W, class X>
+__device__ __forceinline__ void row_dots(const W& w, const long long (&rows)[R], int width, int np, X x_of, float (&sums)[R][MOE_PAIRS]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int q = 0; q < MOE_PAIRS; ++q) sums[r][q] = 0.f;
+    constexpr int STEP = 32 * W::CHUNK;
+    for (int d0 = W::CHUNK * lane; d0 < width; d0 += ROW_LOADS * STEP) {
+        // Every load of the round first, then the arithmetic.
+        typename W::Raw raw[R][ROW_LOADS];
+        float sc[R][ROW_LOADS];
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; ++u) {
+            if (d0 + u * STEP < width) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    raw[r][u] = w.fetch(rows[r], d0 + u * STEP);
+                    sc[r][u] = w.scale(rows[r], d0 + u * STEP);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; ++u) {
+            if (d0 + u * STEP >= width) break;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float wv[W::CHUNK];
+                w.expand(raw[r][u], wv);
+#pragma unroll
+                for (int q = 0; q < MOE_PAIRS; ++q) {
+                    if (q >= np) break;
+                    sums[r][q] += sc[r][u] * dot_chunk(wv, x_of(q) + d0 + u * STEP);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int q = 0; q < MOE_PAIRS; ++q) {
+            if (q >= np) break;
+            sums[r][q] = warp_sum(sums[r][q]);
+        }
+}
+
 // One active expert's gate and up rows over its pairs: act[p, o] = silu(gate_o · x) * (up_o ·
-// x), x the pair's token row; the calling kernel has waited for the one before. Grid: (min(count, pairs), ceil(inner / (LATENT_WARPS *
-// MOE_ROWS_PER_WARP))).
+// x), x the pair's token row; the calling kernel has waited for the one before. Grid:
+// (min(count, pairs), ceil(inner / (LATENT_WARPS * MOE_ROWS_PER_WARP))).
 template <class W>
 __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* plan, int per_token, int hidden, int inner, int list,
                                              float* act) {
@@ -352,70 +401,19 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
     for (int k = 0; k < MOE_ROWS_PER_WARP; ++k) {
         const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
         if (o >= inner) return;
-        const long long g = (long long)e * 2 * inner + o, u = g + inner;
+        const long long gate = (long long)e * 2 * inner + o;
+        const long long rows[2] = {gate, gate + inner};
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
-            float ag[MOE_PAIRS], au[MOE_PAIRS];
-#pragma unroll
-            for (int q = 0; q < MOE_PAIRS; ++q) ag[q] = au[q] = 0.f;
-            for (int d = W::CHUNK * lane; d < hidden; d += 32 * W::CHUNK) {
-                float wg[W::CHUNK], wu[W::CHUNK];
-                load_chunk(w, g, d, wg);
-                load_chunk(w, u, d, wu);
-                const float gs = w.scale(g, d), us = w.scale(u, d);
-#pragma unroll
-                for (int q = 0; q < MOE_PAIRS; ++q) {
-                    if (q >= np) break;
-                    const float* xr = x + (long long)(pairs[p0 + q] / per_token) * hidden + d;
-                    ag[q] += gs * dot_chunk(wg, xr);
-                    au[q] += us * dot_chunk(wu, xr);
-                }
-            }
+            float sums[2][MOE_PAIRS];
+            row_dots(w, rows, hidden, np, [&](int q) { return x + (long long)(pairs[p0 + q] / per_token) * hidden; }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
-                const float gs = warp_sum(ag[q]), us = warp_sum(au[q]);
-                if (lane == 0) act[(long long)pairs[p0 + q] * inner + o] = gs / (1.f + __expf(-gs)) * us;
+                const float g = sums[0][q], u = sums[1][q];
+                if (lane == 0) act[(long long)pairs[p0 + q] * inner + o] = g / (1.f + __expf(-g)) * u;
             }
         }
-    }
-}
-
-// Weight row `row` (`width` values) against np <= MOE_PAIRS activation rows, x_of(q) the
-// start of row q: sums[q] = w_row · x_q over the whole warp.
-template <class W, class X>
-__device__ __forceinline__ void row_dots(const W& w, long long row, int width, int np, X x_of, float (&sums)[MOE_PAIRS]) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int q = 0; q < MOE_PAIRS; ++q) sums[q] = 0.f;
-    constexpr int STEP = 32 * W::CHUNK;
-    for (int d0 = W::CHUNK * lane; d0 < width; d0 += ROW_LOADS * STEP) {
-        // Every load of the round first, then the arithmetic.
-        typename W::Raw raw[ROW_LOADS];
-        float sc[ROW_LOADS];
-#pragma unroll
-        for (int u = 0; u < ROW_LOADS; ++u) {
-            if (d0 + u * STEP < width) {
-                raw[u] = w.fetch(row, d0 + u * STEP);
-                sc[u] = w.scale(row, d0 + u * STEP);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < ROW_LOADS; ++u) {
-            if (d0 + u * STEP >= width) break;
-            float wv[W::CHUNK];
-            w.expand(raw[u], wv);
-#pragma unroll
-            for (int q = 0; q < MOE_PAIRS; ++q) {
-                if (q >= np) break;
-                sums[q] += sc[u] * dot_chunk(wv, x_of(q) + d0 + u * STEP);
-            }
-        }
-    }
-#pragma unroll
-    for (int q = 0; q < MOE_PAIRS; ++q) {
-        if (q >= np) break;
-        sums[q] = warp_sum(sums[q]);
     }
 }
 
@@ -431,12 +429,13 @@ __device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, i
         if (o >= n_out) return;
         for (int i0 = 0; i0 < count; i0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, count - i0);
-            float sums[MOE_PAIRS];
-            row_dots(w, row_of(o), width, np, [&](int q) { return x_of(i0 + q); }, sums);
+            const long long rows[1] = {row_of(o)};
+            float sums[1][MOE_PAIRS];
+            row_dots(w, rows, width, np, [&](int q) { return x_of(i0 + q); }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
-                if (lane == 0) put(i0 + q, o, sums[q]);
+                if (lane == 0) put(i0 + q, o, sums[0][q]);
             }
         }
     }
