@@ -48,6 +48,8 @@ const MIN_SLICE_COLS: usize = 96;
 /// Most groups of 8 rows one skinny launch takes (the grid's x extent): 64K rows, past any
 /// step or prompt chunk.
 const MAX_GROUPS: usize = 8192;
+/// The grid's y extent, which numbers a launch's weight row tiles (a million weight rows).
+const MAX_GRID_Y: usize = 65535;
 /// Slices are cut no wider than this where K allows 32 of them (14336: 32 of 448, where 16
 /// of 896 made each warp's chain of loads twice as long), so that a row-parallel half of a
 /// wide K still has 16 warps' worth of slices on each rank.
@@ -581,7 +583,12 @@ impl Matmuls {
             Arg::I32(cut.cols as i32),
             Arg::I32(cut.slices as i32),
         ];
-        let grid = (input.groups() as u32, job.blocks(config) as u32);
+        let blocks = job.blocks(config);
+        if blocks > MAX_GRID_Y {
+            gpu.record(|| format!("skinny matmul: {blocks} row tiles are past the grid's y extent ({MAX_GRID_Y})"));
+            return false;
+        }
+        let grid = (input.groups() as u32, blocks as u32);
         // One warp per slice, each taking several when there are more slices than warps.
         let threads = 32 * cut.slices.min(GEMV_MAX_WARPS) as u32;
         // A partial sum per slice and output (16 rows x 8 x rows per tile).
