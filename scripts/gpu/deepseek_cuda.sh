@@ -18,7 +18,7 @@ T0=$(date +%s)
 BUDGET_S="${SPECDECK_GPU_BUDGET_S:-560}"
 source "$HERE/step.sh"
 
-step deepseek-logits 120 "$BIN" cuda-check --sections deepseek-logits --deepseek-models "$FIXTURES" --out "$OUT"
+step deepseek-logits 120 "$BIN" cuda-check --sections deepseek-logits,deepseek-logits-deterministic --deepseek-models "$FIXTURES" --out "$OUT"
 export HOME="$OUT/home"
 mkdir -p "$HOME"
 step demo 60 "$BIN" </dev/null

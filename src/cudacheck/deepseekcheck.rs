@@ -60,12 +60,14 @@ fn run<B: Backend>(b: Arc<B>, dir: &Path, compute: Compute, prompt: &[u32]) -> a
     Ok(Run { prefill, tokens, steps })
 }
 
-/// CUDA (`test`) against the CPU reference on each checkpoint folder of `dirs`.
-pub fn deepseek_check<B: Backend>(test: Arc<B>, dirs: &[&Path]) -> anyhow::Result<(Vec<Verdict>, Value)> {
+/// CUDA (`test`) against the CPU reference on each checkpoint folder of `dirs`, its rows
+/// named after each folder and `mode` (how `test` is set up, when it is not the default).
+pub fn deepseek_check<B: Backend>(test: Arc<B>, dirs: &[&Path], mode: &str) -> anyhow::Result<(Vec<Verdict>, Value)> {
     let mut verdicts = Vec::new();
     let mut runs = Vec::new();
     for dir in dirs {
-        let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let folder = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = format!("{folder}{mode}");
         let vocab = DeepseekTargetConfig::from_config(&ModelConfig::load_dir(dir)?)?.text.vocab as u32;
         let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % vocab).collect();
         let Run { prefill: gp, tokens: gt, steps: gs } = run(test.clone(), dir, Compute::Backend, &prompt)?;

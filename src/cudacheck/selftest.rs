@@ -7,6 +7,9 @@
 //! step, and its time per step); bandwidth (device-to-device copy); gemm (skinny kernel
 //! and cuBLAS on Llama-3.1-8B shapes, after `skinnycheck`'s bit-for-bit promises); model-logits and speculative-greedy (the engine's
 //! model code on CUDA against the CPU reference and against itself, `modelcheck`);
+//! deepseek-logits and deepseek-logits-deterministic (with `--deepseek-models`: the
+//! DeepSeek-V3 family's forward against the host reference, `deepseekcheck`, by default and
+//! with every matmul through the skinny kernels);
 //! large-model-steps and large-model-engine (with `--large-model`: decode tokens/s against
 //! the HBM floor, graphs, verify/decode step cost, cold start and relaunch);
 //! tensor-parallel (2+ GPUs, `tpcheck`); teardown (NVML memory back at its baseline once
@@ -321,11 +324,20 @@ fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledMo
     let _ = std::fs::remove_dir_all(&small);
     if let Some(root) = opts.deepseek_models.as_deref() {
         r.section("deepseek-logits", |r| {
-            let mut dirs: Vec<std::path::PathBuf> =
-                std::fs::read_dir(root)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("config.json").is_file()).collect();
-            dirs.sort();
+            let dirs = deepseek_dirs(root)?;
             let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-            verdicts(r, deepseek_check(backend.clone(), &dirs)?)
+            verdicts(r, deepseek_check(backend.clone(), &dirs, "")?)
+        });
+        // The same with every matmul through the skinny kernels, whose products are x's f32
+        // values to about 2^-22 at any row count: the prompt's activations are not rounded
+        // to bf16 for cuBLAS, which moves a random checkpoint's near-tied routes.
+        r.section("deepseek-logits-deterministic", |r| {
+            let dirs = deepseek_dirs(root)?;
+            let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+            backend.set_deterministic(true);
+            let checked = deepseek_check(backend.clone(), &dirs, " (deterministic)");
+            backend.set_deterministic(false);
+            verdicts(r, checked?)
         });
     }
     if let Some(dir) = opts.large_model.as_deref() {
@@ -336,6 +348,14 @@ fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledMo
             verdicts(r, large_model_steps(backend.clone(), dir, floor_gbps * 1e9 / bytes.max(1.0), opts.new_tokens)?)
         });
     }
+}
+
+/// The checkpoint folders under `root`, in name order.
+fn deepseek_dirs(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut dirs: Vec<PathBuf> =
+        std::fs::read_dir(root)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("config.json").is_file()).collect();
+    dirs.sort();
+    Ok(dirs)
 }
 
 fn verdicts(r: &mut Report, (list, value): (Vec<Verdict>, Value)) -> anyhow::Result<Value> {
