@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The DeepSeek-V3 family on CUDA (one device call): the forward on the backend's ops against
-# the CPU reference on testdata/deepseek's checkpoints (cuda-check's deepseek-logits); the
+# the CPU reference on testdata/deepseek's checkpoints (cuda-check's deepseek-logits, and
+# deepseek-logits-deterministic with every matmul through the skinny kernels); the
 # demo pair (Kimi-K2.5 architecture, INT4 experts, EAGLE-3) through the engine on CUDA, with
 # speculative tokens against target-only; then a DeepSeek-V3-shaped FP8 checkpoint
 # (write_dsv3_fp8.py) loaded and decoded at batch 1 and at concurrency 32. Raw outputs under
