@@ -21,12 +21,12 @@
 // What that buys besides speed: an output (m, n) is the same bits whatever the row count M,
 // the row tile, or the loads in flight (an mma column depends on its own x row only, and the
 // k order is fixed by W), so a verify step's rows equal the decode steps they stand for.
-// More than 8 rows (`--enable-deterministic-inference`) run as groups of 8, the grid's x
-// index, each computed as an 8-row launch computes it; the blocks of one weight tile come
-// next to each other in the grid, so they run together and share the tile's loads in L2.
 // And a row-parallel shard of K over 2 ranks computes exactly the two halves of that tree,
 // so the all-reduced sum equals the single-GPU result bit for bit when the host derives W
 // from the unsharded K (backend/cuda/gemm.rs).
+// More than 8 rows (`--enable-deterministic-inference`) run as groups of 8, the grid's x
+// index, each computed as an 8-row launch computes it; the blocks of one weight tile come
+// next to each other in the grid, so they run together and share the tile's loads in L2.
 //
 // The q/k/v launch of a decode or verify step can also finish the attention input (the
 // rope entry points): RoPE on q and k, and k and v written into the KV cache, in place of a

@@ -323,22 +323,20 @@ fn gpu_sections(r: &mut Report, backend: Arc<CudaBackend>, modules: &[CompiledMo
     });
     let _ = std::fs::remove_dir_all(&small);
     if let Some(root) = opts.deepseek_models.as_deref() {
-        r.section("deepseek-logits", |r| {
-            let dirs = deepseek_dirs(root)?;
-            let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-            verdicts(r, deepseek_check(backend.clone(), &dirs, "")?)
-        });
-        // The same with every matmul through the skinny kernels, whose products are x's f32
-        // values to about 2^-22 at any row count: the prompt's activations are not rounded
-        // to bf16 for cuBLAS, which moves a random checkpoint's near-tied routes.
-        r.section("deepseek-logits-deterministic", |r| {
-            let dirs = deepseek_dirs(root)?;
-            let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-            backend.set_deterministic(true);
-            let checked = deepseek_check(backend.clone(), &dirs, " (deterministic)");
-            backend.set_deterministic(false);
-            verdicts(r, checked?)
-        });
+        // By default, then with every matmul through the skinny kernels, whose products are
+        // x's f32 values to about 2^-22 at any row count: the prompt's activations are not
+        // rounded to bf16 for cuBLAS, which moves a random checkpoint's near-tied routes.
+        for (section, deterministic, mode) in [("deepseek-logits", false, ""), ("deepseek-logits-deterministic", true, " (deterministic)")]
+        {
+            r.section(section, |r| {
+                let dirs = deepseek_dirs(root)?;
+                let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+                backend.set_deterministic(deterministic);
+                let checked = deepseek_check(backend.clone(), &dirs, mode);
+                backend.set_deterministic(false);
+                verdicts(r, checked?)
+            });
+        }
     }
     if let Some(dir) = opts.large_model.as_deref() {
         let floor_gbps = gbps;

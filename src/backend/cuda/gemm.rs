@@ -264,7 +264,7 @@ impl Input {
     fn skinny(&self, weights: impl IntoIterator<Item = u64>, grouped: bool) -> Option<Slicing> {
         let aligned = self.x % 16 == 0 && weights.into_iter().all(|w| w % 16 == 0);
         let slicing = Slicing::of(self.k_in, self.k_full)?;
-        let rows = self.rows <= GEMV_MAX_ROWS || (grouped && self.rows.div_ceil(GEMV_MAX_ROWS) <= MAX_GROUPS);
+        let rows = self.rows <= GEMV_MAX_ROWS || (grouped && self.groups() <= MAX_GROUPS);
         (rows && aligned && slicing.slices <= GEMV_MAX_SLICES).then_some(slicing)
     }
 
