@@ -90,6 +90,21 @@ __device__ __forceinline__ void block_best(float& v, int& i, float* sv, int* si)
     warp_best(v, i);
 }
 
+// Streamed weight loads (16 and 8 bytes): the non-coherent path with no L1 allocation, so
+// that x, which every warp of a matmul re-reads, keeps L1 while the weights pass through.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+    uint2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
 // Eight consecutive elements as floats, through one 16-byte access when the address allows.
 __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;

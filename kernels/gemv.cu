@@ -43,16 +43,6 @@
 #define GEMV_MAX_WARPS 16
 #define GEMV_MAX_SLICES 32
 
-// A streamed weight load: non-coherent path, no L1 allocation (x, re-read by every warp,
-// keeps L1).
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
-}
-
 // What a launch does with its sums.
 enum class Epilogue { Plain, GateUp, QkvRope };
 

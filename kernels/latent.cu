@@ -255,7 +255,7 @@ struct Bf16Experts {
     using Raw = uint4;
     const bf16* w;
     int width;
-    __device__ __forceinline__ Raw fetch(long long row, int d) const { return *reinterpret_cast<const uint4*>(w + row * width + d); }
+    __device__ __forceinline__ Raw fetch(long long row, int d) const { return ld_stream(w + row * width + d); }
     __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack8(raw, out); }
     __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
 };
@@ -281,7 +281,8 @@ struct StoredExperts {
 struct Fp8Experts : StoredExperts {
     int block_rows, block_cols;
     using Raw = uint4;
-    __device__ __forceinline__ Raw fetch(long long row, int d) const { return *reinterpret_cast<const uint4*>(w + row * width + d); }
+    __device__ __forceinline__ const unsigned char* at(long long row, int d) const { return w + row * width + d; }
+    __device__ __forceinline__ Raw fetch(long long row, int d) const { return ld_stream(at(row, d)); }
     __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack16_e4m3(raw, out); }
     __device__ __forceinline__ float scale(long long row, int d) const {
         return scales[(row / block_rows) * (width / block_cols) + d / block_cols];
@@ -301,7 +302,7 @@ struct Int4Experts : StoredExperts {
         float s;
     };
     __device__ __forceinline__ Raw fetch(long long row, int d) const {
-        return {*reinterpret_cast<const uint2*>(w + row * (width / 2) + d / 2), scales[(row * width + d) >> group_shift]};
+        return {ld_stream8(w + row * (width / 2) + d / 2), scales[(row * width + d) >> group_shift]};
     }
     __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const {
         const uint2 u = raw.u;
@@ -453,6 +454,20 @@ __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan
         [&](int i) { return act + (long long)pairs[i] * inner; }, [&](int i, int o, float sum) { y[(long long)pairs[i] * hidden + o] = sum; });
 }
 
+// Before a kernel waits on the one that writes its x: the output rows its warp will take,
+// asked of L2, so the weight stream starts while the previous kernel drains (the loads that
+// use them come after the wait and find them there).
+template <class W, class Row>
+__device__ __forceinline__ void prefetch_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int k = 0; k < per_warp; ++k) {
+        const int o = (block * LATENT_WARPS + warp) * per_warp + k;
+        if (o >= n_out) return;
+        for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row_of(o), d)));
+    }
+}
+
 // A dense linear kept as the checkpoint stores it, over the first `rows` rows of x ([.., k_in]):
 // y[m, o] = w_o · x[m], or y[m, o] += it with `accumulate` (the residual add). Activations and
 // sums in f32 and the weights the CPU's to the bit, so a decode, verify or short prefill
@@ -508,10 +523,14 @@ MOE_STORED_ENTRIES(int4, Int4Experts, group_shift, rounding)
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     head_matmul_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, float* out, int a,
                     int b, int n) {
-    pdl_enter();
+    pdl_launch_dependents();
     const int h = blockIdx.x, heads = gridDim.x;
+    const Fp8Experts fp8{{w, a, scales}, block_rows, block_cols};
+    const auto row_of = [&](int j) { return (long long)h * b + j; };
+    prefetch_rows(fp8, 1, blockIdx.y, b, row_of, a);
+    pdl_wait();
     warp_rows(
-        Fp8Experts{{w, a, scales}, block_rows, block_cols}, 1, blockIdx.y, b, [&](int j) { return (long long)h * b + j; }, a, n,
+        fp8, 1, blockIdx.y, b, row_of, a, n,
         [&](int r) { return x + ((long long)r * heads + h) * a; },
         [&](int r, int j, float sum) { out[((long long)r * heads + h) * b + j] = sum; });
 }
@@ -520,8 +539,11 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     linear_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows, int k_in,
                int n_out, int accumulate, float* y) {
-    pdl_enter();
-    linear_rows(x, Fp8Experts{{w, k_in, scales}, block_rows, block_cols}, rows, k_in, n_out, accumulate, y);
+    pdl_launch_dependents();
+    const Fp8Experts fp8{{w, k_in, scales}, block_rows, block_cols};
+    prefetch_rows(fp8, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in);
+    pdl_wait();
+    linear_rows(x, fp8, rows, k_in, n_out, accumulate, y);
 }
 
 // A dense FP8 linear's [rows, cols] values rounded to bf16, for cuBLAS at prefill sizes.

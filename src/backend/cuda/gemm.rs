@@ -100,6 +100,12 @@ macro_rules! gemv_configs {
 // Keep in step with the GEMV_ENTRY lines of kernels/gemv.cu (a test checks).
 gemv_configs!((1, 2), (1, 3), (1, 4), (2, 2));
 
+/// The configuration of launches of more than 8 rows (deterministic mode), so that a prompt
+/// of a new length times nothing. On run 29's H200 (`cuda-check`'s gemm section,
+/// testdata/gpu/run-29/NOTES.md) two tiles a block was the fastest of the four in 15 of 20
+/// cases (the 8B and Qwen 1.5B shapes at 16 and 64 rows) and within 13 % in the other 5.
+const GROUPED: &GemvConfig = &GEMV_CONFIGS[3];
+
 /// How the skinny kernels cut K: `slices` runs of `cols` columns, added in a fixed pairwise
 /// tree. The cut is derived from the unsharded K, so a rank holding half of a row-parallel
 /// weight holds exactly half of the slices, and the all-reduce of the two half-trees is the
@@ -271,11 +277,6 @@ impl Input {
     /// The groups of 8 rows a skinny launch of this operand runs (the grid's x extent).
     fn groups(&self) -> usize {
         self.rows.div_ceil(GEMV_MAX_ROWS)
-    }
-
-    /// Rows `first..first + rows` of this operand.
-    fn rows_from(&self, first: usize, rows: usize) -> Input {
-        Input { x: self.x + (first * self.k_in * 4) as u64, rows, ..*self }
     }
 }
 
@@ -536,15 +537,19 @@ impl Matmuls {
         }
     }
 
-    /// The configuration this shape uses: the one chosen before, else (when the stream
-    /// is not capturing and the launch does not add into its output) the fastest candidate
-    /// timed now, else the first candidate. A launch of several groups uses the choice for
-    /// one group of 8 rows (timed on its first 8 rows), so that a prompt of a new length
-    /// times nothing.
+    /// The configuration this shape uses: the pinned one; for several groups of 8 rows
+    /// [`GROUPED`]; else the one chosen before, else (when the stream is not capturing and
+    /// the launch does not add into its output) the fastest candidate timed now, else the
+    /// first candidate.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
-        let input = input.rows_from(0, input.rows.min(GEMV_MAX_ROWS));
+        if let Some(c) = self.pinned {
+            return c;
+        }
+        if input.groups() > 1 {
+            return GROUPED;
+        }
         let key = ShapeKey { family: job.family(), rows: input.rows, n_total: job.n_total(), k_in: input.k_in };
-        if let Some(c) = self.pinned.or_else(|| locked(&self.chosen).get(&key).copied()) {
+        if let Some(c) = locked(&self.chosen).get(&key).copied() {
             return c;
         }
         // Past here only on a shape's first use.
@@ -824,8 +829,7 @@ mod tests {
         assert_eq!(m.skinny(input, [0x2000]), Some(Slicing { cols: 256, slices: 16 }));
         assert!(!m.takes_cublas(21));
         assert!(m.skinny(Input { rows: 8 * MAX_GROUPS + 1, ..input }, [0x2000]).is_none());
-        let first = input.rows_from(0, GEMV_MAX_ROWS);
-        assert_eq!((first.x, first.rows, first.k_in), (0x1000, 8, 4096));
+        assert_eq!(GROUPED.plain, "gemv_t2_u2");
     }
 
     /// q, k and v loaded into one allocation (Llama-3.1-8B's widths at K = 4096, bf16) go
