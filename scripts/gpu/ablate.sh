@@ -6,7 +6,8 @@
 # step time is what counts). The difference is what the family costs the step, overlap with
 # its neighbours included.
 #
-# SPECDECK_PROFILE_SHAPE picks the random checkpoint: llama8b (default), qwen0.5b, qwen1.5b.
+# SPECDECK_PROFILE_SHAPE picks the random checkpoint: llama8b (default), qwen0.5b, qwen1.5b,
+# dsv3-fp8 (DeepSeek-V3's layers in FP8 as stored; run 29's call 5b by hand).
 # usage (from the repository root on the GPU machine):
 #   bash .gpu/cuda/ablate.sh [FAMILY ...]   (kernel-name prefixes; default: the layer's)
 set -u
@@ -17,7 +18,13 @@ OUT="${OUT:-/tmp/specdeck-ablate}"
 # A HumanEval-sized prompt (160 tokens), so attention reads a cache of that size.
 echo "{\"prompt\": \"$(seq 3 162 | sed 's/^/w/' | paste -sd' ')\"}" >"$OUT/prompt.jsonl"
 families=("$@")
-((${#families[@]})) || families=(rmsnorm gemv_rope attention gemv_t gemv_gate_up topk embedding)
+if ((${#families[@]} == 0)); then
+    if [ "$SHAPE" = dsv3-fp8 ]; then
+        families=(linear_fp8 moe_gate_up moe_down head_matmul_fp8 mla_attention gemv moe_route)
+    else
+        families=(rmsnorm gemv_rope attention gemv_t gemv_gate_up topk embedding)
+    fi
+fi
 ms_per_token() {
     SPECDECK_SKIP_KERNELS="$1" timeout 90 "$BIN" bench --device cuda --model-path "$MODEL" --prompts "$OUT/prompt.jsonl" \
         --json --max-new-tokens 128 2>"$OUT/ablate-$SHAPE-${1:-none}.err" |
