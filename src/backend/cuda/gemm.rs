@@ -538,7 +538,7 @@ impl Matmuls {
     }
 
     /// The configuration this shape uses: the pinned one; for several groups of 8 rows
-    /// [`GROUPED`]; else the one chosen before, else (when the stream is not capturing and
+    /// `GROUPED`; else the one chosen before, else (when the stream is not capturing and
     /// the launch does not add into its output) the fastest candidate timed now, else the
     /// first candidate.
     pub fn config_for(&self, gpu: &Gpu, input: Input, job: GemvJob<'_>, eager: bool) -> &'static GemvConfig {
