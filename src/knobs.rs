@@ -34,6 +34,9 @@ pub struct Knobs {
     /// `SPECDECK_GROUPED_ATTENTION=0` turns this off: a step-attention block of a batch or
     /// a long context takes two query heads of its KV head, rather than one (the same bits).
     pub grouped_attention: bool,
+    /// `SPECDECK_STEP_MMA=1` (or `0`): every paged step outside deterministic mode takes the
+    /// tensor-core attention (or none does), rather than steps of at least 16 sequences.
+    pub step_mma: Option<bool>,
     /// `SPECDECK_STORED_EXPERTS=0` turns this off: the GPU reads FP8 and INT4 routed experts
     /// as the checkpoint stores them, rather than dequantized at load.
     pub stored_experts: bool,
@@ -63,6 +66,7 @@ impl Knobs {
         let peer_allreduce = env.text("SPECDECK_PEER_ALLREDUCE").is_none_or(|v| v != "0");
         let fused_residual = env.text("SPECDECK_FUSED_RESIDUAL").is_none_or(|v| v != "0");
         let grouped_attention = env.text("SPECDECK_GROUPED_ATTENTION").is_none_or(|v| v != "0");
+        let step_mma = env.text("SPECDECK_STEP_MMA").map(|v| v != "0");
         let stored_experts = env.text("SPECDECK_STORED_EXPERTS").is_none_or(|v| v != "0");
         let nvml = !env.text("SPECDECK_NVML").is_some_and(|v| v.eq_ignore_ascii_case("off"));
         Knobs {
@@ -74,6 +78,7 @@ impl Knobs {
             peer_allreduce,
             fused_residual,
             grouped_attention,
+            step_mma,
             stored_experts,
             nvml,
             set: env.set,
@@ -118,6 +123,7 @@ mod tests {
     fn unset_knobs_keep_the_defaults_and_record_nothing() {
         let k = knobs(&[]);
         assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.grouped_attention && k.stored_experts && k.nvml);
+        assert_eq!(k.step_mma, None);
         assert_eq!((k.cuda_include.len(), k.skip_kernels.len(), k.ptx_cache.clone(), k.gemv.clone()), (0, 0, None, None));
         assert_eq!(k.describe_set(), None);
     }
@@ -131,14 +137,16 @@ mod tests {
             ("SPECDECK_CUDA_INCLUDE", "/a:/b"),
             ("SPECDECK_FUSED_RESIDUAL", "1"),
             ("SPECDECK_GROUPED_ATTENTION", "0"),
+            ("SPECDECK_STEP_MMA", "1"),
             ("SPECDECK_STORED_EXPERTS", "0"),
         ]);
         assert_eq!(k.skip_kernels, ["rmsnorm", "attention"]);
         assert_eq!(k.cuda_include, [PathBuf::from("/a"), PathBuf::from("/b")]);
         assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce && !k.grouped_attention && !k.stored_experts);
+        assert_eq!(k.step_mma, Some(true));
         assert_eq!(
             k.describe_set().as_deref(),
-            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_STORED_EXPERTS=0 SPECDECK_NVML=OFF")
+            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_STEP_MMA=1 SPECDECK_STORED_EXPERTS=0 SPECDECK_NVML=OFF")
         );
     }
 }

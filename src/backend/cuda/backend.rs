@@ -1165,7 +1165,7 @@ impl Backend for CudaBackend {
         // of its queries may take the most splits.
         let splits = if graph { ATTENTION_SPLITS } else { (batch.max_visible / ATTENTION_SPLIT_KEYS).clamp(1, ATTENTION_SPLITS) };
         let chunk = if splits > 1 { (SPLIT_PAIRS / g.heads).max(1) } else { batch.rows };
-        let mma = batch.seqs.len() >= MMA_MIN_SEQS && !self.matmuls.deterministic();
+        let mma = !self.matmuls.deterministic() && Knobs::get().step_mma.unwrap_or(batch.seqs.len() >= MMA_MIN_SEQS);
         let launch = self.paged_step_launch(g, chunk.min(batch.rows), batch.max_visible, splits, mma);
         for (start, len) in step_runs {
             for row_base in (start..start + len).step_by(chunk) {
