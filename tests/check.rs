@@ -3,9 +3,12 @@
 //! command lines and the JSON shape; and every rule through the library API on tiny model
 //! folders whose config.json and model.safetensors the tests write.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::binary::{specdeck, text};
 use proptest::prelude::*;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -22,25 +25,12 @@ const STORY: &str = "testdata/check/pairs/kimi-k2.5__kimi-k2-aq-medai-eagle3";
 // ---------------------------------------------------------------------------------------
 // The binary
 
-/// Run the release-or-debug binary from the crate root, with a clean environment: no GPU
-/// inventory from this machine (so results do not depend on where the tests run), no colour.
-fn specdeck(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_specdeck"))
-        .args(args)
-        .env_clear()
-        .env("SPECDECK_NVML", "off")
-        .envs(env.iter().copied())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the specdeck binary runs")
-}
-
 fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    text(&o.stdout)
 }
 
 fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
+    text(&o.stderr)
 }
 
 /// `check --json` on a pair folder, parsed.

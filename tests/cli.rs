@@ -7,8 +7,9 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::binary::{specdeck, text};
 use common::tiny_pair::pair;
 use regex::Regex;
 use serde_json::Value;
@@ -18,23 +19,6 @@ use specdeck::spec::FLAGS;
 const PAIRS: &str = "testdata/check/pairs";
 const STORY: &str = "kimi-k2.5__kimi-k2-aq-medai-eagle3";
 const CLEAN: &str = "qwen3-8b__eagle3";
-
-/// The binary from the crate root, with no GPU inventory of this machine and no colour
-/// settings of the caller's environment.
-fn specdeck(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_specdeck"))
-        .args(args)
-        .env_clear()
-        .env("SPECDECK_NVML", "off")
-        .envs(env.iter().copied())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the specdeck binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
 
 fn pair_args(pair: &str) -> Vec<String> {
     let (target, draft) = (format!("{PAIRS}/{pair}/target"), format!("{PAIRS}/{pair}/draft"));

@@ -4,29 +4,17 @@
 //! (laid out as huggingface_hub writes it, in a tempdir), the flags no rule checks, and the
 //! fixed command `--apply` gives.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+
+use common::binary::{specdeck, text};
 use serde_json::{json, Value};
 
 const STORY: &str = "testdata/check/pairs/kimi-k2.5__kimi-k2-aq-medai-eagle3";
 const CLEAN: &str = "testdata/check/pairs/qwen3-8b__eagle3";
 const ALLOW: &str = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN";
-
-fn specdeck(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_specdeck"))
-        .args(args)
-        .env_clear()
-        .env("SPECDECK_NVML", "off")
-        .envs(env.iter().copied())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the specdeck binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
 
 /// `check --json [ARGS] -- LINE` (the line split on spaces), parsed.
 fn check(args: &[&str], line: &str, env: &[(&str, &str)]) -> Value {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod binary;
 pub mod tiny_pair;
 
 use specdeck::console::{EngineControl, GenerateParams};
