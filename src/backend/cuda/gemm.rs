@@ -307,6 +307,10 @@ pub struct Matmuls {
     /// in groups of 8 instead of cuBLAS, whose reduction order depends on the shape (so on
     /// the row count and on a tensor-parallel shard's width).
     deterministic: AtomicBool,
+    /// The skinny kernels read x in two tf32 parts (to about 2^-22) instead of rounded to
+    /// tf32 (2^-11): what the MoE family asks for (`set_precise_inputs`), and what
+    /// `precisely` asks for around one product.
+    precise_x: AtomicBool,
 }
 
 /// The address of `slot`'s buffer, grown to at least `len` elements first (the old one
@@ -380,6 +384,29 @@ impl Matmuls {
     /// Whether `--enable-deterministic-inference` is on.
     pub fn deterministic(&self) -> bool {
         self.deterministic.load(Ordering::Relaxed)
+    }
+
+    /// Every skinny product from now on reads x in two tf32 parts (`on`) or one.
+    pub fn set_precise_inputs(&self, on: bool) {
+        self.precise_x.store(on, Ordering::Relaxed);
+    }
+
+    /// Run `launches` with x read in two tf32 parts, then go back to the setting before
+    /// (a launch takes the setting when it is recorded, in a graph too).
+    pub fn precisely<T>(&self, launches: impl FnOnce() -> T) -> T {
+        let before = self.precise_x.swap(true, Ordering::Relaxed);
+        let out = launches();
+        self.precise_x.store(before, Ordering::Relaxed);
+        out
+    }
+
+    /// The tf32 parts the skinny kernels split x into.
+    fn x_parts(&self) -> i32 {
+        if self.precise_x.load(Ordering::Relaxed) {
+            2
+        } else {
+            1
+        }
     }
 
     /// Whether a launch of `rows` rows reads x through cuBLAS (as bf16).
@@ -580,13 +607,14 @@ impl Matmuls {
     /// Launch one skinny kernel cutting K as `cut` says; `false` when the launch failed
     /// (recorded for the next sync).
     fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, cut: Slicing, job: GemvJob<'_>) -> bool {
-        const HEAD: usize = 5;
+        const HEAD: usize = 6;
         let head: [Arg; HEAD] = [
             Arg::Ptr(input.x),
             Arg::I32(input.rows as i32),
             Arg::I32(input.k_in as i32),
             Arg::I32(cut.cols as i32),
             Arg::I32(cut.slices as i32),
+            Arg::I32(self.x_parts()),
         ];
         let blocks = job.blocks(config);
         if blocks > MAX_GRID_Y {
