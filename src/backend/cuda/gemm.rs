@@ -308,7 +308,8 @@ pub struct Matmuls {
     /// the row count and on a tensor-parallel shard's width).
     deterministic: AtomicBool,
     /// The skinny kernels read x in two tf32 parts (to about 2^-22) instead of rounded to
-    /// tf32 (2^-11): what the MoE family asks for (`set_precise_inputs`), and what
+    /// tf32 (2^-11), and cuBLAS in two bf16 parts (`run_split`, to about 2^-16) instead of
+    /// rounded to bf16: what the MoE family asks for (`set_precise_inputs`), and what
     /// `precisely` asks for around one product.
     precise_x: AtomicBool,
 }
@@ -429,7 +430,7 @@ impl Matmuls {
     /// The copy serves the launch that comes next only (every launch forgets it), so x must
     /// not change before it.
     pub fn stage(&self, gpu: &Gpu, x: u64, rows: usize, cols: usize) -> Option<u64> {
-        if !self.takes_cublas(rows) {
+        if !self.takes_cublas(rows) || self.precise_x.load(Ordering::Relaxed) {
             return None;
         }
         let at = grown(gpu, &self.scratch, rows * cols, "matmul input (bf16)")?;
@@ -683,8 +684,11 @@ impl Matmuls {
     }
 
     /// Each segment's product through cuBLAS, from one bf16 copy of x (the one its producer
-    /// wrote, when it staged one).
+    /// wrote, when it staged one), or from two (`split`) where x is read precisely.
     fn cublas(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
+        if self.precise_x.load(Ordering::Relaxed) {
+            return segs.iter().for_each(|seg| self.run_split(gpu, input, *seg));
+        }
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
         let staged = self.forget_staged() == Some((x, rows, k_in));
@@ -698,9 +702,9 @@ impl Matmuls {
         }
     }
 
-    /// `seg.out = x · seg.wᵀ` through cuBLAS with x cut into two bf16 parts, its rounding
-    /// and what that rounding left out, each multiplied and the second added: the products
-    /// of x's f32 values to about 16 bits, for twice one product's time.
+    /// `seg.out (+)= x · seg.wᵀ (+ bias)` through cuBLAS with x cut into two bf16 parts, its
+    /// rounding and what that rounding left out, each multiplied and the second added: the
+    /// products of x's f32 values to about 16 bits, for twice one product's time.
     pub fn run_split(&self, gpu: &Gpu, input: Input, seg: Segment) {
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
@@ -709,7 +713,7 @@ impl Matmuls {
         let low = high + (2 * len) as u64;
         gpu.bind();
         gpu.launch("f32_to_bf16_split", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(high), Arg::Ptr(low), Arg::I64(len as i64)]);
-        Self::cublas_product(gpu, high, rows, k_in, &Segment { bias: None, accumulate: false, ..seg });
+        Self::cublas_product(gpu, high, rows, k_in, &seg);
         Self::cublas_product(gpu, low, rows, k_in, &Segment { bias: None, accumulate: true, ..seg });
     }
 
