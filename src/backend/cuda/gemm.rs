@@ -687,7 +687,7 @@ impl Matmuls {
     /// wrote, when it staged one), or from two (`split`) where x is read precisely.
     fn cublas(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
         if self.precise_x.load(Ordering::Relaxed) {
-            return segs.iter().for_each(|seg| self.run_split(gpu, input, *seg));
+            return self.split_products(gpu, input, segs);
         }
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
@@ -706,6 +706,11 @@ impl Matmuls {
     /// rounding and what that rounding left out, each multiplied and the second added: the
     /// products of x's f32 values to about 16 bits, for twice one product's time.
     pub fn run_split(&self, gpu: &Gpu, input: Input, seg: Segment) {
+        self.split_products(gpu, input, &[seg]);
+    }
+
+    /// `run_split` for each segment, from one split of x.
+    fn split_products(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
         self.forget_staged();
@@ -713,8 +718,10 @@ impl Matmuls {
         let low = high + (2 * len) as u64;
         gpu.bind();
         gpu.launch("f32_to_bf16_split", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(high), Arg::Ptr(low), Arg::I64(len as i64)]);
-        Self::cublas_product(gpu, high, rows, k_in, &seg);
-        Self::cublas_product(gpu, low, rows, k_in, &Segment { bias: None, accumulate: true, ..seg });
+        for seg in segs {
+            Self::cublas_product(gpu, high, rows, k_in, seg);
+            Self::cublas_product(gpu, low, rows, k_in, &Segment { bias: None, accumulate: true, ..*seg });
+        }
     }
 
     /// `seg.out (+)= x · seg.wᵀ (+ bias)` with x already in bf16 at `xb`.
