@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DeepSeek-V3 FP8 as stored (3 layers) on one GPU: main against combined (graph steps, row
 # handles, one tf32 part), combined without graphs; batch 1, then concurrency 32.
-#   command: bash .gpu/next3.sh    carry: [".gpu/p3.tar.xz", ".gpu/next3.sh"]
+#   command: bash .gpu/next3.sh    carry: [".gpu/p3.tar.xz", ".gpu/next3.sh", ".gpu/deepseek"]
 set -u
 G=$(cd "$(dirname "$0")" && pwd)
 [ -d /tmp/p3 ] || (cd /tmp && tar xJf $G/p3.tar.xz)
@@ -9,6 +9,8 @@ P=/tmp/p3; R=$OUT/r; mkdir -p $R; T=$(date +%s)
 export SPECDECK_PTX_CACHE=/tmp/ptx-next
 step() { echo "$1 rc=$2 s=$(( $(date +%s) - T ))" >> $R/calls.log; (cd $OUT && tar czf r.tgz r); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/gpu.txt
+timeout 120 $P/builds/combined/specdeck cuda-check --out $R/checks-c --sections deepseek-logits --deepseek-models $G/deepseek > $R/checks-c.out 2> $R/checks-c.err
+step checks-c $?
 M=/tmp/specdeck-dsv3-fp8
 [ -f "$M/config.json" ] || timeout 150 python3 $P/write_dsv3_fp8.py $M --layers 3 > $R/write-fp8.out 2>&1
 step write-fp8 $?
@@ -22,7 +24,7 @@ for v in combined main; do
   timeout 100 $P/builds/$v/specdeck bench --device cuda --model-path $M --prompts $R/prompts32.jsonl --max-new-tokens 32 --concurrency 32 --json > $R/fp8-c32-$v.json 2> $R/fp8-c32-$v.err
   step fp8-c32-$v $?
 done
-cat $R/calls.log; tail -3 $R/*.err | head -40
+cat $R/calls.log; grep -h "FAIL\|graph" $R/checks-c.out; tail -3 $R/*.err | head -40
 python3 - $R <<'PY'
 import json, sys
 def last(p):
