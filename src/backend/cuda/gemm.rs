@@ -387,12 +387,13 @@ impl Matmuls {
         self.deterministic.load(Ordering::Relaxed)
     }
 
-    /// Every skinny product from now on reads x in two tf32 parts (`on`) or one.
+    /// Every product from now on reads x in two parts (`on`: tf32 in the skinny kernels,
+    /// bf16 through cuBLAS) or rounded once.
     pub fn set_precise_inputs(&self, on: bool) {
         self.precise_x.store(on, Ordering::Relaxed);
     }
 
-    /// Run `launches` with x read in two tf32 parts, then go back to the setting before
+    /// Run `launches` with x read in two parts, then go back to the setting before
     /// (a launch takes the setting when it is recorded, in a graph too).
     pub fn precisely<T>(&self, launches: impl FnOnce() -> T) -> T {
         let before = self.precise_x.swap(true, Ordering::Relaxed);
