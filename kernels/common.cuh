@@ -30,6 +30,9 @@ __device__ __forceinline__ void pdl_enter() {
     pdl_wait();
 }
 
+// Every lane of a warp, for the *_sync intrinsics.
+#define FULL_WARP 0xffffffffu
+
 struct SumOp {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };

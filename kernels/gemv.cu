@@ -4,10 +4,11 @@
 // nothing next to that:
 //
 // - One mma.m16n8k8 (tf32 in, f32 accumulate) multiplies 16 weight rows by the 8 rows of
-//   x at once. bf16 widens to tf32 exactly; x is split into a tf32 part and the tf32
-//   rounding of what is left, two mmas, so that a product is x's to about 2^-22 and not to
-//   tf32's 2^-11 (which flipped near-tied MoE routes against the CPU's f32). The second mma
-//   costs nothing next to the weight stream.
+//   x at once. bf16 widens to tf32 exactly; x rounds to tf32 (2^-11). With `x_parts` 2 it is
+//   split into a tf32 part and the tf32 rounding of what is left, two mmas, so that a
+//   product is x's to about 2^-22 (tf32's flipped near-tied MoE routes against the CPU's
+//   f32). The second mma is not free: on an H200 the launches took 7-15 % longer with it
+//   (run 29 against run 11), so only the MoE family asks for it.
 // - Lanes load W in 16-byte pieces, 8 weights of one row: lane (g, t) = (lane / 4,
 //   lane % 4) reads columns c + 8t .. c + 8t + 7 of rows g and g + 8 of a 16-row tile, for
 //   32 columns per warp and step. The dot product does not care in which order k is
@@ -71,6 +72,7 @@ struct GemvArgs {
     int k_in;
     int slice_cols;
     int slices;
+    int x_parts;
     const bf16* w[3];
     const bf16* bias[3];
     float* y[3];
@@ -148,13 +150,14 @@ __device__ __forceinline__ void mma_round(const GemvArgs& a, int c, int end, int
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            // x = hi + lo, each exact in tf32: two products make x's to about 2^-22.
+            // x = hi + lo, each exact in tf32: two products make x's to about 2^-22; the
+            // first alone is x rounded to tf32.
             const unsigned h0 = tf32_of(xf[2 * j]), h1 = tf32_of(xf[2 * j + 1]);
             const unsigned l0 = tf32_of(xf[2 * j] - __uint_as_float(h0)), l1 = tf32_of(xf[2 * j + 1] - __uint_as_float(h1));
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
                 const unsigned r0 = word(w[u][i][0], j), r8 = word(w[u][i][1], j);
-                mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, l0, l1);
+                if (a.x_parts > 1) mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, l0, l1);
                 mma_tf32(acc[i], r0 << 16, r8 << 16, r0 & 0xffff0000u, r8 & 0xffff0000u, h0, h1);
             }
         }
@@ -347,31 +350,31 @@ __device__ void gemv_tile(GemvArgs a) {
 // Each asks for registers that let two blocks share an SM: with one, an SM has half the
 // loads in flight, and the next launch cannot start there until it is done.
 #define GEMV_PLAIN(NAME, MT, U)                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
-        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* w0, const bf16* b0,      \
-        float* y0, int n0, int acc0, const bf16* w1, const bf16* b1, float* y1, int n1, int acc1,              \
-        const bf16* w2, const bf16* b2, float* y2, int n2, int acc2) {                                         \
-        gemv_tile<MT, U, Epilogue::Plain>({x, m_rows, k_in, slice_cols, slices, {w0, w1, w2}, {b0, b1, b2},    \
-                                           {y0, y1, y2}, {n0, n1, n2}, {acc0, acc1, acc2}, {}});                \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                 \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const bf16* w0,         \
+        const bf16* b0, float* y0, int n0, int acc0, const bf16* w1, const bf16* b1, float* y1, int n1,        \
+        int acc1, const bf16* w2, const bf16* b2, float* y2, int n2, int acc2) {                               \
+        gemv_tile<MT, U, Epilogue::Plain>({x, m_rows, k_in, slice_cols, slices, x_parts, {w0, w1, w2},         \
+                                           {b0, b1, b2}, {y0, y1, y2}, {n0, n1, n2}, {acc0, acc1, acc2}, {}}); \
     }
 #define GEMV_GATE_UP(NAME, MT, U)                                                                              \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
-        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* gate, const bf16* up,    \
-        float* act, int n_out) {                                                                               \
-        gemv_tile<MT, U, Epilogue::GateUp>({x, m_rows, k_in, slice_cols, slices, {gate, up, nullptr},          \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                 \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const bf16* gate,       \
+        const bf16* up, float* act, int n_out) {                                                               \
+        gemv_tile<MT, U, Epilogue::GateUp>({x, m_rows, k_in, slice_cols, slices, x_parts, {gate, up, nullptr}, \
                                             {nullptr, nullptr, nullptr}, {act, nullptr, nullptr},              \
                                             {n_out, n_out, 0}, {0, 0, 0}, {}});                                \
     }
 // q (rotated) into q_out; k (rotated) and v into cache rows slot + row.
 #define GEMV_ROPE(NAME, MT, U)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                \
-        const float* x, int m_rows, int k_in, int slice_cols, int slices, const bf16* wq, const bf16* bq,      \
-        float* q_out, int nq, const bf16* wk, const bf16* bk, int nk, const bf16* wv, const bf16* bv,          \
-        const float* cos_table, const float* sin_table, const int* positions, int head_dim, int interleaved,   \
-        bf16* k_cache, bf16* v_cache, int slot_arg, const int* slot_dev) {                                     \
-        gemv_tile<MT, U, Epilogue::QkvRope>({x, m_rows, k_in, slice_cols, slices, {wq, wk, wv}, {bq, bk, bv},  \
-                                             {q_out, nullptr, nullptr}, {nq, nk, nk}, {0, 0, 0},                \
-                                             {cos_table, sin_table, positions, head_dim, interleaved, k_cache,  \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 2) NAME(                                 \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const bf16* wq,         \
+        const bf16* bq, float* q_out, int nq, const bf16* wk, const bf16* bk, int nk, const bf16* wv,          \
+        const bf16* bv, const float* cos_table, const float* sin_table, const int* positions, int head_dim,    \
+        int interleaved, bf16* k_cache, bf16* v_cache, int slot_arg, const int* slot_dev) {                    \
+        gemv_tile<MT, U, Epilogue::QkvRope>({x, m_rows, k_in, slice_cols, slices, x_parts, {wq, wk, wv},       \
+                                             {bq, bk, bv}, {q_out, nullptr, nullptr}, {nq, nk, nk}, {0, 0, 0}, \
+                                             {cos_table, sin_table, positions, head_dim, interleaved, k_cache, \
                                               v_cache, slot_arg, slot_dev}});                                  \
     }
 #define GEMV_ENTRY(MT, U)                           \

@@ -249,22 +249,20 @@ __device__ __forceinline__ void unpack16_e4m3(const uint4& raw, float (&out)[16]
 
 // The stacked expert weights as the expert kernels read them: CHUNK consecutive weights of a
 // row at a time (a lane's 16 bytes, fetched as Raw and expanded to f32 when they are used),
-// and the scale that chunk's partial sum takes.
+// and the scale that chunk's partial sum takes. A kernel takes a row's handle (`row`: where
+// its bytes and scales start) once and reads its chunks through it, so the per-chunk work is
+// an add and a shift, not the divisions that find a row's scales.
 struct Bf16Experts {
     static constexpr int CHUNK = 8;
     using Raw = uint4;
+    using Row = const bf16*;
     const bf16* w;
     int width;
-    __device__ __forceinline__ Raw fetch(long long row, int d) const { return ld_stream(w + row * width + d); }
+    __device__ __forceinline__ Row row(long long r) const { return w + r * width; }
+    __device__ __forceinline__ Raw fetch(Row row, int d) const { return ld_stream(row + d); }
     __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack8(raw, out); }
-    __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
+    __device__ __forceinline__ float scale(Row, int) const { return 1.f; }
 };
-
-// A chunk of W's row `row` at column d, in f32.
-template <class W>
-__device__ __forceinline__ void load_chunk(const W& w, long long row, int d, float (&out)[W::CHUNK]) {
-    w.expand(w.fetch(row, d), out);
-}
 
 // Weights as the checkpoint stores them (stacked experts, dense linears): their bytes, rows of
 // `width` values, 16 values a lane at a time, and their f32 scales; each format says how to
@@ -277,15 +275,27 @@ struct StoredExperts {
 };
 
 // FP8 e4m3 bytes with one scale per (block_rows, block_cols) block, the grids stacked as the
-// rows are (block_cols a multiple of 16, the widths whole blocks).
+// rows are (block_cols a multiple of 16, the widths whole blocks). A chunk's scale column is
+// d / block_cols, a shift when block_cols is a power of two (DeepSeek's 128, the transposed
+// key half's 16).
 struct Fp8Experts : StoredExperts {
     int block_rows, block_cols;
     using Raw = uint4;
-    __device__ __forceinline__ const unsigned char* at(long long row, int d) const { return w + row * width + d; }
-    __device__ __forceinline__ Raw fetch(long long row, int d) const { return ld_stream(at(row, d)); }
+    struct Row {
+        const unsigned char* bytes;
+        const float* scales;
+        int shift;  // log2(block_cols), or -1
+        int block_cols;
+    };
+    __device__ __forceinline__ Row row(long long r) const {
+        const int shift = (block_cols & (block_cols - 1)) == 0 ? __ffs(block_cols) - 1 : -1;
+        return {w + r * width, scales + (r / block_rows) * (width / block_cols), shift, block_cols};
+    }
+    __device__ __forceinline__ const void* at(const Row& row, int d) const { return row.bytes + d; }
+    __device__ __forceinline__ Raw fetch(const Row& row, int d) const { return ld_stream(row.bytes + d); }
     __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack16_e4m3(raw, out); }
-    __device__ __forceinline__ float scale(long long row, int d) const {
-        return scales[(row / block_rows) * (width / block_cols) + d / block_cols];
+    __device__ __forceinline__ float scale(const Row& row, int d) const {
+        return row.scales[row.shift >= 0 ? d >> row.shift : d / row.block_cols];
     }
 };
 
@@ -301,9 +311,12 @@ struct Int4Experts : StoredExperts {
         uint2 u;
         float s;
     };
-    __device__ __forceinline__ Raw fetch(long long row, int d) const {
-        return {ld_stream8(w + row * (width / 2) + d / 2), scales[(row * width + d) >> group_shift]};
-    }
+    struct Row {
+        const unsigned char* bytes;
+        const float* scales;
+    };
+    __device__ __forceinline__ Row row(long long r) const { return {w + r * (width / 2), scales + ((r * width) >> group_shift)}; }
+    __device__ __forceinline__ Raw fetch(const Row& row, int d) const { return {ld_stream8(row.bytes + d / 2), row.scales[d >> group_shift]}; }
     __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const {
         const uint2 u = raw.u;
         const float s = raw.s;
@@ -323,7 +336,7 @@ struct Int4Experts : StoredExperts {
             }
         }
     }
-    __device__ __forceinline__ float scale(long long, int) const { return 1.f; }
+    __device__ __forceinline__ float scale(const Row&, int) const { return 1.f; }
 };
 
 // CHUNK weights against CHUNK activations from a 32-byte-aligned address.
@@ -344,12 +357,17 @@ __device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float*
 // start of row q: sums[r][q] = w_rows[r] · x_q over the whole warp. A lane visits its chunks
 // in the same order whatever R, so each sum is the same bits alone or beside another row.
 template <int R, class W, class X>
-__device__ __forceinline__ void row_dots(const W& w, const long long (&rows)[R], int width, int np, X x_of, float (&sums)[R][MOE_PAIRS]) {
+__device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&rows)[R], int width, int np, X x_of,
+                                         float (&sums)[R][MOE_PAIRS]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int q = 0; q < MOE_PAIRS; ++q) sums[r][q] = 0.f;
+    // Where each input row starts, found once for the whole row of weights.
+    const float* xs[MOE_PAIRS];
+#pragma unroll
+    for (int q = 0; q < MOE_PAIRS; ++q) xs[q] = q < np ? x_of(q) : nullptr;
     constexpr int STEP = 32 * W::CHUNK;
     for (int d0 = W::CHUNK * lane; d0 < width; d0 += ROW_LOADS * STEP) {
         // Every load of the round first, then the arithmetic.
@@ -375,7 +393,7 @@ __device__ __forceinline__ void row_dots(const W& w, const long long (&rows)[R],
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
                     if (q >= np) break;
-                    sums[r][q] += sc[r][u] * dot_chunk(wv, x_of(q) + d0 + u * STEP);
+                    sums[r][q] += sc[r][u] * dot_chunk(wv, xs[q] + d0 + u * STEP);
                 }
             }
         }
@@ -403,16 +421,20 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
         const int o = (blockIdx.y * LATENT_WARPS + warp) * MOE_ROWS_PER_WARP + k;
         if (o >= inner) return;
         const long long gate = (long long)e * 2 * inner + o;
-        const long long rows[2] = {gate, gate + inner};
+        const typename W::Row rows[2] = {w.row(gate), w.row(gate + inner)};
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
+            // Lane q holds pair p0 + q and its token: a chunk finds x_q by a shuffle, where a
+            // load of the pair and a division stood between it and its loads of x.
+            const int pair = pairs[p0 + min(lane, np - 1)], token = pair / per_token;
             float sums[2][MOE_PAIRS];
-            row_dots(w, rows, hidden, np, [&](int q) { return x + (long long)(pairs[p0 + q] / per_token) * hidden; }, sums);
+            row_dots(w, rows, hidden, np, [&](int q) { return x + (long long)__shfl_sync(FULL_WARP, token, q) * hidden; }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
                 const float g = sums[0][q], u = sums[1][q];
-                if (lane == 0) act[(long long)pairs[p0 + q] * inner + o] = g / (1.f + __expf(-g)) * u;
+                const int at = __shfl_sync(FULL_WARP, pair, q);
+                if (lane == 0) act[(long long)at * inner + o] = g / (1.f + __expf(-g)) * u;
             }
         }
     }
@@ -420,23 +442,27 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
 
 // The warp's `per_warp` output rows o < n_out of its block's share (`block` the block's
 // index along them): weight row row_of(o) against each of `count` inputs, MOE_PAIRS at a
-// time, x_of(i) the start of input i; lane 0 hands each sum to put(i, o, sum).
-template <class W, class Row, class X, class Put>
-__device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width, int count, X x_of,
-                                          Put put) {
+// time. Input i is named by key_of(i) (a pair, or i itself), x_of(key) its start; lane 0
+// hands each sum to put(key, o, sum). Lane q holds the key of the round's input q, so a
+// chunk finds its x by a shuffle, not by a load.
+template <class W, class Row, class Key, class X, class Put>
+__device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width, int count,
+                                          Key key_of, X x_of, Put put) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int k = 0; k < per_warp; ++k) {
         const int o = (block * LATENT_WARPS + warp) * per_warp + k;
         if (o >= n_out) return;
         for (int i0 = 0; i0 < count; i0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, count - i0);
-            const long long rows[1] = {row_of(o)};
+            const int held = key_of(i0 + min(lane, np - 1));
+            const typename W::Row rows[1] = {w.row(row_of(o))};
             float sums[1][MOE_PAIRS];
-            row_dots(w, rows, width, np, [&](int q) { return x_of(i0 + q); }, sums);
+            row_dots(w, rows, width, np, [&](int q) { return x_of(__shfl_sync(FULL_WARP, held, q)); }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
-                if (lane == 0) put(i0 + q, o, sums[0][q]);
+                const int key = __shfl_sync(FULL_WARP, held, q);
+                if (lane == 0) put(key, o, sums[0][q]);
             }
         }
     }
@@ -451,7 +477,8 @@ __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan
     const int* pairs = plan + list + start;
     warp_rows(
         w, MOE_ROWS_PER_WARP, blockIdx.y, hidden, [&](int o) { return (long long)e * hidden + o; }, inner, run,
-        [&](int i) { return act + (long long)pairs[i] * inner; }, [&](int i, int o, float sum) { y[(long long)pairs[i] * hidden + o] = sum; });
+        [&](int i) { return pairs[i]; }, [&](int pair) { return act + (long long)pair * inner; },
+        [&](int pair, int o, float sum) { y[(long long)pair * hidden + o] = sum; });
 }
 
 // Before a kernel waits on the one that writes its x: the output rows its warp will take,
@@ -463,8 +490,8 @@ __device__ __forceinline__ void prefetch_rows(const W& w, int per_warp, int bloc
     for (int k = 0; k < per_warp; ++k) {
         const int o = (block * LATENT_WARPS + warp) * per_warp + k;
         if (o >= n_out) return;
-        for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row_of(o), d)));
+        const typename W::Row row = w.row(row_of(o));
+        for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row, d)));
     }
 }
 
@@ -476,7 +503,7 @@ __device__ __forceinline__ void prefetch_rows(const W& w, int per_warp, int bloc
 template <class W>
 __device__ __forceinline__ void linear_rows(const float* x, W w, int rows, int k_in, int n_out, int accumulate, float* y) {
     warp_rows(
-        w, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in, rows,
+        w, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in, rows, [](int i) { return i; },
         [&](int i) { return x + (long long)i * k_in; },
         [&](int i, int o, float sum) {
             float* out = y + (long long)i * n_out + o;
@@ -530,8 +557,7 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     prefetch_rows(fp8, 1, blockIdx.y, b, row_of, a);
     pdl_wait();
     warp_rows(
-        fp8, 1, blockIdx.y, b, row_of, a, n,
-        [&](int r) { return x + ((long long)r * heads + h) * a; },
+        fp8, 1, blockIdx.y, b, row_of, a, n, [](int r) { return r; }, [&](int r) { return x + ((long long)r * heads + h) * a; },
         [&](int r, int j, float sum) { out[((long long)r * heads + h) * b + j] = sum; });
 }
 
@@ -556,9 +582,10 @@ extern "C" __global__ void dequant_fp8_bf16(const unsigned char* w, const float*
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks; i += (long long)gridDim.x * blockDim.x) {
         const long long row = i * Fp8Experts::CHUNK / cols;
         const int d = (int)(i * Fp8Experts::CHUNK % cols);
+        const Fp8Experts::Row handle = fp8.row(row);
         float v[Fp8Experts::CHUNK];
-        load_chunk(fp8, row, d, v);
-        const float s = fp8.scale(row, d);
+        fp8.expand(fp8.fetch(handle, d), v);
+        const float s = fp8.scale(handle, d);
 #pragma unroll
         for (int j = 0; j < Fp8Experts::CHUNK; ++j) out[row * cols + d + j] = __float2bfloat16_rn(v[j] * s);
     }

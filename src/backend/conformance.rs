@@ -281,6 +281,19 @@ fn layer_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Backe
         p.compare(&format!("matmul_f32_inputs {rows}x{hidden} -> {n_out}"), &y, rows, F32_TOL)?;
     }
 
+    // Where the model asks for x at f32 precision (the MoE family), every product reads it
+    // so: the skinny kernels' two tf32 parts, cuBLAS's two bf16 parts.
+    let bias = p.weight(&[n_out], 0.1)?;
+    p.t.set_precise_inputs(true);
+    for rows in [1, 5, 40] {
+        let x = p.tensor(rows, hidden, 1.0)?;
+        let mut y = p.tensor(rows, n_out, 0.0)?;
+        p.r.matmul(&x.r, &w.r, Some(&bias.r), rows, &mut y.r);
+        p.t.matmul(&x.t, &w.t, Some(&bias.t), rows, &mut y.t);
+        p.compare(&format!("matmul, precise inputs, {rows}x{hidden} -> {n_out}"), &y, rows, F32_TOL)?;
+    }
+    p.t.set_precise_inputs(false);
+
     let norm = p.weight(&[hidden], 1.0)?;
     let x = p.tensor(7, hidden, 2.0)?;
     let mut y = p.tensor(7, hidden, 0.0)?;
@@ -748,6 +761,7 @@ mod tests {
             "matmul 40x256 -> 384 bias=true",
             "matmul 5x256 -> 4101 bias=false",
             "matmul_f32_inputs 40x256 -> 384",
+            "matmul, precise inputs, 40x256 -> 384",
             "matmul_many 5 rows, output 1",
             "gate_up_silu 40 rows",
             "matmul_residual 5 rows",
@@ -779,7 +793,7 @@ mod tests {
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 139);
+        assert_eq!(checks.len(), 142);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

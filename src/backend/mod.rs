@@ -790,6 +790,12 @@ pub trait Backend: Send + Sync + 'static {
     /// CPU reference) has nothing to change.
     fn set_deterministic(&self, _on: bool) {}
 
+    /// Products read x to f32 precision at every row count, not rounded where a backend
+    /// rounds it for speed (CUDA's skinny kernels to tf32). The MoE family asks for it: tf32's
+    /// 2^-11 flips near-tied expert routes against the f32 reference. A backend that computes
+    /// in f32 anyway (the CPU reference) has nothing to change.
+    fn set_precise_inputs(&self, _on: bool) {}
+
     /// Whether `graph_step` records and replays graphs here (the launch then captures its
     /// steps in the graph-capture phases).
     fn uses_graphs(&self) -> bool {

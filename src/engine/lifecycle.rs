@@ -377,6 +377,8 @@ impl<B: Backend> Engine<B> {
         let ck = Checkpoint::open(dir).map_err(BackendError::from)?;
         // kv-alloc extends the RoPE table to the launch's context.
         let cap = Capacity { rows: PREFILL_CHUNK, logit_rows: MAX_TREE_TOKENS, positions: MAX_TREE_TOKENS };
+        // A family that needs x to f32 precision asks for it as it loads (DeepSeek's routers).
+        self.backend.set_precise_inputs(false);
         let model = self.load_weights(&ck, PhaseId::TargetLoad, |ld| Ok(TargetModel::load(self.backend.clone(), &plan.model, ld, cap)?))?;
         Ok(LoadedTarget { key: plan.key.clone(), tokenizer, model: Some(model), target: None })
     }

@@ -866,7 +866,7 @@ impl Backend for CudaBackend {
 
     fn matmul_f32_inputs(&self, x: &CudaTensor, w: &CudaWeight, n: usize, out: &mut CudaTensor) {
         if w.stored.is_some() || !self.matmuls.takes_cublas(n) {
-            return self.matmul(x, w, None, n, out);
+            return self.matmuls.precisely(|| self.matmul(x, w, None, n, out));
         }
         let seg = segment(x, w, None, out);
         if self.matmul_gate("matmul_f32_inputs", n, &[x.buf.ptr(), seg.w, seg.out]).is_some() {
@@ -1440,6 +1440,10 @@ impl Backend for CudaBackend {
 
     fn set_deterministic(&self, on: bool) {
         self.matmuls.set_deterministic(on);
+    }
+
+    fn set_precise_inputs(&self, on: bool) {
+        self.matmuls.set_precise_inputs(on);
     }
 
     fn uses_graphs(&self) -> bool {

@@ -307,6 +307,11 @@ pub struct Matmuls {
     /// in groups of 8 instead of cuBLAS, whose reduction order depends on the shape (so on
     /// the row count and on a tensor-parallel shard's width).
     deterministic: AtomicBool,
+    /// The skinny kernels read x in two tf32 parts (to about 2^-22) instead of rounded to
+    /// tf32 (2^-11), and cuBLAS in two bf16 parts (`run_split`, to about 2^-16) instead of
+    /// rounded to bf16: what the MoE family asks for (`set_precise_inputs`), and what
+    /// `precisely` asks for around one product.
+    precise_x: AtomicBool,
 }
 
 /// The address of `slot`'s buffer, grown to at least `len` elements first (the old one
@@ -382,6 +387,29 @@ impl Matmuls {
         self.deterministic.load(Ordering::Relaxed)
     }
 
+    /// Every skinny product from now on reads x in two tf32 parts (`on`) or one.
+    pub fn set_precise_inputs(&self, on: bool) {
+        self.precise_x.store(on, Ordering::Relaxed);
+    }
+
+    /// Run `launches` with x read in two tf32 parts, then go back to the setting before
+    /// (a launch takes the setting when it is recorded, in a graph too).
+    pub fn precisely<T>(&self, launches: impl FnOnce() -> T) -> T {
+        let before = self.precise_x.swap(true, Ordering::Relaxed);
+        let out = launches();
+        self.precise_x.store(before, Ordering::Relaxed);
+        out
+    }
+
+    /// The tf32 parts the skinny kernels split x into.
+    fn x_parts(&self) -> i32 {
+        if self.precise_x.load(Ordering::Relaxed) {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Whether a launch of `rows` rows reads x through cuBLAS (as bf16).
     pub fn takes_cublas(&self, rows: usize) -> bool {
         rows > GEMV_MAX_ROWS && !self.deterministic()
@@ -402,7 +430,7 @@ impl Matmuls {
     /// The copy serves the launch that comes next only (every launch forgets it), so x must
     /// not change before it.
     pub fn stage(&self, gpu: &Gpu, x: u64, rows: usize, cols: usize) -> Option<u64> {
-        if !self.takes_cublas(rows) {
+        if !self.takes_cublas(rows) || self.precise_x.load(Ordering::Relaxed) {
             return None;
         }
         let at = grown(gpu, &self.scratch, rows * cols, "matmul input (bf16)")?;
@@ -580,13 +608,14 @@ impl Matmuls {
     /// Launch one skinny kernel cutting K as `cut` says; `false` when the launch failed
     /// (recorded for the next sync).
     fn launch(&self, gpu: &Gpu, config: &'static GemvConfig, input: Input, cut: Slicing, job: GemvJob<'_>) -> bool {
-        const HEAD: usize = 5;
+        const HEAD: usize = 6;
         let head: [Arg; HEAD] = [
             Arg::Ptr(input.x),
             Arg::I32(input.rows as i32),
             Arg::I32(input.k_in as i32),
             Arg::I32(cut.cols as i32),
             Arg::I32(cut.slices as i32),
+            Arg::I32(self.x_parts()),
         ];
         let blocks = job.blocks(config);
         if blocks > MAX_GRID_Y {
@@ -655,8 +684,11 @@ impl Matmuls {
     }
 
     /// Each segment's product through cuBLAS, from one bf16 copy of x (the one its producer
-    /// wrote, when it staged one).
+    /// wrote, when it staged one), or from two (`split`) where x is read precisely.
     fn cublas(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
+        if self.precise_x.load(Ordering::Relaxed) {
+            return self.split_products(gpu, input, segs);
+        }
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
         let staged = self.forget_staged() == Some((x, rows, k_in));
@@ -670,10 +702,15 @@ impl Matmuls {
         }
     }
 
-    /// `seg.out = x · seg.wᵀ` through cuBLAS with x cut into two bf16 parts, its rounding
-    /// and what that rounding left out, each multiplied and the second added: the products
-    /// of x's f32 values to about 16 bits, for twice one product's time.
+    /// `seg.out (+)= x · seg.wᵀ (+ bias)` through cuBLAS with x cut into two bf16 parts, its
+    /// rounding and what that rounding left out, each multiplied and the second added: the
+    /// products of x's f32 values to about 16 bits, for twice one product's time.
     pub fn run_split(&self, gpu: &Gpu, input: Input, seg: Segment) {
+        self.split_products(gpu, input, &[seg]);
+    }
+
+    /// `run_split` for each segment, from one split of x.
+    fn split_products(&self, gpu: &Gpu, input: Input, segs: &[Segment]) {
         let Input { x, rows, k_in, .. } = input;
         let len = rows * k_in;
         self.forget_staged();
@@ -681,8 +718,10 @@ impl Matmuls {
         let low = high + (2 * len) as u64;
         gpu.bind();
         gpu.launch("f32_to_bf16_split", stride_grid(len), 256, 0, &[Arg::Ptr(x), Arg::Ptr(high), Arg::Ptr(low), Arg::I64(len as i64)]);
-        Self::cublas_product(gpu, high, rows, k_in, &Segment { bias: None, accumulate: false, ..seg });
-        Self::cublas_product(gpu, low, rows, k_in, &Segment { bias: None, accumulate: true, ..seg });
+        for seg in segs {
+            Self::cublas_product(gpu, high, rows, k_in, seg);
+            Self::cublas_product(gpu, low, rows, k_in, &Segment { bias: None, accumulate: true, ..*seg });
+        }
     }
 
     /// `seg.out (+)= x · seg.wᵀ (+ bias)` with x already in bf16 at `xb`.

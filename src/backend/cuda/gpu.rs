@@ -89,7 +89,7 @@ pub enum Arg {
 pub const NULL: Arg = Arg::Ptr(0);
 
 /// The most arguments a kernel takes (the rope-fused skinny matmuls of kernels/gemv.cu
-/// take 23).
+/// take 24).
 const MAX_ARGS: usize = 32;
 
 /// A loaded kernel, and whether `SPECDECK_SKIP_KERNELS` leaves its launches out (decided

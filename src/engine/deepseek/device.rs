@@ -501,6 +501,8 @@ impl<B: Backend> DeviceStack<B> {
         (rows, logit_rows): (usize, usize),
     ) -> Result<Self, BackendError> {
         let p = c.prefix();
+        // The routers' near-tied scores need x to f32 precision in every product (run 27).
+        b.set_precise_inputs(true);
         let mut layers = Vec::with_capacity(c.layers);
         let mut elements = (embed.elements() + norm.len() + lm_head.map_or(0, Linear::elements), 0);
         // A token reads one row of the embedding table, and the whole lm_head (the table
