@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use specdeck::backend::cpu::CpuBackend;
-use specdeck::backend::{AttnWindow, Backend, Mask};
+use specdeck::backend::{AttnWindow, Backend, BatchSeq, Mask, PagedBatch, PagedSeq};
 use specdeck::engine::deepseek::{Attend, Compute, DeepseekModel, DeepseekTargetConfig};
 use specdeck::engine::eagle3::Eagle3Config;
 use specdeck::engine::kv::KvCache;
@@ -201,6 +201,51 @@ fn a_slot_table_prepared_ahead_serves_only_the_forward_it_was_made_for() {
     assert_eq!(first_difference(decode_ahead(&mut model, c, Some)), None, "prepared for each forward's own window");
     let stale = |w: AttnWindow| Some(AttnWindow { prefix: w.prefix.saturating_sub(1), ..w });
     assert_eq!(first_difference(decode_ahead(&mut model, c, stale)), None, "prepared for the window before");
+}
+
+/// The last row's logits of `tokens` as a prompt at pool `slots`, as a batch of one sequence:
+/// its tables prepared first (as a graph step's caller prepares them) for this batch, for
+/// `other` (a batch of the first `other` tokens at the slots after these), or not at all; the
+/// forward run `runs` times.
+fn batch_logits(
+    model: &mut DeepseekModel<CpuBackend>,
+    tokens: &[u32],
+    slots: &[usize],
+    other: Option<usize>,
+    runs: usize,
+) -> Vec<Vec<f32>> {
+    let mut kv = model.new_kv(128).unwrap();
+    let n = tokens.len();
+    let seq = [BatchSeq { seq: PagedSeq { row: 0, queries: n, slots }, mask: Mask::Causal }];
+    let batch = PagedBatch::new(&seq, n);
+    let after: Vec<usize> = (slots[n - 1] + 1..).take(other.unwrap_or(0)).collect();
+    let other_seq = [BatchSeq { seq: PagedSeq { row: 0, queries: after.len(), slots: &after }, mask: Mask::Causal }];
+    match other {
+        Some(m) => model.prepare_batch(&PagedBatch::new(&other_seq, m)).unwrap(),
+        None => model.prepare_batch(&batch).unwrap(),
+    }
+    model.inputs.set(&CpuBackend, tokens, &(0..n).collect::<Vec<_>>());
+    (0..runs)
+        .map(|_| {
+            model.forward_batch(&mut kv, &batch, &[n - 1]).unwrap();
+            CpuBackend.read_rows(&model.logits, 0, 1).unwrap()
+        })
+        .collect()
+}
+
+/// A batch's slot table prepared ahead (once, for a graph step's record and capture runs)
+/// gives each forward of that batch the bits of a table built in the forward; one prepared
+/// for another batch is not taken.
+#[test]
+fn a_slot_table_prepared_for_one_batch_gives_its_forwards_the_built_bits_and_no_other_batch_takes_it() {
+    let c = &cases("dsv3-qlora")[0];
+    let mut model = load("dsv3-qlora", Compute::Backend);
+    let slots: Vec<usize> = (40..40 + c.prompt.len()).collect();
+    let mut kv = model.new_kv(128).unwrap();
+    let built = step(&mut model, &mut kv, &c.prompt, 0).pop().unwrap();
+    assert_eq!(argmax(&built), c.greedy[0]);
+    assert_eq!(batch_logits(&mut model, &c.prompt, &slots, None, 2), vec![built.clone(), built.clone()], "prepared for this batch");
+    assert_eq!(batch_logits(&mut model, &c.prompt, &slots, Some(3), 1), vec![built], "prepared for a batch of 3 other tokens");
 }
 
 #[test]

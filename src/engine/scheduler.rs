@@ -317,13 +317,12 @@ pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, s
         let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&pad_slots, 0, seqs, rows).collect();
         let logit_rows: Vec<usize> = (0..ids.len()).collect();
         let paged = PagedBatch::new(&batch, ids.len());
-        // The first run records the step, the second captures it; each takes the tables it
-        // reads from ahead of it (a DeepSeek-V3 slot table serves one forward).
+        // Its tables go up once: both runs of the batch read them.
+        target.model.prepare_batch(&paged)?;
+        // The first run records the step, the second captures it.
         for _ in 0..2 {
-            captured = captured.and_then(|_| {
-                target.model.prepare_batch(&paged)?;
-                forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows)))
-            });
+            captured =
+                captured.and_then(|_| forward_and_argmax(target, &mut buffers.argmax, &paged, &logit_rows, Some(&step_key(seqs, rows))));
         }
         captured = captured.and_then(|_| b.read_ids(&buffers.argmax, 1).map(drop).map_err(EngineError::from));
     }

@@ -306,8 +306,8 @@ impl<B: Backend> DeepseekModel<B> {
             Logits::Last => vec![n - 1],
             Logits::All => (0..n).collect(),
         };
-        if let Some(table) = self.take_prepared(Ahead::Single(window)) {
-            return self.run_on_backend(kv, &table, n, &logit_rows);
+        if let Some(ran) = self.run_prepared(Ahead::Single(window), kv, n, &logit_rows) {
+            return ran;
         }
         let mask = match mask {
             Mask::Causal => None,
@@ -320,8 +320,8 @@ impl<B: Backend> DeepseekModel<B> {
     /// contract): the ids and positions of all `batch.rows` rows are in `self.inputs`, and
     /// the logits of the rows `logit_rows` land in rows `0..` of `self.logits`, in that order.
     pub fn forward_batch(&mut self, kv: &mut KvCache<B>, batch: &PagedBatch<'_, B>, logit_rows: &[usize]) -> Result<(), BackendError> {
-        if let Some(table) = self.take_prepared(Ahead::Batch(batch.id)) {
-            return self.run_on_backend(kv, &table, batch.rows, logit_rows);
+        if let Some(ran) = self.run_prepared(Ahead::Batch(batch.id), kv, batch.rows, logit_rows) {
+            return ran;
         }
         let seqs = self.seq_rows(batch.seqs)?;
         self.run(kv, &seqs, batch.rows, logit_rows)
@@ -359,9 +359,17 @@ impl<B: Backend> DeepseekModel<B> {
         self.prepared = Some(Prepared { made_for, table });
     }
 
-    /// The prepared table when it was made for this forward; either way it serves no other.
-    fn take_prepared(&mut self, made_for: Ahead) -> Option<SlotTable> {
-        self.prepared.take().filter(|p| p.made_for == made_for).map(|p| p.table)
+    /// The forward on the table prepared for it, if there is one. A batch's table serves every
+    /// forward of that batch (a graph step is recorded, then captured, from one batch; its id
+    /// is unique, so no other batch can take it); a single sequence's serves the next forward
+    /// of its window only. A table made for another forward serves none.
+    fn run_prepared(&mut self, made_for: Ahead, kv: &mut KvCache<B>, n: usize, logit_rows: &[usize]) -> Option<Result<(), BackendError>> {
+        let p = self.prepared.take().filter(|p| p.made_for == made_for)?;
+        let ran = self.run_on_backend(kv, &p.table, n, logit_rows);
+        if matches!(made_for, Ahead::Batch(_)) {
+            self.prepared = Some(p);
+        }
+        Some(ran)
     }
 
     /// The batch's sequences as the forward reads them, their tree masks read back.
