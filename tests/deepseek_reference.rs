@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use specdeck::backend::cpu::CpuBackend;
-use specdeck::backend::{AttnWindow, Backend, Mask};
+use specdeck::backend::{AttnWindow, Backend, BatchSeq, Mask, PagedBatch, PagedSeq};
 use specdeck::engine::deepseek::{Attend, Compute, DeepseekModel, DeepseekTargetConfig};
 use specdeck::engine::eagle3::Eagle3Config;
 use specdeck::engine::kv::KvCache;
@@ -85,9 +85,25 @@ fn cases_in(file: &str, name: &str) -> Vec<Case> {
 
 /// Run `tokens` at positions `start..` as one forward and return every row's logits.
 fn step(model: &mut DeepseekModel<CpuBackend>, kv: &mut KvCache<CpuBackend>, tokens: &[u32], start: usize) -> Vec<Vec<f32>> {
+    step_ahead(model, kv, tokens, start, |_| None)
+}
+
+/// `step`, with a slot table prepared first for the window `ahead` names (as a graph step's
+/// caller prepares one), if any.
+fn step_ahead(
+    model: &mut DeepseekModel<CpuBackend>,
+    kv: &mut KvCache<CpuBackend>,
+    tokens: &[u32],
+    start: usize,
+    ahead: impl Fn(AttnWindow) -> Option<AttnWindow>,
+) -> Vec<Vec<f32>> {
     let n = tokens.len();
+    let window = AttnWindow { prefix: start, region: n, queries: n };
+    if let Some(w) = ahead(window) {
+        model.prepare_forward(w, None);
+    }
     model.inputs.set(&CpuBackend, tokens, &(start..start + n).collect::<Vec<_>>());
-    model.forward(kv, AttnWindow { prefix: start, region: n, queries: n }, Mask::Causal, Logits::All).unwrap();
+    model.forward(kv, window, Mask::Causal, Logits::All).unwrap();
     let vocab = model.config.vocab;
     CpuBackend.read_rows(&model.logits, 0, n).unwrap().chunks(vocab).map(<[f32]>::to_vec).collect()
 }
@@ -116,6 +132,18 @@ fn verify(model: &mut DeepseekModel<CpuBackend>, c: &Case) -> (Vec<u32>, Vec<Vec
     let mut rows = step(model, &mut kv, &c.prompt, 0);
     rows.extend(step(model, &mut kv, &c.greedy[..c.greedy.len() - 1], c.prompt.len()));
     (rows[c.prompt.len() - 1..].iter().map(|r| argmax(r)).collect(), rows)
+}
+
+/// Greedy decoding as `decode`, each forward after `ahead`'s preparation.
+fn decode_ahead(model: &mut DeepseekModel<CpuBackend>, c: &Case, ahead: impl Fn(AttnWindow) -> Option<AttnWindow>) -> Vec<Vec<f32>> {
+    let mut kv = model.new_kv(64).unwrap();
+    let mut rows = step_ahead(model, &mut kv, &c.prompt, 0, &ahead);
+    while rows.len() < c.prompt.len() + c.greedy.len() - 1 {
+        let last = argmax(rows.last().unwrap());
+        let start = rows.len();
+        rows.extend(step_ahead(model, &mut kv, &[last], start, &ahead));
+    }
+    rows
 }
 
 /// The largest difference from transformers' top-5 logits, over every position.
@@ -158,6 +186,66 @@ fn matches_transformers_in(file: &str, case: &str, reference: &str) {
         worst[1] = worst[1].max(check(&format!("{case} prompt {i} verify on the backend's ops"), c, &tokens, &rows));
     }
     eprintln!("{case}: largest top-5 logit difference from transformers {:.2e} (host), {:.2e} (backend ops)", worst[0], worst[1]);
+}
+
+/// A slot table prepared ahead of a forward (what lets a CUDA graph step copy nothing from
+/// the host) serves the forward it was made for, with the bits of one built in the forward;
+/// one made for another window (here the step before's, one key fewer) serves no forward.
+#[test]
+fn a_slot_table_prepared_ahead_serves_only_the_forward_it_was_made_for() {
+    let c = &cases("dsv3-qlora")[0];
+    let mut model = load("dsv3-qlora", Compute::Backend);
+    let built = decode_ahead(&mut model, c, |_| None);
+    assert_eq!(built.iter().skip(c.prompt.len() - 1).map(|r| argmax(r)).collect::<Vec<_>>(), c.greedy);
+    let first_difference = |rows: Vec<Vec<f32>>| rows.iter().zip(&built).position(|(a, b)| a != b);
+    assert_eq!(first_difference(decode_ahead(&mut model, c, Some)), None, "prepared for each forward's own window");
+    let stale = |w: AttnWindow| Some(AttnWindow { prefix: w.prefix.saturating_sub(1), ..w });
+    assert_eq!(first_difference(decode_ahead(&mut model, c, stale)), None, "prepared for the window before");
+}
+
+/// The last row's logits of `tokens` as a prompt at pool `slots`, as a batch of one sequence:
+/// its tables prepared first (as a graph step's caller prepares them) for this batch, for
+/// `other` (a batch of the first `other` tokens at the slots after these), or not at all; the
+/// forward run `runs` times.
+fn batch_logits(
+    model: &mut DeepseekModel<CpuBackend>,
+    tokens: &[u32],
+    slots: &[usize],
+    other: Option<usize>,
+    runs: usize,
+) -> Vec<Vec<f32>> {
+    let mut kv = model.new_kv(128).unwrap();
+    let n = tokens.len();
+    let seq = [BatchSeq { seq: PagedSeq { row: 0, queries: n, slots }, mask: Mask::Causal }];
+    let batch = PagedBatch::new(&seq, n);
+    let after: Vec<usize> = (slots[n - 1] + 1..).take(other.unwrap_or(0)).collect();
+    let other_seq = [BatchSeq { seq: PagedSeq { row: 0, queries: after.len(), slots: &after }, mask: Mask::Causal }];
+    match other {
+        Some(m) => model.prepare_batch(&PagedBatch::new(&other_seq, m)).unwrap(),
+        None => model.prepare_batch(&batch).unwrap(),
+    }
+    model.inputs.set(&CpuBackend, tokens, &(0..n).collect::<Vec<_>>());
+    (0..runs)
+        .map(|_| {
+            model.forward_batch(&mut kv, &batch, &[n - 1]).unwrap();
+            CpuBackend.read_rows(&model.logits, 0, 1).unwrap()
+        })
+        .collect()
+}
+
+/// A batch's slot table prepared ahead (once, for a graph step's record and capture runs)
+/// gives each forward of that batch the bits of a table built in the forward; one prepared
+/// for another batch is not taken.
+#[test]
+fn a_slot_table_prepared_for_one_batch_gives_its_forwards_the_built_bits_and_no_other_batch_takes_it() {
+    let c = &cases("dsv3-qlora")[0];
+    let mut model = load("dsv3-qlora", Compute::Backend);
+    let slots: Vec<usize> = (40..40 + c.prompt.len()).collect();
+    let mut kv = model.new_kv(128).unwrap();
+    let built = step(&mut model, &mut kv, &c.prompt, 0).pop().unwrap();
+    assert_eq!(argmax(&built), c.greedy[0]);
+    assert_eq!(batch_logits(&mut model, &c.prompt, &slots, None, 2), vec![built.clone(), built.clone()], "prepared for this batch");
+    assert_eq!(batch_logits(&mut model, &c.prompt, &slots, Some(3), 1), vec![built], "prepared for a batch of 3 other tokens");
 }
 
 #[test]

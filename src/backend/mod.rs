@@ -593,6 +593,10 @@ pub trait Backend: Send + Sync + 'static {
     /// halves of `kv_b_proj`).
     fn head_matmul(&self, x: &Self::Tensor, w: &Self::Weight, heads: usize, n: usize, out: &mut Self::Tensor);
 
+    /// Make `table` readable by `mla_attention` before its forward (`prepare_paged_batch`'s
+    /// counterpart for the latent pool), so that the forward can be a graph step.
+    fn prepare_slot_table(&self, _table: &SlotTable) {}
+
     /// Absorbed MLA over the latent pool: every row's new latent (`new.0` the normed `c`,
     /// `new.1` the rotated rope key) into its own slot of `cache`, then each head's
     /// `softmax(scale · (q_lat·c + q_pe·k_pe))`-weighted sum of the `c` of the slots the row

@@ -38,8 +38,9 @@ struct Run {
     steps: Vec<Vec<f32>>,
 }
 
-/// The prompt, then `STEPS` greedy tokens.
-fn run<B: Backend>(b: Arc<B>, dir: &Path, compute: Compute, prompt: &[u32]) -> anyhow::Result<Run> {
+/// The prompt, then `STEPS` greedy tokens; each step a graph step where `graphs` (recorded,
+/// captured, then replayed: its slot table goes up ahead, so one graph serves every length).
+fn run<B: Backend>(b: Arc<B>, dir: &Path, compute: Compute, prompt: &[u32], graphs: bool) -> anyhow::Result<Run> {
     let mut model = load(b.clone(), dir, compute)?;
     let mut kv = model.new_kv(64)?;
     let n = prompt.len();
@@ -50,9 +51,21 @@ fn run<B: Backend>(b: Arc<B>, dir: &Path, compute: Compute, prompt: &[u32]) -> a
     let argmax = |row: &[f32]| (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32;
     let mut tokens = vec![argmax(&prefill[(n - 1) * vocab..])];
     let mut steps = Vec::new();
+    b.graph_reset();
     for pos in n..n + STEPS {
         model.inputs.set(&*b, &[*tokens.last().unwrap()], &[pos]);
-        model.forward(&mut kv, AttnWindow { prefix: pos, region: 1, queries: 1 }, Mask::Causal, Logits::Last)?;
+        let window = AttnWindow { prefix: pos, region: 1, queries: 1 };
+        // Bracketed by hand, not by `graph_step`, so that a step that fails to capture or
+        // replay is an error here rather than a quiet eager rerun.
+        if graphs {
+            model.prepare_forward(window, None);
+            b.graph_begin("deepseek-check/decode")?;
+        }
+        let forward = model.forward(&mut kv, window, Mask::Causal, Logits::Last);
+        if graphs {
+            b.graph_end()?;
+        }
+        forward?;
         let row = b.read_rows(&model.logits, 0, 1)?;
         tokens.push(argmax(&row));
         steps.push(row);
@@ -70,8 +83,8 @@ pub fn deepseek_check<B: Backend>(test: Arc<B>, dirs: &[&Path], mode: &str) -> a
         let name = format!("{folder}{mode}");
         let vocab = DeepseekTargetConfig::from_config(&ModelConfig::load_dir(dir)?)?.text.vocab as u32;
         let prompt: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % vocab).collect();
-        let Run { prefill: gp, tokens: gt, steps: gs } = run(test.clone(), dir, Compute::Backend, &prompt)?;
-        let Run { prefill: cp, tokens: ct, steps: cs } = run(Arc::new(CpuBackend), dir, Compute::Host, &prompt)?;
+        let Run { prefill: gp, tokens: gt, steps: gs } = run(test.clone(), dir, Compute::Backend, &prompt, false)?;
+        let Run { prefill: cp, tokens: ct, steps: cs } = run(Arc::new(CpuBackend), dir, Compute::Host, &prompt, false)?;
         let prefill = rel_err(&gp, &cp);
         let agree = gt.iter().zip(&ct).take_while(|(a, b)| a == b).count();
         // Steps compared while the two decode the same tokens (after a split they read different inputs).
@@ -91,7 +104,21 @@ pub fn deepseek_check<B: Backend>(test: Arc<B>, dirs: &[&Path], mode: &str) -> a
             value: format!("{agree} of {}", gt.len()),
             ok: Some(agree == gt.len()),
         });
-        runs.push(json!({ "checkpoint": name, "prefill_rel_err": prefill, "decode_rel_err": decode, "cuda": gt, "cpu": ct }));
+        // The same decode as graph steps must compute the same bits as eagerly.
+        let graphed = match test.uses_graphs() {
+            true => Some(run(test.clone(), dir, Compute::Backend, &prompt, true)?),
+            false => None,
+        };
+        if let Some(g) = &graphed {
+            let same = g.tokens == gt && g.steps == gs;
+            verdicts.push(Verdict {
+                name: format!("{name}: decode as CUDA graph steps equals eager (tokens and logits, bitwise)"),
+                value: if same { "equal".into() } else { format!("tokens {:?} vs eager {gt:?}", g.tokens) },
+                ok: Some(same),
+            });
+        }
+        let graph_tokens = graphed.map(|g| g.tokens);
+        runs.push(json!({ "checkpoint": name, "prefill_rel_err": prefill, "decode_rel_err": decode, "cuda": gt, "cuda_graphs": graph_tokens, "cpu": ct }));
     }
     Ok((verdicts, json!({ "runs": runs })))
 }

@@ -317,7 +317,8 @@ pub fn capture_steps<B: Backend>(target: &mut Target<B>, layout: &BatchLayout, s
         let batch: Vec<BatchSeq<'_, B>> = padding_seqs(&pad_slots, 0, seqs, rows).collect();
         let logit_rows: Vec<usize> = (0..ids.len()).collect();
         let paged = PagedBatch::new(&batch, ids.len());
-        b.prepare_paged_batch(&paged);
+        // Its tables go up once: both runs of the batch read them.
+        target.model.prepare_batch(&paged)?;
         // The first run records the step, the second captures it.
         for _ in 0..2 {
             captured =
@@ -460,7 +461,7 @@ impl<B: Backend> Scheduler<B> {
         let paged = PagedBatch::new(&batch, ids.len());
         // The table goes up ahead of the forward, which then only enqueues work (the ids and
         // positions were written above, the argmax reads its logits on the device).
-        b.prepare_paged_batch(&paged);
+        self.target.model.prepare_batch(&paged)?;
         let scheduled = Instant::now();
         let key = graph.map(|(seqs, rows)| step_key(seqs, rows));
         forward_and_argmax(&mut self.target, &mut self.buffers.argmax, &paged, &logit_rows, key.as_deref())?;

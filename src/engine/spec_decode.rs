@@ -92,6 +92,7 @@ impl<B: Backend> Target<B> {
         let positions = tree.positions(base);
         let tree_mask = (!tree.is_chain()).then(|| tree.mask());
         let window = AttnWindow { prefix: base, region: n, queries: n };
+        self.model.prepare_forward(window, tree_mask.as_deref());
         let (model, kv, mask_ids, argmax) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.argmax);
         let greedy = sampling.is_none();
         let mut failed = Ok(());

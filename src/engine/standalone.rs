@@ -132,6 +132,7 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
             let positions: Vec<usize> = (self.len..self.len + n).collect();
             let last = self.len + n == end;
             let window = AttnWindow { prefix: self.len, region: n, queries: n };
+            self.model.prepare_forward(window, None);
             let (model, kv, top) = (&mut self.model, &mut self.kv, &mut self.top);
             let mut failed = None;
             let mut ops = || {
@@ -170,6 +171,7 @@ impl<B: Backend> Drafter<B> for StandaloneDrafter<B> {
         let n = tokens.len();
         let positions = vec![position; n];
         let window = AttnWindow { prefix: self.len, region, queries: n };
+        self.model.prepare_forward(window, Some(mask));
         let (model, kv, mask_ids, top) = (&mut self.model, &mut self.kv, &mut self.mask, &mut self.top);
         let mut failed = None;
         let mut ops = || {
@@ -204,7 +206,7 @@ impl<B: Backend> StandaloneDrafter<B> {
             Some(ids) => self.model.inputs().set(&*b, ids, positions),
             None => self.model.inputs().set_positions(&*b, positions),
         }
-        b.prepare_paged_batch(batch);
+        self.model.prepare_batch(batch)?;
         let (model, kv, top) = (&mut self.model, &mut self.kv, &mut self.top);
         let mut forward = Ok(());
         step_as(&*b, key, &mut || {

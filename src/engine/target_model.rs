@@ -88,10 +88,33 @@ impl<B: Backend> TargetModel<B> {
         }
     }
 
-    /// Whether a forward only enqueues work, so a step can be captured as a graph: the
-    /// DeepSeek-V3 family's uploads each forward's slot table (or computes on the host).
+    /// Whether a forward only enqueues work, so a step can be captured as a graph, once
+    /// what it reads from the host went up ahead of it (`prepare_forward`, `prepare_batch`):
+    /// not where the DeepSeek-V3 family computes on the host.
     pub fn graphs_capture(&self) -> bool {
-        matches!(self, TargetModel::Llama(_))
+        match self {
+            TargetModel::Llama(_) => true,
+            TargetModel::Deepseek(m) => m.on_backend(),
+        }
+    }
+
+    /// Ahead of a single-sequence forward of `window` (`mask`: its tree's, row-major
+    /// `[queries, region]`) that may be a graph step: the tables it reads go to the backend.
+    pub fn prepare_forward(&mut self, window: AttnWindow, mask: Option<&[i32]>) {
+        if let TargetModel::Deepseek(m) = self {
+            m.prepare_forward(window, mask);
+        }
+    }
+
+    /// `prepare_forward` for the batched forward of `batch`.
+    pub fn prepare_batch(&mut self, batch: &PagedBatch<'_, B>) -> Result<(), BackendError> {
+        match self {
+            TargetModel::Llama(m) => {
+                m.backend().prepare_paged_batch(batch);
+                Ok(())
+            }
+            TargetModel::Deepseek(m) => m.prepare_batch(batch),
+        }
     }
 
     pub fn backend(&self) -> &Arc<B> {
@@ -223,7 +246,7 @@ impl<B: Backend> TargetModel<B> {
                 m.forward_batch(kv, batch, logit_rows);
                 Ok(())
             }
-            TargetModel::Deepseek(m) => m.forward_batch(kv, batch.seqs, batch.rows, logit_rows),
+            TargetModel::Deepseek(m) => m.forward_batch(kv, batch, logit_rows),
         }
     }
 }

@@ -452,13 +452,21 @@ impl CudaBackend {
 
     /// The device address of `batch`'s table when it is already there.
     fn uploaded_paged_table(&self, batch: &PagedBatch<'_, Self>) -> Option<u64> {
-        let t = self.paged_table.lock().unwrap_or_else(|e| e.into_inner());
-        t.buf.as_ref().filter(|_| t.batch == Some(batch.id)).map(|b| b.ptr())
+        uploaded_table(&self.paged_table, batch.id)
     }
 
-    /// The device address of an MLA forward's slot table, uploaded by its first layer.
-    pub(super) fn upload_slot_table(&self, table: &SlotTable) -> Option<u64> {
-        self.upload_table(&self.slot_table, table.id, &table.table)
+    /// The device address of an MLA forward's slot table: in a graph step the one
+    /// `prepare_slot_table` uploaded ahead (a capture copies nothing from the host), else
+    /// uploaded by the forward's first layer.
+    pub(super) fn slot_table_for(&self, table: &SlotTable) -> Option<u64> {
+        if !self.graphs.in_step() {
+            return self.upload_table(&self.slot_table, table.id, &table.table);
+        }
+        let uploaded = uploaded_table(&self.slot_table, table.id);
+        if uploaded.is_none() {
+            self.gpu.record(|| "an MLA graph step whose slot table was not uploaded ahead (Backend::prepare_slot_table)".into());
+        }
+        uploaded
     }
 
     fn upload_table(&self, cache: &std::sync::Mutex<PagedTable>, id: u64, table: &[i32]) -> Option<u64> {
@@ -547,6 +555,12 @@ impl CudaBackend {
 struct PagedTable {
     buf: Option<DeviceBuf<i32>>,
     batch: Option<u64>,
+}
+
+/// The device address of the table `id` names, when it is the one `cache` holds.
+fn uploaded_table(cache: &std::sync::Mutex<PagedTable>, id: u64) -> Option<u64> {
+    let t = cache.lock().unwrap_or_else(|e| e.into_inner());
+    t.buf.as_ref().filter(|_| t.batch == Some(id)).map(|b| b.ptr())
 }
 
 /// What a chunked top-k ranks and writes as values.
@@ -1228,6 +1242,10 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) {
         self.launch_mla_attention(q_lat, q_pe, new, cache, geometry, table, out);
+    }
+
+    fn prepare_slot_table(&self, table: &SlotTable) {
+        self.upload_table(&self.slot_table, table.id, &table.table);
     }
 
     fn moe_route(

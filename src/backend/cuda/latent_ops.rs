@@ -55,7 +55,7 @@ impl CudaBackend {
                 .record(|| format!("MLA of kv_lora_rank {} and qk_rope_head_dim {} exceeds {MAX_LORA} and {MAX_ROPE}", g.kv_lora, g.rope));
             return;
         }
-        let Some(t) = self.upload_slot_table(table) else { return };
+        let Some(t) = self.slot_table_for(table) else { return };
         let (lora, rope) = (Arg::I32(g.kv_lora as i32), Arg::I32(g.rope as i32));
         let rows = table.rows as u32;
         let mut store = [

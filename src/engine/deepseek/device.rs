@@ -437,6 +437,13 @@ impl<B: Backend> Buffers<B> {
         let three = |cols: Option<usize>| cols.map(|c| Ok::<_, BackendError>([t(c)?, t(c)?, t(c)?])).transpose();
         let g = &w.geometry;
         let k = w.routing.per_token;
+        // Sized before any graph is captured over the matmuls' scratch (`Backend::
+        // reserve_matmuls`); the inputs twice over, since the router reads x in two bf16
+        // parts (`Backend::matmul_f32_inputs`).
+        let (dense, shared) = (w.dense.unwrap_or(0), w.shared.unwrap_or(0));
+        let widest_in = [w.hidden, w.q_lora.unwrap_or(0), w.heads * w.v, dense, shared].into_iter().max().unwrap_or(0);
+        let widest_products = [w.heads * (w.nope + g.rope), g.kv_lora + g.rope, 2 * dense, 2 * shared].into_iter().max().unwrap_or(0);
+        b.reserve_matmuls(rows, 2 * widest_in, widest_products)?;
         Ok(Buffers {
             rows,
             logit_rows,

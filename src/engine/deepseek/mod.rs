@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::backend::latent::{SeqSlots, SlotTable};
 use crate::backend::rope::{yarn_mscale, RopeParams};
-use crate::backend::{AttnWindow, Backend, BackendError, BatchSeq, Mask, RopeStyle};
+use crate::backend::{AttnWindow, Backend, BackendError, BatchSeq, Mask, PagedBatch, RopeStyle};
 use crate::engine::deepseek::device::DeviceStack;
 use crate::engine::deepseek::host::{add, rms_norm, Linear, Split};
 use crate::engine::deepseek::mla::{Mla, MlaShape, RopeRows, Visibility};
@@ -124,6 +124,8 @@ pub struct DeepseekModel<B: Backend> {
     /// One way of attending for every forward (tests compare them); `None`: decompress where
     /// the forward's own tokens are at least half the slots it reads (a prefill), else absorb.
     pub attend: Option<Attend>,
+    /// The next forward's slot table, handed to the backend ahead of it.
+    prepared: Option<Prepared>,
 }
 
 impl<B: Backend> DeepseekModel<B> {
@@ -183,6 +185,7 @@ impl<B: Backend> DeepseekModel<B> {
             rope: RopeRows { cos, sin, half: c.qk_rope_head_dim / 2 },
             capture: None,
             attend: None,
+            prepared: None,
             config: c.clone(),
             capacity: cap,
             stack,
@@ -298,70 +301,118 @@ impl<B: Backend> DeepseekModel<B> {
         let n = window.queries;
         let slots = window.prefix + window.region;
         assert!(slots <= kv.slots, "KV cache of {} slots is too small", kv.slots);
-        let mask = match mask {
-            Mask::Causal => None,
-            Mask::Explicit(m) => Some(self.backend.read_ids(m, n * window.region)?),
-        };
         let logit_rows: Vec<usize> = match logits {
             Logits::None => Vec::new(),
             Logits::Last => vec![n - 1],
             Logits::All => (0..n).collect(),
         };
-        self.run(kv, &[SeqRows { row: 0, slots: (0..slots).collect(), window, mask }], n, &logit_rows)
+        if let Some(ran) = self.run_prepared(Ahead::Single(window), kv, n, &logit_rows) {
+            return ran;
+        }
+        let mask = match mask {
+            Mask::Causal => None,
+            Mask::Explicit(m) => Some(self.backend.read_ids(m, n * window.region)?),
+        };
+        self.run(kv, &[single_seq(window, mask)], n, &logit_rows)
     }
 
     /// Run a batch of sequences over the paged pool `kv` (`LlamaModel::forward_batch`'s
-    /// contract): the ids and positions of all `rows` rows are in `self.inputs`, and the
-    /// logits of the rows `logit_rows` land in rows `0..` of `self.logits`, in that order.
-    pub fn forward_batch(
-        &mut self,
-        kv: &mut KvCache<B>,
-        seqs: &[BatchSeq<'_, B>],
-        rows: usize,
-        logit_rows: &[usize],
-    ) -> Result<(), BackendError> {
-        let b = self.backend.clone();
-        let seqs = seqs
-            .iter()
+    /// contract): the ids and positions of all `batch.rows` rows are in `self.inputs`, and
+    /// the logits of the rows `logit_rows` land in rows `0..` of `self.logits`, in that order.
+    pub fn forward_batch(&mut self, kv: &mut KvCache<B>, batch: &PagedBatch<'_, B>, logit_rows: &[usize]) -> Result<(), BackendError> {
+        if let Some(ran) = self.run_prepared(Ahead::Batch(batch.id), kv, batch.rows, logit_rows) {
+            return ran;
+        }
+        let seqs = self.seq_rows(batch.seqs)?;
+        self.run(kv, &seqs, batch.rows, logit_rows)
+    }
+
+    /// Build the slot table of the single-sequence forward of `window` (`mask`: its tree's,
+    /// row-major `[queries, region]`) and hand it to the backend now, so that the forward,
+    /// if it is a graph step, only enqueues work (a capture copies nothing from the host).
+    /// The next forward of that window takes it; any other forward builds its own.
+    pub fn prepare_forward(&mut self, window: AttnWindow, mask: Option<&[i32]>) {
+        if self.on_backend() {
+            let seq = single_seq(window, mask.map(<[i32]>::to_vec));
+            self.prepare(Ahead::Single(window), &[seq], window.queries);
+        }
+    }
+
+    /// `prepare_forward` for the batched forward of `batch` (its tree masks read here).
+    pub fn prepare_batch(&mut self, batch: &PagedBatch<'_, B>) -> Result<(), BackendError> {
+        if self.on_backend() {
+            let seqs = self.seq_rows(batch.seqs)?;
+            self.prepare(Ahead::Batch(batch.id), &seqs, batch.rows);
+        }
+        Ok(())
+    }
+
+    /// Whether the forward runs on the backend's ops (which only enqueue work, so a step
+    /// can be a CUDA graph), rather than on the host reference.
+    pub fn on_backend(&self) -> bool {
+        matches!(self.stack, Stack::Device(_))
+    }
+
+    fn prepare(&mut self, made_for: Ahead, seqs: &[SeqRows], n: usize) {
+        let table = slot_table(seqs, n);
+        self.backend.prepare_slot_table(&table);
+        self.prepared = Some(Prepared { made_for, table });
+    }
+
+    /// The forward on the table prepared for it, if there is one. A batch's table serves every
+    /// forward of that batch (a graph step is recorded, then captured, from one batch; its id
+    /// is unique, so no other batch can take it); a single sequence's serves the next forward
+    /// of its window only. A table made for another forward serves none.
+    fn run_prepared(&mut self, made_for: Ahead, kv: &mut KvCache<B>, n: usize, logit_rows: &[usize]) -> Option<Result<(), BackendError>> {
+        let p = self.prepared.take().filter(|p| p.made_for == made_for)?;
+        let ran = self.run_on_backend(kv, &p.table, n, logit_rows);
+        if matches!(made_for, Ahead::Batch(_)) {
+            self.prepared = Some(p);
+        }
+        Some(ran)
+    }
+
+    /// The batch's sequences as the forward reads them, their tree masks read back.
+    fn seq_rows(&self, seqs: &[BatchSeq<'_, B>]) -> Result<Vec<SeqRows>, BackendError> {
+        seqs.iter()
             .map(|s| {
                 let q = s.seq.queries;
                 let mask = match s.mask {
                     Mask::Causal => None,
-                    Mask::Explicit(m) => Some(b.read_ids(m, q * q)?),
+                    Mask::Explicit(m) => Some(self.backend.read_ids(m, q * q)?),
                 };
                 Ok(SeqRows { row: s.seq.row, slots: s.seq.slots.to_vec(), window: s.seq.window(), mask })
             })
-            .collect::<Result<Vec<_>, BackendError>>()?;
-        self.run(kv, &seqs, rows, logit_rows)
+            .collect()
     }
 
     /// The forward of `seqs` (`n` rows), on the host or on the backend, with the logits of
     /// `logit_rows` into `self.logits`.
     fn run(&mut self, kv: &mut KvCache<B>, seqs: &[SeqRows], n: usize, logit_rows: &[usize]) -> Result<(), BackendError> {
         assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
-        let b = self.backend.clone();
-        match &mut self.stack {
-            Stack::Device(d) => {
-                let views: Vec<SeqSlots<'_>> =
-                    seqs.iter().map(|s| SeqSlots { row: s.row, slots: &s.slots, window: s.window, mask: s.mask.as_deref() }).collect();
-                let table = SlotTable::new(&views, n);
-                d.forward(&*b, &self.inputs, (&mut kv.k, &mut kv.v), &table, n, self.capture.as_mut(), logit_rows, &mut self.logits);
-                Ok(())
-            }
-            Stack::Host(_) => {
-                let (h, aux) = self.run_layers(kv, seqs, n)?;
-                if let Some(cap) = self.capture.as_mut() {
-                    cap.aux = b.tensor_from(cap.layers.len() * self.config.hidden, &aux)?;
-                }
-                if logit_rows.is_empty() {
-                    return Ok(());
-                }
-                let hd = self.config.hidden;
-                let picked: Vec<f32> = logit_rows.iter().flat_map(|&r| &h[r * hd..][..hd]).copied().collect();
-                self.logits = self.host_logits(&picked)?;
-                Ok(())
-            }
+        if self.on_backend() {
+            return self.run_on_backend(kv, &slot_table(seqs, n), n, logit_rows);
         }
+        let b = self.backend.clone();
+        let (h, aux) = self.run_layers(kv, seqs, n)?;
+        if let Some(cap) = self.capture.as_mut() {
+            cap.aux = b.tensor_from(cap.layers.len() * self.config.hidden, &aux)?;
+        }
+        if logit_rows.is_empty() {
+            return Ok(());
+        }
+        let hd = self.config.hidden;
+        let picked: Vec<f32> = logit_rows.iter().flat_map(|&r| &h[r * hd..][..hd]).copied().collect();
+        self.logits = self.host_logits(&picked)?;
+        Ok(())
+    }
+
+    /// The forward of the `n` rows `table` lays out, on the backend's ops.
+    fn run_on_backend(&mut self, kv: &mut KvCache<B>, table: &SlotTable, n: usize, logit_rows: &[usize]) -> Result<(), BackendError> {
+        assert!(n > 0 && n <= self.capacity.rows, "forward of {n} rows (capacity {})", self.capacity.rows);
+        let Stack::Device(d) = &mut self.stack else { unreachable!("a backend forward of the host reference") };
+        d.forward(&*self.backend, &self.inputs, (&mut kv.k, &mut kv.v), table, n, self.capture.as_mut(), logit_rows, &mut self.logits);
+        Ok(())
     }
 
     /// Size the inputs for batched forwards of `rows` rows with logits for `logit_rows` of
@@ -442,6 +493,31 @@ impl<B: Backend> DeepseekModel<B> {
         let out = host.lm_head.as_ref().unwrap_or(&host.embed).apply(&normed, rows.len() / self.config.hidden);
         self.backend.tensor_from(self.config.vocab, &out)
     }
+}
+
+/// The forward a prepared slot table was made for (`DeepseekModel::prepare_forward`,
+/// `prepare_batch`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ahead {
+    Single(AttnWindow),
+    Batch(u64),
+}
+
+struct Prepared {
+    made_for: Ahead,
+    table: SlotTable,
+}
+
+/// The slot table of `seqs`, whose rows cover `[0, n)`.
+fn slot_table(seqs: &[SeqRows], n: usize) -> SlotTable {
+    let views: Vec<SeqSlots<'_>> =
+        seqs.iter().map(|s| SeqSlots { row: s.row, slots: &s.slots, window: s.window, mask: s.mask.as_deref() }).collect();
+    SlotTable::new(&views, n)
+}
+
+/// The one sequence of a single-sequence forward: rows from 0, slots from 0.
+fn single_seq(window: AttnWindow, mask: Option<Vec<i32>>) -> SeqRows {
+    SeqRows { row: 0, slots: (0..window.prefix + window.region).collect(), window, mask }
 }
 
 /// One sequence of a forward as the host computes it: its rows of the forward, the cache
