@@ -386,3 +386,148 @@ GEMV_ENTRY(1, 2)
 GEMV_ENTRY(1, 3)
 GEMV_ENTRY(1, 4)
 GEMV_ENTRY(2, 2)
+
+// FP8 weights as the checkpoint stores them (DeepSeek-V3's and Kimi-K2's dense linears,
+// src/backend/cuda/stored.rs): e4m3 bytes, one f32 scale per block of `block_rows` rows
+// and `block_cols` columns (the device forward spreads the grid to one row a weight row,
+// src/engine/deepseek/rows.rs), block_cols a multiple of 64. The same scheme as above, with weight
+// rows in pairs of 16-row tiles (FP8_TILES) and 64-column steps: lane (g, t) loads 16
+// bytes, columns c + 16t .. c + 16t + 15, of rows g and g + 8 of each tile, and mma step j
+// takes columns c + 16t + 2j (k-slot t) and c + 16t + 2j + 1 (k-slot t + 4). A step's
+// products are summed unscaled, then added into the row's sum times the row's scale for
+// those columns. K is cut into `slices` runs of whole steps added in the pairwise tree, so
+// an output is the same bits whatever the row count. Up to G groups of 8 x rows share each
+// block's weight loads and conversions (the grid's x index numbers the bundles).
+#define FP8_TILES 2
+#define FP8_STEP_COLS 64
+
+// Byte `b` of `word` (an e4m3 weight) as tf32, exactly and without the conversion unit: its
+// sign to bit 31 and its other seven bits to bits 20..26 make the f32 2^-120 times the
+// value (a subnormal f32 for a subnormal e4m3), which one multiply by 2^120 puts right.
+__device__ __forceinline__ unsigned tf32_of_e4m3(unsigned word, int b) {
+    const unsigned top = word << (24 - 8 * b);
+    const unsigned bits = (top & 0x80000000u) | ((top >> 4) & 0x07f00000u);
+    return __float_as_uint(__uint_as_float(bits) * 0x1p120f);
+}
+
+template <int G>
+__device__ void gemv_fp8_rows(const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts,
+                              const unsigned char* w, const float* scales, int block_rows, int block_cols, float* y, int n_out,
+                              int accumulate) {
+    constexpr int OUTS = FP8_TILES * 16 * 8;  // outputs of one group and slice
+    extern __shared__ float part[];
+    pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int first = blockIdx.y * 16 * FP8_TILES, row0 = 8 * G * blockIdx.x;
+    const int scale_cols = k_in / block_cols;
+    // The weight rows this lane reads (rows past the end repeat the last; their sums are
+    // never written), and where their scales start.
+    int rows[FP8_TILES][2], row_scales[FP8_TILES][2];
+#pragma unroll
+    for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            rows[i][h] = min(first + 16 * i + 8 * h + g, n_out - 1);
+            row_scales[i][h] = rows[i][h] / block_rows * scale_cols;
+        }
+    bool waited = false;
+    for (int s = warp; s < slices; s += blockDim.x >> 5) {
+        float acc[G][FP8_TILES][4];
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i) acc[q][i][0] = acc[q][i][1] = acc[q][i][2] = acc[q][i][3] = 0.f;
+        for (int c = s * slice_cols; c < (s + 1) * slice_cols; c += FP8_STEP_COLS) {
+            const int col = c + 16 * t, scale_col = c / block_cols;
+            uint4 raw[FP8_TILES][2];
+            float scale[FP8_TILES][2];
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    raw[i][h] = ld_stream(w + (long long)rows[i][h] * k_in + col);
+                    scale[i][h] = scales[row_scales[i][h] + scale_col];
+                }
+            if (!waited) {
+                // x is the previous kernel's output: only now wait for it.
+                pdl_wait();
+                waited = true;
+            }
+            float step[G][FP8_TILES][4];
+#pragma unroll
+            for (int q = 0; q < G; ++q)
+#pragma unroll
+                for (int i = 0; i < FP8_TILES; ++i) step[q][i][0] = step[q][i][1] = step[q][i][2] = step[q][i][3] = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                unsigned a[FP8_TILES][4];
+#pragma unroll
+                for (int i = 0; i < FP8_TILES; ++i) {
+                    const unsigned r0 = word(raw[i][0], j / 2), r8 = word(raw[i][1], j / 2);
+                    const int b = 2 * (j % 2);
+                    a[i][0] = tf32_of_e4m3(r0, b);
+                    a[i][1] = tf32_of_e4m3(r8, b);
+                    a[i][2] = tf32_of_e4m3(r0, b + 1);
+                    a[i][3] = tf32_of_e4m3(r8, b + 1);
+                }
+#pragma unroll
+                for (int q = 0; q < G; ++q) {
+                    const int m = row0 + 8 * q + g;
+                    const float2 xv = m < m_rows ? *reinterpret_cast<const float2*>(x + (long long)m * k_in + col + 2 * j)
+                                                 : make_float2(0.f, 0.f);
+                    const unsigned h0 = tf32_of(xv.x), h1 = tf32_of(xv.y);
+#pragma unroll
+                    for (int i = 0; i < FP8_TILES; ++i) {
+                        if (x_parts > 1) {
+                            const unsigned l0 = tf32_of(xv.x - __uint_as_float(h0)), l1 = tf32_of(xv.y - __uint_as_float(h1));
+                            mma_tf32(step[q][i], a[i][0], a[i][1], a[i][2], a[i][3], l0, l1);
+                        }
+                        mma_tf32(step[q][i], a[i][0], a[i][1], a[i][2], a[i][3], h0, h1);
+                    }
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < G; ++q)
+#pragma unroll
+                for (int i = 0; i < FP8_TILES; ++i) {
+                    acc[q][i][0] += scale[i][0] * step[q][i][0];
+                    acc[q][i][1] += scale[i][0] * step[q][i][1];
+                    acc[q][i][2] += scale[i][1] * step[q][i][2];
+                    acc[q][i][3] += scale[i][1] * step[q][i][3];
+                }
+        }
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i) {
+                float* p = part + (s * G + q) * OUTS + i * 128;
+                p[g * 8 + 2 * t] = acc[q][i][0];
+                p[g * 8 + 2 * t + 1] = acc[q][i][1];
+                p[(g + 8) * 8 + 2 * t] = acc[q][i][2];
+                p[(g + 8) * 8 + 2 * t + 1] = acc[q][i][3];
+            }
+    }
+    if (!waited) pdl_wait();
+    __syncthreads();
+    for (int o = threadIdx.x; o < G * OUTS; o += blockDim.x) {
+        const int q = o / OUTS, i = (o / 128) % FP8_TILES, row = (o / 8) % 16, tok = o % 8;
+        const int m = row0 + 8 * q + tok, n = first + 16 * i + row;
+        if (m >= m_rows || n >= n_out) continue;
+        const float sum = tree_sum(part + q * OUTS + i * 128 + row * 8 + tok, G * OUTS, slices);
+        float* out = y + (long long)m * n_out + n;
+        *out = accumulate ? *out + sum : sum;
+    }
+}
+
+// gemv_fp8_g{G}: G groups of 8 x rows a block; blocks of GEMV_FP8_WARPS warps, three to an SM.
+#define GEMV_FP8_WARPS 8
+#define GEMV_FP8(NAME, G)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(GEMV_FP8_WARPS * 32, 3) NAME(                                 \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const unsigned char* w, \
+        const float* scales, int block_rows, int block_cols, float* y, int n_out, int accumulate) {            \
+        gemv_fp8_rows<G>(x, m_rows, k_in, slice_cols, slices, x_parts, w, scales, block_rows, block_cols, y,   \
+                         n_out, accumulate);                                                                   \
+    }
+GEMV_FP8(gemv_fp8_g1, 1)
+GEMV_FP8(gemv_fp8_g2, 2)

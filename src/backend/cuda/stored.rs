@@ -1,9 +1,10 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
 //! their f32 scales on the GPU, a byte a weight where bf16 takes two. A step of up to
-//! `KERNEL_ROWS` rows reads them as they are (kernels/latent.cu's `linear_fp8`: f32
-//! activations, the CPU's weights to the bit); a larger batch, a prefill, dequantizes them to
-//! bf16 into one scratch buffer that cuBLAS then reads, where the tensor cores' arithmetic
-//! outweighs the second pass over the weight.
+//! `KERNEL_ROWS` rows reads them as they are (kernels/gemv.cu's `gemv_fp8_g*`: the
+//! weights exact in tf32 on the tensor cores, x in one or two tf32 parts as the skinny bf16
+//! kernels read it, each row the same bits whatever the row count); a larger batch, a
+//! prefill, dequantizes them to bf16 into one scratch buffer that cuBLAS then reads, where
+//! the tensor cores' arithmetic outweighs the second pass over the weight.
 
 use half::bf16;
 
@@ -13,19 +14,37 @@ use super::gpu::{stride_grid, Arg};
 use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
-/// Rows of x up to which `linear_fp8` reads the stored bytes.
+/// Rows of x up to which the FP8 kernels read the stored bytes: two groups of 8.
 const KERNEL_ROWS: usize = 16;
-/// Warps per block times output rows per warp of `linear_fp8` (kernels/latent.cu's
-/// LATENT_WARPS and LINEAR_ROWS_PER_WARP).
-const LINEAR_ROWS_PER_BLOCK: usize = 8;
+/// The FP8 kernels' entry points by groups of 8 x rows a block (kernels/gemv.cu's GEMV_FP8).
+pub const FP8_ENTRIES: [&str; 2] = ["gemv_fp8_g1", "gemv_fp8_g2"];
+/// Columns of one step of the FP8 kernels (FP8_STEP_COLS), weight rows of a block
+/// (FP8_TILES 16-row tiles) and warps of a block (GEMV_FP8_WARPS).
+const STEP_COLS: usize = 64;
+const BLOCK_ROWS: usize = 32;
+const WARPS: usize = 8;
+/// Most K slices of one launch: their partial sums for two groups fill 32 KB of shared memory.
+const MAX_SLICES: usize = 16;
+
+/// How the FP8 kernels cut K: the most slices (a power of two up to `MAX_SLICES`) of at least
+/// two whole steps each. It depends on K alone, so every row count adds the same tree.
+fn fp8_slices(k_in: usize) -> usize {
+    let steps = k_in / STEP_COLS;
+    [16, 8, 4, 2].into_iter().filter(|&s| s <= MAX_SLICES).find(|&s| steps % s == 0 && steps / s >= 2).unwrap_or(1)
+}
+
+/// Whether the FP8 kernels take a weight of `cols` columns in blocks of `[_, bc]`.
+fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
+    bc % STEP_COLS == 0 && cols % bc == 0
+}
 
 impl CudaBackend {
-    /// `w` kept as stored where `linear_fp8` reads it (FP8, whole blocks of a multiple of 16
-    /// columns, one GPU), else dequantized as any backend does.
+    /// `w` kept as stored where the FP8 kernels read it (FP8, whole blocks of a multiple of
+    /// 64 columns, one GPU), else dequantized as any backend does.
     pub(super) fn keep_stored(&self, w: &StoredWeight<'_>) -> Result<CudaWeight, BackendError> {
         let [rows, cols] = w.shape;
         let StoredFormat::Fp8 { block: [_, bc] } = w.format else { return load_dequantized(self, w) };
-        if !self.keeps_quantized() || bc % 16 != 0 || cols % bc != 0 || self.rank().world > 1 {
+        if !self.keeps_quantized() || !fp8_kernel_takes(bc, cols) || self.rank().world > 1 {
             return load_dequantized(self, w);
         }
         let what = format!("weight {}", w.name);
@@ -67,19 +86,27 @@ impl CudaBackend {
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
         if n <= KERNEL_ROWS {
+            let slices = fp8_slices(k_in);
+            let groups = n.div_ceil(8);
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),
+                Arg::I32(n as i32),
+                Arg::I32(k_in as i32),
+                Arg::I32((k_in / slices) as i32),
+                Arg::I32(slices as i32),
+                Arg::I32(self.matmuls.x_parts()),
                 w_ptr,
                 scales,
                 br,
                 bc,
-                Arg::I32(n as i32),
-                Arg::I32(k_in as i32),
+                Arg::Ptr(out.buf.ptr()),
                 Arg::I32(n_out as i32),
                 Arg::I32(accumulate as i32),
-                Arg::Ptr(out.buf.ptr()),
             ];
-            return self.kernel("linear_fp8", (n_out.div_ceil(LINEAR_ROWS_PER_BLOCK) as u32, 1), 256, 0, &mut args, None);
+            let grid = (1, n_out.div_ceil(BLOCK_ROWS) as u32);
+            let block = (WARPS.min(slices) * 32) as u32;
+            let shared = (slices * groups * BLOCK_ROWS * 8 * 4) as u32;
+            return self.kernel(FP8_ENTRIES[groups - 1], grid, block, shared, &mut args, None);
         }
         let scratch = self.dequant_scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(values) = scratch.as_ref().map(|s| s.ptr()) else {
