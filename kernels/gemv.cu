@@ -410,6 +410,20 @@ __device__ __forceinline__ unsigned tf32_of_e4m3(unsigned word, int b) {
     return __float_as_uint(__uint_as_float(bits) * 0x1p120f);
 }
 
+// One step's loads: 16 bytes of each of the lane's four weight rows from column c + 16t, and
+// the scales of those rows for column c.
+__device__ __forceinline__ void fp8_step_loads(const unsigned char* w, const float* scales, const int (&rows)[FP8_TILES][2],
+                                               const int (&row_scales)[FP8_TILES][2], int k_in, int c, int t, int block_cols,
+                                               uint4 (&raw)[FP8_TILES][2], float (&scale)[FP8_TILES][2]) {
+#pragma unroll
+    for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            raw[i][h] = ld_stream(w + (long long)rows[i][h] * k_in + c + 16 * t);
+            scale[i][h] = scales[row_scales[i][h] + c / block_cols];
+        }
+}
+
 template <int G>
 __device__ void gemv_fp8_rows(const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts,
                               const unsigned char* w, const float* scales, int block_rows, int block_cols, float* y, int n_out,
@@ -438,17 +452,25 @@ __device__ void gemv_fp8_rows(const float* x, int m_rows, int k_in, int slice_co
         for (int q = 0; q < G; ++q)
 #pragma unroll
             for (int i = 0; i < FP8_TILES; ++i) acc[q][i][0] = acc[q][i][1] = acc[q][i][2] = acc[q][i][3] = 0.f;
-        for (int c = s * slice_cols; c < (s + 1) * slice_cols; c += FP8_STEP_COLS) {
-            const int col = c + 16 * t, scale_col = c / block_cols;
+        // Each step's weight loads are issued a step ahead, so a warp has two steps' bytes on
+        // the way while it multiplies.
+        const int end = (s + 1) * slice_cols;
+        uint4 next[FP8_TILES][2];
+        float next_scale[FP8_TILES][2];
+        fp8_step_loads(w, scales, rows, row_scales, k_in, s * slice_cols, t, block_cols, next, next_scale);
+        for (int c = s * slice_cols; c < end; c += FP8_STEP_COLS) {
+            const int col = c + 16 * t;
             uint4 raw[FP8_TILES][2];
             float scale[FP8_TILES][2];
 #pragma unroll
             for (int i = 0; i < FP8_TILES; ++i)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    raw[i][h] = ld_stream(w + (long long)rows[i][h] * k_in + col);
-                    scale[i][h] = scales[row_scales[i][h] + scale_col];
+                    raw[i][h] = next[i][h];
+                    scale[i][h] = next_scale[i][h];
                 }
+            if (c + FP8_STEP_COLS < end)
+                fp8_step_loads(w, scales, rows, row_scales, k_in, c + FP8_STEP_COLS, t, block_cols, next, next_scale);
             if (!waited) {
                 // x is the previous kernel's output: only now wait for it.
                 pdl_wait();
@@ -520,10 +542,10 @@ __device__ void gemv_fp8_rows(const float* x, int m_rows, int k_in, int slice_co
     }
 }
 
-// gemv_fp8_g{G}: G groups of 8 x rows a block; blocks of GEMV_FP8_WARPS warps, three to an SM.
+// gemv_fp8_g{G}: G groups of 8 x rows a block; blocks of GEMV_FP8_WARPS warps, two to an SM.
 #define GEMV_FP8_WARPS 8
 #define GEMV_FP8(NAME, G)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(GEMV_FP8_WARPS * 32, 3) NAME(                                 \
+    extern "C" __global__ void __launch_bounds__(GEMV_FP8_WARPS * 32, 2) NAME(                                 \
         const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const unsigned char* w, \
         const float* scales, int block_rows, int block_cols, float* y, int n_out, int accumulate) {            \
         gemv_fp8_rows<G>(x, m_rows, k_in, slice_cols, slices, x_parts, w, scales, block_rows, block_cols, y,   \
