@@ -174,7 +174,9 @@ pub const SOURCES: &[KernelSource] = &[
             "gemv_gate_up_t2_u2",
             "gemv_rope_t2_u2",
             "gemv_fp8_g1",
-            "gemv_fp8_g2"
+            "gemv_fp8_g2",
+            "moe_gate_up_fp8_mma",
+            "moe_down_fp8_mma"
         ]
     ),
 ];
@@ -212,7 +214,7 @@ mod tests {
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
     /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS, and its GEMV_FP8 macro
-    /// (stored::FP8_ENTRIES); attention.cu's
+    /// (stored::FP8_ENTRIES) and MOE_FP8 (the tensor-core FP8 experts); attention.cu's
     /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share and heads a
     /// block, MMA_ENTRY the tensor-core prefill and step kernels per head width; latent.cu's
     /// MOE_STORED_ENTRIES the gate-up and down kernels of a stored expert format.
@@ -244,6 +246,7 @@ mod tests {
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
                 found.extend(super::super::stored::FP8_ENTRIES);
+                found.extend(["moe_gate_up_fp8_mma", "moe_down_fp8_mma"]);
             }
             let mut listed = src.functions.to_vec();
             found.sort();
@@ -256,9 +259,9 @@ mod tests {
     /// Every kernel is launched with programmatic dependent launch allowed, so each must
     /// wait for the previous kernel before it reads what that one wrote: a kernel written
     /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
-    /// reach `pdl_wait` through `gemv_tile`, `gemv_fp8_rows`, `attend_window` and
-    /// `attend_paged`, which the GPU checks cover, or call `pdl_enter` in the macro's own
-    /// body, as MMA_ENTRY's kernels do).
+    /// reach `pdl_wait` through `gemv_tile`, `gemv_fp8_dense`, `moe_fp8_rows`,
+    /// `attend_window` and `attend_paged`, which the GPU checks cover, or call `pdl_enter` in
+    /// the macro's own body, as MMA_ENTRY's kernels do).
     #[test]
     fn every_written_out_kernel_waits_for_the_one_before() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
@@ -274,7 +277,7 @@ mod tests {
                 );
             }
         }
-        for callee in ["gemv_tile", "gemv_fp8_rows", "attend_window", "attend_paged"] {
+        for callee in ["gemv_tile", "gemv_fp8_dense", "moe_fp8_rows", "attend_window", "attend_paged"] {
             let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
             let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");

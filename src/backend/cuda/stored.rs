@@ -18,24 +18,37 @@ use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 const KERNEL_ROWS: usize = 16;
 /// The FP8 kernels' entry points by groups of 8 x rows a block (kernels/gemv.cu's GEMV_FP8).
 pub const FP8_ENTRIES: [&str; 2] = ["gemv_fp8_g1", "gemv_fp8_g2"];
-/// Columns of one step of the FP8 kernels (FP8_STEP_COLS), weight rows of a block
-/// (FP8_TILES 16-row tiles) and warps of a block (GEMV_FP8_WARPS).
+/// Columns of one step of the FP8 kernels (FP8_STEP_COLS), and warps of a block at most
+/// (GEMV_FP8_WARPS).
 const STEP_COLS: usize = 64;
-const BLOCK_ROWS: usize = 32;
 const WARPS: usize = 8;
+/// Weight rows of an FP8 block (FP8_TILES 16-row tiles), and the features of an expert
+/// gate-up block (each tile holds 8 gate and the same 8 up rows).
+pub const FP8_ROWS_PER_BLOCK: usize = 32;
+pub const FP8_FEATURES_PER_BLOCK: usize = 16;
 /// Most K slices of one launch: their partial sums for two groups fill 32 KB of shared memory.
 const MAX_SLICES: usize = 16;
 
 /// How the FP8 kernels cut K: the most slices (a power of two up to `MAX_SLICES`) of at least
 /// two whole steps each. It depends on K alone, so every row count adds the same tree.
-fn fp8_slices(k_in: usize) -> usize {
+pub fn fp8_slices(k_in: usize) -> usize {
     let steps = k_in / STEP_COLS;
     [16, 8, 4, 2].into_iter().filter(|&s| s <= MAX_SLICES).find(|&s| steps % s == 0 && steps / s >= 2).unwrap_or(1)
 }
 
 /// Whether the FP8 kernels take a weight of `cols` columns in blocks of `[_, bc]`.
-fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
+pub fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
     bc % STEP_COLS == 0 && cols % bc == 0
+}
+
+/// Threads of an FP8 block: a warp a slice, up to `WARPS`.
+pub fn fp8_block_threads(slices: usize) -> u32 {
+    (WARPS.min(slices) * 32) as u32
+}
+
+/// Shared memory of an FP8 launch: each slice's partial sums, `groups` groups of 8 x rows.
+pub fn fp8_shared_bytes(slices: usize, groups: usize) -> u32 {
+    (slices * groups * FP8_ROWS_PER_BLOCK * 8 * std::mem::size_of::<f32>()) as u32
 }
 
 impl CudaBackend {
@@ -103,10 +116,9 @@ impl CudaBackend {
                 Arg::I32(n_out as i32),
                 Arg::I32(accumulate as i32),
             ];
-            let grid = (1, n_out.div_ceil(BLOCK_ROWS) as u32);
-            let block = (WARPS.min(slices) * 32) as u32;
-            let shared = (slices * groups * BLOCK_ROWS * 8 * 4) as u32;
-            return self.kernel(FP8_ENTRIES[groups - 1], grid, block, shared, &mut args, None);
+            let grid = (1, n_out.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
+            let (threads, shared) = (fp8_block_threads(slices), fp8_shared_bytes(slices, groups));
+            return self.kernel(FP8_ENTRIES[groups - 1], grid, threads, shared, &mut args, None);
         }
         let scratch = self.dequant_scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(values) = scratch.as_ref().map(|s| s.ptr()) else {
