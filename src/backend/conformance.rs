@@ -249,7 +249,8 @@ fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Bac
 
 /// Dense FP8 linears as the DeepSeek-V3 family stores them (`Backend::load_stored`: e4m3
 /// bytes, one scale per weight row and 128 columns, as the device forward lays them out), at
-/// the row counts of a decode step, one and two groups of a verify, and a prefill chunk; a
+/// the row counts of a decode step, one and two groups of a verify, two blocks of groups
+/// (a concurrency-32 step) and a prefill chunk; a
 /// product, and one added into the residual; x read in one part, then precisely (`set_precise_inputs`).
 /// Widths that leave a part of a 32-row block and K slices of several steps.
 fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
@@ -263,7 +264,7 @@ fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Back
         for precise in [false, true] {
             p.t.set_precise_inputs(precise);
             let (tolerance, how) = if precise { (F32_TOL, ", x precise") } else { (MATMUL_TOL, "") };
-            for rows in [1usize, 5, 13, 40] {
+            for rows in [1usize, 5, 13, 29, 40] {
                 let x = p.tensor(rows, k_in, 1.0)?;
                 let mut y = p.tensor(rows, n_out, 0.0)?;
                 p.r.matmul(&x.r, &w.r, None, rows, &mut y.r);
@@ -828,10 +829,11 @@ mod tests {
             "stored fp8 [200, 1024] 1 rows",
             "stored fp8 [96, 2304] + residual 13 rows, x precise",
             "stored fp8 [200, 1024] 40 rows, x precise",
+            "stored fp8 [96, 2304] 29 rows",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 174);
+        assert_eq!(checks.len(), 182);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

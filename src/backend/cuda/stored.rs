@@ -14,8 +14,9 @@ use super::gpu::{stride_grid, Arg};
 use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
-/// Rows of x up to which the FP8 kernels read the stored bytes: two groups of 8.
-const KERNEL_ROWS: usize = 16;
+/// Rows of x up to which the FP8 kernels read the stored bytes (a concurrency-32 decode step):
+/// blocks of up to two groups of 8 rows, each block reading the weights again (from L2).
+const KERNEL_ROWS: usize = 32;
 /// The FP8 kernels' entry points by groups of 8 x rows a block (kernels/gemv.cu's GEMV_FP8).
 pub const FP8_ENTRIES: [&str; 2] = ["gemv_fp8_g1", "gemv_fp8_g2"];
 /// Columns of one step of the FP8 kernels (FP8_STEP_COLS), and warps of a block at most
@@ -100,7 +101,7 @@ impl CudaBackend {
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
         if n <= KERNEL_ROWS {
             let slices = fp8_slices(k_in);
-            let groups = n.div_ceil(8);
+            let groups = n.div_ceil(8).min(FP8_ENTRIES.len());
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),
                 Arg::I32(n as i32),
@@ -116,7 +117,7 @@ impl CudaBackend {
                 Arg::I32(n_out as i32),
                 Arg::I32(accumulate as i32),
             ];
-            let grid = (1, n_out.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
+            let grid = (n.div_ceil(8 * groups) as u32, n_out.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
             let (threads, shared) = (fp8_block_threads(slices), fp8_shared_bytes(slices, groups));
             return self.kernel(FP8_ENTRIES[groups - 1], grid, threads, shared, &mut args, None);
         }
