@@ -15,8 +15,9 @@
 // (token, expert) pairs an expert block accumulates at once; output rows a warp takes.
 #define MOE_PAIRS 8
 #define MOE_ROWS_PER_WARP 4
-// The chunks of a weight row a lane has in flight at once (a step's expert and head products
-// are bound by how many bytes are on the way).
+// Output rows a warp of a stored dense linear takes, and the chunks of a weight row a lane
+// has in flight at once (a step's linears are bound by how many bytes are on the way).
+#define LINEAR_ROWS_PER_WARP 1
 #define ROW_LOADS 4
 
 // out[r, h*b + j] = x[r, h*a ..][..a] · w[h*b + j] for r < n. Grid: (heads, ceil(b /
@@ -494,6 +495,22 @@ __device__ __forceinline__ void prefetch_rows(const W& w, int per_warp, int bloc
     }
 }
 
+// A dense linear kept as the checkpoint stores it, over the first `rows` rows of x ([.., k_in]):
+// y[m, o] = w_o · x[m], or y[m, o] += it with `accumulate` (the residual add). Activations and
+// sums in f32 and the weights the CPU's to the bit, so a decode, verify or short prefill
+// computes what the host reference does (src/backend/cuda/stored.rs).
+// Grid: ceil(n_out / (LATENT_WARPS * LINEAR_ROWS_PER_WARP)).
+template <class W>
+__device__ __forceinline__ void linear_rows(const float* x, W w, int rows, int k_in, int n_out, int accumulate, float* y) {
+    warp_rows(
+        w, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in, rows, [](int i) { return i; },
+        [&](int i) { return x + (long long)i * k_in; },
+        [&](int i, int o, float sum) {
+            float* out = y + (long long)i * n_out + o;
+            *out = accumulate ? *out + sum : sum;
+        });
+}
+
 // bf16 experts (hidden and inner multiples of 8).
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     moe_gate_up_bf16(const float* x, const bf16* gate_up, const int* plan, int per_token, int hidden, int inner, int list,
@@ -542,6 +559,17 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     warp_rows(
         fp8, 1, blockIdx.y, b, row_of, a, n, [](int r) { return r; }, [&](int r) { return x + ((long long)r * heads + h) * a; },
         [&](int r, int j, float sum) { out[((long long)r * heads + h) * b + j] = sum; });
+}
+
+// A dense FP8 linear (k_in a multiple of block_cols, block_cols of 16).
+extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
+    linear_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows, int k_in,
+               int n_out, int accumulate, float* y) {
+    pdl_launch_dependents();
+    const Fp8Experts fp8{{w, k_in, scales}, block_rows, block_cols};
+    prefetch_rows(fp8, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in);
+    pdl_wait();
+    linear_rows(x, fp8, rows, k_in, n_out, accumulate, y);
 }
 
 // A dense FP8 linear's [rows, cols] values rounded to bf16, for cuBLAS at prefill sizes.

@@ -263,8 +263,11 @@ fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Back
         let w: Weights<R, T> = Both { r: p.r.load_stored(&w)?, t: p.t.load_stored(&w)?, _p: Default::default() };
         for precise in [false, true] {
             p.t.set_precise_inputs(precise);
-            let (tolerance, how) = if precise { (F32_TOL, ", x precise") } else { (MATMUL_TOL, "") };
+            let how = if precise { ", x precise" } else { "" };
             for rows in [1usize, 5, 13, 29, 40] {
+                // A GPU reads a step's weights as stored, and gives a prefill's (40 rows) to
+                // cuBLAS as bf16 values, 2^-9 from the f32 ones.
+                let tolerance = if precise && rows <= 32 { F32_TOL } else { MATMUL_TOL };
                 let x = p.tensor(rows, k_in, 1.0)?;
                 let mut y = p.tensor(rows, n_out, 0.0)?;
                 p.r.matmul(&x.r, &w.r, None, rows, &mut y.r);

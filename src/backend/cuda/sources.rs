@@ -141,6 +141,7 @@ pub const SOURCES: &[KernelSource] = &[
             "moe_down_int4",
             "moe_down_fp8",
             "moe_combine_f32",
+            "linear_fp8",
             "dequant_fp8_bf16"
         ]
     ),

@@ -1,10 +1,14 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
-//! their f32 scales on the GPU, a byte a weight where bf16 takes two. A step of up to
-//! `KERNEL_ROWS` rows reads them as they are (kernels/gemv.cu's `gemv_fp8_g*`: the
-//! weights exact in tf32 on the tensor cores, x in one or two tf32 parts as the skinny bf16
-//! kernels read it, each row the same bits whatever the row count); a larger batch, a
-//! prefill, dequantizes them to bf16 into one scratch buffer that cuBLAS then reads, where
-//! the tensor cores' arithmetic outweighs the second pass over the weight.
+//! their f32 scales on the GPU, a byte a weight where bf16 takes two. Three ways to multiply:
+//! - a decode step of up to `CUDA_CORE_ROWS` rows: kernels/latent.cu's `linear_fp8` (f32
+//!   activations on the CUDA cores, the CPU's weights to the bit), the fastest at one row
+//!   (run 31: 433 against 413 tok/s for the tensor cores on the DeepSeek-V3 shape);
+//! - up to `KERNEL_ROWS` rows, and every step under `--enable-deterministic-inference`:
+//!   kernels/gemv.cu's `gemv_fp8_g*` (the weights exact in tf32 on the tensor cores, x in one
+//!   or two tf32 parts as the skinny bf16 kernels read it, each row the same bits whatever
+//!   the row count), 2.4× the tokens of a dequantizing step at concurrency 32 (run 31);
+//! - a prefill: the weights dequantized to bf16 into one scratch buffer that cuBLAS reads,
+//!   where the tensor cores' arithmetic outweighs the second pass over the weight.
 
 use half::bf16;
 
@@ -14,6 +18,10 @@ use super::gpu::{stride_grid, Arg};
 use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
+/// Rows of x up to which `linear_fp8` takes a step outside deterministic mode, and its warps
+/// a block times output rows a warp (kernels/latent.cu's LATENT_WARPS, LINEAR_ROWS_PER_WARP).
+const CUDA_CORE_ROWS: usize = 8;
+const LINEAR_ROWS_PER_BLOCK: usize = 8;
 /// Rows of x up to which the FP8 kernels read the stored bytes (a concurrency-32 decode step):
 /// blocks of up to two groups of 8 rows, each block reading the weights again (from L2).
 const KERNEL_ROWS: usize = 32;
@@ -99,6 +107,21 @@ impl CudaBackend {
         };
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
+        if n <= CUDA_CORE_ROWS && !self.matmuls.deterministic() {
+            let mut args = [
+                Arg::Ptr(x.buf.ptr()),
+                w_ptr,
+                scales,
+                br,
+                bc,
+                Arg::I32(n as i32),
+                Arg::I32(k_in as i32),
+                Arg::I32(n_out as i32),
+                Arg::I32(accumulate as i32),
+                Arg::Ptr(out.buf.ptr()),
+            ];
+            return self.kernel("linear_fp8", (n_out.div_ceil(LINEAR_ROWS_PER_BLOCK) as u32, 1), 256, 0, &mut args, None);
+        }
         if n <= KERNEL_ROWS {
             let slices = fp8_slices(k_in);
             let groups = n.div_ceil(8).min(FP8_ENTRIES.len());
