@@ -62,11 +62,12 @@ pub fn fp8_shared_bytes(slices: usize, groups: usize) -> u32 {
 
 impl CudaBackend {
     /// `w` kept as stored where the FP8 kernels read it (FP8, whole blocks of a multiple of
-    /// 64 columns, one GPU), else dequantized as any backend does.
+    /// 16 columns, one GPU: `kv_b_proj`'s transposed key half has blocks of 16 for
+    /// kernels/latent.cu's `head_matmul_fp8`), else dequantized as any backend does.
     pub(super) fn keep_stored(&self, w: &StoredWeight<'_>) -> Result<CudaWeight, BackendError> {
         let [rows, cols] = w.shape;
         let StoredFormat::Fp8 { block: [_, bc] } = w.format else { return load_dequantized(self, w) };
-        if !self.keeps_quantized() || !fp8_kernel_takes(bc, cols) || self.rank().world > 1 {
+        if !self.keeps_quantized() || bc % 16 != 0 || cols % bc != 0 || self.rank().world > 1 {
             return load_dequantized(self, w);
         }
         let what = format!("weight {}", w.name);
@@ -105,9 +106,12 @@ impl CudaBackend {
         let StoredFormat::Fp8 { block: [br, bc] } = stored.format else {
             return self.gpu.record(|| "stored matmul: only FP8 weights are kept as stored".into());
         };
+        // The tensor-core kernels take whole 64-column steps of one scale; `linear_fp8` any
+        // block of a multiple of 16 columns.
+        let mma = fp8_kernel_takes(bc, k_in);
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
-        if n <= CUDA_CORE_ROWS && !self.matmuls.deterministic() {
+        if n <= KERNEL_ROWS && (!mma || (n <= CUDA_CORE_ROWS && !self.matmuls.deterministic())) {
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),
                 w_ptr,
