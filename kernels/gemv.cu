@@ -386,3 +386,263 @@ GEMV_ENTRY(1, 2)
 GEMV_ENTRY(1, 3)
 GEMV_ENTRY(1, 4)
 GEMV_ENTRY(2, 2)
+
+// FP8 weights as the checkpoint stores them (DeepSeek-V3's and Kimi-K2's dense linears,
+// src/backend/cuda/stored.rs, and their routed experts, src/backend/cuda/latent_ops.rs):
+// e4m3 bytes, one f32 scale per block of `block_rows` rows and `block_cols` columns (the
+// device forward spreads a dense grid to one row a weight row, src/engine/deepseek/rows.rs),
+// block_cols a multiple of 64. The same scheme as above, with weight rows in pairs of 16-row
+// tiles (FP8_TILES) and 64-column steps: lane (g, t) loads 16 bytes, columns c + 16t ..
+// c + 16t + 15, of rows g and g + 8 of each tile, and mma step j takes columns c + 16t + 2j
+// (k-slot t) and c + 16t + 2j + 1 (k-slot t + 4). A step's products are summed unscaled, then
+// added into the row's sum times the row's scale for those columns. K is cut into `slices`
+// runs of whole steps added in the pairwise tree, so an output is the same bits whatever the
+// row count. Up to G groups of 8 x rows share a block's weight loads and conversions.
+#define FP8_TILES 2
+#define FP8_STEP_COLS 64
+// Outputs of one group and slice: FP8_TILES tiles of 16 weight rows by 8 x rows.
+#define FP8_OUTS (FP8_TILES * 16 * 8)
+
+// Byte `b` of `word` (an e4m3 weight) as tf32, exactly and without the conversion unit: its
+// sign to bit 31 and its other seven bits to bits 20..26 make the f32 2^-120 times the
+// value (a subnormal f32 for a subnormal e4m3), which one multiply by 2^120 puts right.
+__device__ __forceinline__ unsigned tf32_of_e4m3(unsigned word, int b) {
+    const unsigned top = word << (24 - 8 * b);
+    const unsigned bits = (top & 0x80000000u) | ((top >> 4) & 0x07f00000u);
+    return __float_as_uint(__uint_as_float(bits) * 0x1p120f);
+}
+
+// What a launch multiplies, as one lane sees it: the weights and their scales, the lane's
+// weight rows (rows[i][h]: row g + 8h of tile i) and x rows (x_rows[q]: row g of group q, or
+// NULL past the end), and how K is cut.
+template <int G>
+struct Fp8Lane {
+    const unsigned char* w;
+    const float* scales;
+    int k_in, slice_cols, slices, x_parts, block_cols;
+    int rows[FP8_TILES][2];
+    int row_scales[FP8_TILES][2];
+    const float* x_rows[G];
+
+    __device__ __forceinline__ void set_row(int i, int h, int row, int block_rows) {
+        rows[i][h] = row;
+        row_scales[i][h] = row / block_rows * (k_in / block_cols);
+    }
+
+    // One step's loads: 16 bytes of each of the lane's weight rows from column c + 16t, and
+    // those rows' scales for column c.
+    __device__ __forceinline__ void step_loads(int c, int t, uint4 (&raw)[FP8_TILES][2], float (&scale)[FP8_TILES][2]) const {
+#pragma unroll
+        for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                raw[i][h] = ld_stream(w + (long long)rows[i][h] * k_in + c + 16 * t);
+                scale[i][h] = scales[row_scales[i][h] + c / block_cols];
+            }
+    }
+};
+
+// Every slice's sums into `part` (slice s, group q: FP8_OUTS values from (s * G + q) *
+// FP8_OUTS, tile-major, then weight row, then x row), then a barrier. `waited`: whether the
+// kernel has already waited for the one that writes x.
+template <int G>
+__device__ void fp8_partial_sums(const Fp8Lane<G>& a, bool waited, float* part) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    for (int s = warp; s < a.slices; s += blockDim.x >> 5) {
+        float acc[G][FP8_TILES][4];
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i) acc[q][i][0] = acc[q][i][1] = acc[q][i][2] = acc[q][i][3] = 0.f;
+        // Each step's weight loads go out a step ahead, so a warp has two steps' bytes on the
+        // way while it multiplies.
+        const int end = (s + 1) * a.slice_cols;
+        uint4 next[FP8_TILES][2];
+        float next_scale[FP8_TILES][2];
+        a.step_loads(s * a.slice_cols, t, next, next_scale);
+        for (int c = s * a.slice_cols; c < end; c += FP8_STEP_COLS) {
+            const int col = c + 16 * t;
+            uint4 raw[FP8_TILES][2];
+            float scale[FP8_TILES][2];
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    raw[i][h] = next[i][h];
+                    scale[i][h] = next_scale[i][h];
+                }
+            if (c + FP8_STEP_COLS < end) a.step_loads(c + FP8_STEP_COLS, t, next, next_scale);
+            if (!waited) {
+                // x is the previous kernel's output: only now wait for it.
+                pdl_wait();
+                waited = true;
+            }
+            float step[G][FP8_TILES][4];
+#pragma unroll
+            for (int q = 0; q < G; ++q)
+#pragma unroll
+                for (int i = 0; i < FP8_TILES; ++i) step[q][i][0] = step[q][i][1] = step[q][i][2] = step[q][i][3] = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                unsigned w_tf32[FP8_TILES][4];
+#pragma unroll
+                for (int i = 0; i < FP8_TILES; ++i) {
+                    const unsigned r0 = word(raw[i][0], j / 2), r8 = word(raw[i][1], j / 2);
+                    const int b = 2 * (j % 2);
+                    w_tf32[i][0] = tf32_of_e4m3(r0, b);
+                    w_tf32[i][1] = tf32_of_e4m3(r8, b);
+                    w_tf32[i][2] = tf32_of_e4m3(r0, b + 1);
+                    w_tf32[i][3] = tf32_of_e4m3(r8, b + 1);
+                }
+#pragma unroll
+                for (int q = 0; q < G; ++q) {
+                    const float2 xv = a.x_rows[q] ? *reinterpret_cast<const float2*>(a.x_rows[q] + col + 2 * j) : make_float2(0.f, 0.f);
+                    const unsigned h0 = tf32_of(xv.x), h1 = tf32_of(xv.y);
+#pragma unroll
+                    for (int i = 0; i < FP8_TILES; ++i) {
+                        const unsigned(&wi)[4] = w_tf32[i];
+                        if (a.x_parts > 1) {
+                            const unsigned l0 = tf32_of(xv.x - __uint_as_float(h0)), l1 = tf32_of(xv.y - __uint_as_float(h1));
+                            mma_tf32(step[q][i], wi[0], wi[1], wi[2], wi[3], l0, l1);
+                        }
+                        mma_tf32(step[q][i], wi[0], wi[1], wi[2], wi[3], h0, h1);
+                    }
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < G; ++q)
+#pragma unroll
+                for (int i = 0; i < FP8_TILES; ++i) {
+                    acc[q][i][0] += scale[i][0] * step[q][i][0];
+                    acc[q][i][1] += scale[i][0] * step[q][i][1];
+                    acc[q][i][2] += scale[i][1] * step[q][i][2];
+                    acc[q][i][3] += scale[i][1] * step[q][i][3];
+                }
+        }
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i) {
+                float* p = part + (s * G + q) * FP8_OUTS + i * 128;
+                p[g * 8 + 2 * t] = acc[q][i][0];
+                p[g * 8 + 2 * t + 1] = acc[q][i][1];
+                p[(g + 8) * 8 + 2 * t] = acc[q][i][2];
+                p[(g + 8) * 8 + 2 * t + 1] = acc[q][i][3];
+            }
+    }
+    if (!waited) pdl_wait();
+    __syncthreads();
+}
+
+// The sum over the slices of output (group q, tile i, weight row `row`, x row `tok`).
+template <int G>
+__device__ __forceinline__ float fp8_sum(const float* part, int slices, int q, int i, int row, int tok) {
+    return tree_sum(part + q * FP8_OUTS + i * 128 + row * 8 + tok, G * FP8_OUTS, slices);
+}
+
+// A dense linear: y[m, n] = w_n · x[m] (+= with `accumulate`), grid (bundles of G groups of
+// x rows, tiles of 16 * FP8_TILES weight rows).
+template <int G>
+__device__ void gemv_fp8_dense(const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts,
+                               const unsigned char* w, const float* scales, int block_rows, int block_cols, float* y, int n_out,
+                               int accumulate) {
+    extern __shared__ float part[];
+    pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    const int first = blockIdx.y * 16 * FP8_TILES, row0 = 8 * G * blockIdx.x;
+    Fp8Lane<G> a{w, scales, k_in, slice_cols, slices, x_parts, block_cols};
+    // Rows past the end repeat the last; their sums are never written.
+#pragma unroll
+    for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) a.set_row(i, h, min(first + 16 * i + 8 * h + g, n_out - 1), block_rows);
+#pragma unroll
+    for (int q = 0; q < G; ++q) {
+        const int m = row0 + 8 * q + g;
+        a.x_rows[q] = m < m_rows ? x + (long long)m * k_in : nullptr;
+    }
+    fp8_partial_sums<G>(a, false, part);
+    for (int o = threadIdx.x; o < G * FP8_OUTS; o += blockDim.x) {
+        const int q = o / FP8_OUTS, i = (o / 128) % FP8_TILES, row = (o / 8) % 16, tok = o % 8;
+        const int m = row0 + 8 * q + tok, n = first + 16 * i + row;
+        if (m >= m_rows || n >= n_out) continue;
+        const float sum = fp8_sum<G>(part, slices, q, i, row, tok);
+        float* out = y + (long long)m * n_out + n;
+        *out = accumulate ? *out + sum : sum;
+    }
+}
+
+// One active expert's rows (latent.cu's moe_plan_i32 lists them), its pairs 8 at a time.
+// Gate-up: tile i holds gate rows (h = 0) and up rows (h = 1) of the same 8 features, so
+// act[pair, f] = silu(gate_f · x) * (up_f · x) comes from one block; grid (expert slots,
+// ceil(inner / (8 * FP8_TILES))). Down: y[pair, o] = down_o · act[pair]; grid (expert slots,
+// ceil(hidden / (16 * FP8_TILES))).
+template <bool GATE_UP>
+__device__ void moe_fp8_rows(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols,
+                             int slice_cols, int slices, int x_parts, const int* plan, int per_token, int k_in, int n_out,
+                             int list, float* y) {
+    extern __shared__ float part[];
+    pdl_enter();
+    if (blockIdx.x >= plan[0]) return;
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    const int e = plan[1 + 3 * blockIdx.x], start = plan[2 + 3 * blockIdx.x], run = plan[3 + 3 * blockIdx.x];
+    const int* pairs = plan + list + start;
+    const int first = blockIdx.y * (GATE_UP ? 8 : 16) * FP8_TILES;
+    Fp8Lane<1> a{w, scales, k_in, slice_cols, slices, x_parts, block_cols};
+#pragma unroll
+    for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = GATE_UP ? e * 2 * n_out + h * n_out + min(first + 8 * i + g, n_out - 1)
+                                    : e * n_out + min(first + 16 * i + 8 * h + g, n_out - 1);
+            a.set_row(i, h, row, block_rows);
+        }
+    for (int p0 = 0; p0 < run; p0 += 8) {
+        const int np = min(8, run - p0);
+        a.x_rows[0] = g < np ? x + (long long)(GATE_UP ? pairs[p0 + g] / per_token : pairs[p0 + g]) * k_in : nullptr;
+        fp8_partial_sums<1>(a, true, part);
+        for (int o = threadIdx.x; o < FP8_OUTS; o += blockDim.x) {
+            const int i = o / 128, row = (o / 8) % 16, tok = o % 8;
+            if (tok >= np) continue;
+            const int pair = pairs[p0 + tok];
+            if (GATE_UP) {
+                const int f = first + 8 * i + row;
+                if (row >= 8 || f >= n_out) continue;
+                const float gate = fp8_sum<1>(part, slices, 0, i, row, tok), up = fp8_sum<1>(part, slices, 0, i, row + 8, tok);
+                y[(long long)pair * n_out + f] = gate / (1.f + __expf(-gate)) * up;
+            } else {
+                const int n = first + 16 * i + row;
+                if (n < n_out) y[(long long)pair * n_out + n] = fp8_sum<1>(part, slices, 0, i, row, tok);
+            }
+        }
+        // The next pairs' sums reuse `part`.
+        __syncthreads();
+    }
+}
+
+// gemv_fp8_g{G}: a dense linear, G groups of 8 x rows a block. moe_gate_up_fp8_mma and
+// moe_down_fp8_mma: an expert's rows. Blocks of up to GEMV_FP8_WARPS warps, two to an SM.
+#define GEMV_FP8_WARPS 8
+#define GEMV_FP8(NAME, G)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(GEMV_FP8_WARPS * 32, 2) NAME(                                 \
+        const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const unsigned char* w, \
+        const float* scales, int block_rows, int block_cols, float* y, int n_out, int accumulate) {            \
+        gemv_fp8_dense<G>(x, m_rows, k_in, slice_cols, slices, x_parts, w, scales, block_rows, block_cols, y,  \
+                          n_out, accumulate);                                                                  \
+    }
+GEMV_FP8(gemv_fp8_g1, 1)
+GEMV_FP8(gemv_fp8_g2, 2)
+
+// Gate-up reads x rows of tokens (pair / per_token) and k_in = hidden, n_out = inner; down
+// reads act rows of pairs and k_in = inner, n_out = hidden.
+#define MOE_FP8(NAME, GATE_UP)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(GEMV_FP8_WARPS * 32, 2) NAME(                                  \
+        const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols,            \
+        int slice_cols, int slices, int x_parts, const int* plan, int per_token, int k_in, int n_out, int list, \
+        float* y) {                                                                                             \
+        moe_fp8_rows<GATE_UP>(x, w, scales, block_rows, block_cols, slice_cols, slices, x_parts, plan,          \
+                              per_token, k_in, n_out, list, y);                                                 \
+    }
+MOE_FP8(moe_gate_up_fp8_mma, true)
+MOE_FP8(moe_down_fp8_mma, false)

@@ -40,6 +40,9 @@ pub struct Knobs {
     /// `SPECDECK_STORED_EXPERTS=0` turns this off: the GPU reads FP8 and INT4 routed experts
     /// as the checkpoint stores them, rather than dequantized at load.
     pub stored_experts: bool,
+    /// `SPECDECK_EXPERT_MMA=0` turns this off: FP8 routed experts kept as stored go through
+    /// the tensor cores (kernels/gemv.cu), rather than the CUDA cores (kernels/latent.cu).
+    pub expert_mma: bool,
     /// `SPECDECK_NVML=off` turns this off: preflight judges against this machine's GPUs
     /// as NVML lists them.
     pub nvml: bool,
@@ -68,6 +71,7 @@ impl Knobs {
         let grouped_attention = env.text("SPECDECK_GROUPED_ATTENTION").is_none_or(|v| v != "0");
         let step_mma = env.text("SPECDECK_STEP_MMA").map(|v| v != "0");
         let stored_experts = env.text("SPECDECK_STORED_EXPERTS").is_none_or(|v| v != "0");
+        let expert_mma = env.text("SPECDECK_EXPERT_MMA").is_none_or(|v| v != "0");
         let nvml = !env.text("SPECDECK_NVML").is_some_and(|v| v.eq_ignore_ascii_case("off"));
         Knobs {
             cuda_include,
@@ -80,6 +84,7 @@ impl Knobs {
             grouped_attention,
             step_mma,
             stored_experts,
+            expert_mma,
             nvml,
             set: env.set,
         }
@@ -122,7 +127,7 @@ mod tests {
     #[test]
     fn unset_knobs_keep_the_defaults_and_record_nothing() {
         let k = knobs(&[]);
-        assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.grouped_attention && k.stored_experts && k.nvml);
+        assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.grouped_attention && k.stored_experts && k.expert_mma && k.nvml);
         assert_eq!(k.step_mma, None);
         assert_eq!((k.cuda_include.len(), k.skip_kernels.len(), k.ptx_cache.clone(), k.gemv.clone()), (0, 0, None, None));
         assert_eq!(k.describe_set(), None);
@@ -139,14 +144,15 @@ mod tests {
             ("SPECDECK_GROUPED_ATTENTION", "0"),
             ("SPECDECK_STEP_MMA", "1"),
             ("SPECDECK_STORED_EXPERTS", "0"),
+            ("SPECDECK_EXPERT_MMA", "0"),
         ]);
         assert_eq!(k.skip_kernels, ["rmsnorm", "attention"]);
         assert_eq!(k.cuda_include, [PathBuf::from("/a"), PathBuf::from("/b")]);
-        assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce && !k.grouped_attention && !k.stored_experts);
+        assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce && !k.grouped_attention && !k.stored_experts && !k.expert_mma);
         assert_eq!(k.step_mma, Some(true));
         assert_eq!(
             k.describe_set().as_deref(),
-            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_STEP_MMA=1 SPECDECK_STORED_EXPERTS=0 SPECDECK_NVML=OFF")
+            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_STEP_MMA=1 SPECDECK_STORED_EXPERTS=0 SPECDECK_EXPERT_MMA=0 SPECDECK_NVML=OFF")
         );
     }
 }

@@ -7,9 +7,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use safetensors::tensor::Dtype;
 
+use crate::backend::latent::StoredFormat;
 use crate::backend::{
     kv_tensor_from, AttnGeometry, AttnWindow, Backend, BackendError, BatchSeq, KvDtype, KvStore, Mask, PagedBatch, PagedScratch, PagedSeq,
-    Projection, RopeStyle, RopeTable, Shard, STEP_QUERIES_MAX,
+    Projection, RopeStyle, RopeTable, Shard, StoredWeight, STEP_QUERIES_MAX,
 };
 use crate::model::checkpoint::TensorView;
 
@@ -165,6 +166,7 @@ pub fn compare_backends<R: Backend, T: Backend>(reference: &R, test: &T, seed: u
     layer_ops(&mut p)?;
     fused_ops(&mut p)?;
     stacked_ops(&mut p)?;
+    stored_ops(&mut p)?;
     attention_ops(&mut p)?;
     long_attention_ops(&mut p)?;
     paged_batch_ops(&mut p)?;
@@ -241,6 +243,43 @@ fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Bac
         p.r.matmul(&other.r, &gate_up[0].r, None, rows, &mut y.r);
         p.t.matmul(&other.t, &gate_up[0].t, None, rows, &mut y.t);
         p.compare(&format!("matmul of another tensor after a norm {rows} rows"), &y, rows, MATMUL_TOL)?;
+    }
+    Ok(())
+}
+
+/// Dense FP8 linears as the DeepSeek-V3 family stores them (`Backend::load_stored`: e4m3
+/// bytes, one scale per weight row and 128 columns, as the device forward lays them out), at
+/// the row counts of a decode step, one and two groups of a verify, two blocks of groups
+/// (a concurrency-32 step) and a prefill chunk; a
+/// product, and one added into the residual; x read in one part, then precisely (`set_precise_inputs`).
+/// Widths that leave a part of a 32-row block and K slices of several steps.
+fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
+    for [n_out, k_in] in [[200usize, 1024usize], [96, 2304]] {
+        // Every e4m3 byte but the two NaNs, with scales that keep the sums near 1.
+        let bytes: Vec<u8> = (0..n_out * k_in).map(|_| p.rng.random_range(0u8..=0xfe)).map(|b| if b == 0x7f { 0 } else { b }).collect();
+        let scales: Vec<f32> = (0..n_out * k_in / 128).map(|_| p.rng.random_range(1e-3f32..4e-3)).collect();
+        let format = StoredFormat::Fp8 { block: [1, 128] };
+        let w = StoredWeight { name: "conformance fp8", bytes: &bytes, scales: &scales, shape: [n_out, k_in], format };
+        let w: Weights<R, T> = Both { r: p.r.load_stored(&w)?, t: p.t.load_stored(&w)?, _p: Default::default() };
+        for precise in [false, true] {
+            p.t.set_precise_inputs(precise);
+            let how = if precise { ", x precise" } else { "" };
+            for rows in [1usize, 5, 13, 29, 40] {
+                // A GPU reads a step's weights as stored, and gives a prefill's (40 rows) to
+                // cuBLAS as bf16 values, 2^-9 from the f32 ones.
+                let tolerance = if precise && rows <= 32 { F32_TOL } else { MATMUL_TOL };
+                let x = p.tensor(rows, k_in, 1.0)?;
+                let mut y = p.tensor(rows, n_out, 0.0)?;
+                p.r.matmul(&x.r, &w.r, None, rows, &mut y.r);
+                p.t.matmul(&x.t, &w.t, None, rows, &mut y.t);
+                p.compare(&format!("stored fp8 [{n_out}, {k_in}] {rows} rows{how}"), &y, rows, tolerance)?;
+                let (mut h, mut delta) = (p.tensor(rows, n_out, 1.0)?, p.tensor(rows, n_out, 0.0)?);
+                p.r.matmul_residual(&x.r, &w.r, rows, &mut delta.r, &mut h.r);
+                p.t.matmul_residual(&x.t, &w.t, rows, &mut delta.t, &mut h.t);
+                p.compare(&format!("stored fp8 [{n_out}, {k_in}] + residual {rows} rows{how}"), &h, rows, tolerance)?;
+            }
+        }
+        p.t.set_precise_inputs(false);
     }
     Ok(())
 }
@@ -790,10 +829,14 @@ mod tests {
             "gather_ids",
             "argmax 70 rows",
             "sample",
+            "stored fp8 [200, 1024] 1 rows",
+            "stored fp8 [96, 2304] + residual 13 rows, x precise",
+            "stored fp8 [200, 1024] 40 rows, x precise",
+            "stored fp8 [96, 2304] 29 rows",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 142);
+        assert_eq!(checks.len(), 182);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

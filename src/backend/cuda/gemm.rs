@@ -403,7 +403,7 @@ impl Matmuls {
     }
 
     /// The tf32 parts the skinny kernels split x into.
-    fn x_parts(&self) -> i32 {
+    pub fn x_parts(&self) -> i32 {
         if self.precise_x.load(Ordering::Relaxed) {
             2
         } else {

@@ -4,7 +4,9 @@ use super::backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
 use safetensors::tensor::Dtype;
 
 use super::gpu::Arg;
+use super::stored::{fp8_block_threads, fp8_kernel_takes, fp8_shared_bytes, fp8_slices, FP8_FEATURES_PER_BLOCK, FP8_ROWS_PER_BLOCK};
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable, StoredFormat};
+use crate::knobs::Knobs;
 
 /// Warps per block of the latent kernels (kernels/latent.cu's LATENT_WARPS), and the output
 /// rows each warp of an expert block takes (MOE_ROWS_PER_WARP).
@@ -163,11 +165,27 @@ impl CudaBackend {
                     self.gpu.record(|| format!("FP8 experts of hidden {hidden} and width {inner} over {br}x{bc} blocks: the widths must be whole blocks of a multiple of 16 columns"));
                     return;
                 }
-                let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
-                let mut first = [x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), br, bc, plan, tokens, hidden_arg, inner_arg, list, act];
-                self.kernel("moe_gate_up_fp8", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
-                let mut second = [act, down, Arg::Ptr(f.down.buf.ptr()), br, bc, plan, hidden_arg, inner_arg, list, y];
-                self.kernel("moe_down_fp8", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
+                if Knobs::get().expert_mma && fp8_kernel_takes(bc, hidden) && fp8_kernel_takes(bc, inner) {
+                    let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
+                    let parts = Arg::I32(self.matmuls.x_parts());
+                    let launch = |name, grid, x, w, scales, k_in: usize, n_out: usize, y| {
+                        let slices = fp8_slices(k_in);
+                        let (cols, count) = (Arg::I32((k_in / slices) as i32), Arg::I32(slices as i32));
+                        let (k_in, n_out) = (Arg::I32(k_in as i32), Arg::I32(n_out as i32));
+                        let mut args = [x, w, scales, br, bc, cols, count, parts, plan, tokens, k_in, n_out, list, y];
+                        self.kernel(name, grid, fp8_block_threads(slices), fp8_shared_bytes(slices, 1), &mut args, None);
+                    };
+                    let gate_up_grid = (blocks, inner.div_ceil(FP8_FEATURES_PER_BLOCK) as u32);
+                    launch("moe_gate_up_fp8_mma", gate_up_grid, x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), hidden, inner, act);
+                    let down_grid = (blocks, hidden.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
+                    launch("moe_down_fp8_mma", down_grid, act, down, Arg::Ptr(f.down.buf.ptr()), inner, hidden, y);
+                } else {
+                    let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
+                    let mut first = [x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), br, bc, plan, tokens, hidden_arg, inner_arg, list, act];
+                    self.kernel("moe_gate_up_fp8", grids.0, LATENT_WARPS * 32, 0, &mut first, None);
+                    let mut second = [act, down, Arg::Ptr(f.down.buf.ptr()), br, bc, plan, hidden_arg, inner_arg, list, y];
+                    self.kernel("moe_down_fp8", grids.1, LATENT_WARPS * 32, 0, &mut second, None);
+                }
             }
             Some((f, StoredFormat::Int4 { group, scale_dtype })) => {
                 if !group.is_power_of_two() || group % INT4_CHUNK != 0 || [hidden, inner].iter().any(|d| d % group != 0) {

@@ -157,7 +157,8 @@ pub const SOURCES: &[KernelSource] = &[
             "sample_probs_f32"
         ]
     ),
-    // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them (a test checks).
+    // The GEMV_ENTRY expansions, as gemm::GEMV_CONFIGS names them, and the GEMV_FP8 ones, as
+    // stored::FP8_ENTRIES does (a test checks).
     kernel_source!(
         "gemv.cu",
         [
@@ -172,7 +173,11 @@ pub const SOURCES: &[KernelSource] = &[
             "gemv_rope_t1_u4",
             "gemv_t2_u2",
             "gemv_gate_up_t2_u2",
-            "gemv_rope_t2_u2"
+            "gemv_rope_t2_u2",
+            "gemv_fp8_g1",
+            "gemv_fp8_g2",
+            "moe_gate_up_fp8_mma",
+            "moe_down_fp8_mma"
         ]
     ),
 ];
@@ -209,7 +214,8 @@ mod tests {
     /// Every `extern "C" __global__` kernel in a file is listed for loading, and nothing
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
-    /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS; attention.cu's
+    /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS, and its GEMV_FP8 macro
+    /// (stored::FP8_ENTRIES) and MOE_FP8 (the tensor-core FP8 experts); attention.cu's
     /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share and heads a
     /// block, MMA_ENTRY the tensor-core prefill and step kernels per head width; latent.cu's
     /// MOE_STORED_ENTRIES the gate-up and down kernels of a stored expert format.
@@ -240,6 +246,8 @@ mod tests {
             found.extend(stamped.iter().map(String::as_str));
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
+                found.extend(super::super::stored::FP8_ENTRIES);
+                found.extend(["moe_gate_up_fp8_mma", "moe_down_fp8_mma"]);
             }
             let mut listed = src.functions.to_vec();
             found.sort();
@@ -252,8 +260,9 @@ mod tests {
     /// Every kernel is launched with programmatic dependent launch allowed, so each must
     /// wait for the previous kernel before it reads what that one wrote: a kernel written
     /// out in a file calls `pdl_enter` or `pdl_wait` in its body (the macro-stamped ones
-    /// reach `pdl_wait` through `gemv_tile`, `attend_window` and `attend_paged`, which the GPU checks cover,
-    /// or call `pdl_enter` in the macro's own body, as MMA_ENTRY's kernels do).
+    /// reach `pdl_wait` through `gemv_tile`, `gemv_fp8_dense`, `moe_fp8_rows`,
+    /// `attend_window` and `attend_paged`, which the GPU checks cover, or call `pdl_enter` in
+    /// the macro's own body, as MMA_ENTRY's kernels do).
     #[test]
     fn every_written_out_kernel_waits_for_the_one_before() {
         let re = regex::Regex::new(r#"extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\("#).unwrap();
@@ -269,7 +278,7 @@ mod tests {
                 );
             }
         }
-        for callee in ["gemv_tile", "attend_window", "attend_paged"] {
+        for callee in ["gemv_tile", "gemv_fp8_dense", "moe_fp8_rows", "attend_window", "attend_paged"] {
             let src = SOURCES.iter().find(|s| s.text.contains(&format!("void {callee}("))).unwrap();
             let body = &src.text[src.text.find(&format!("void {callee}(")).unwrap()..];
             assert!(body[..body.find("\n}\n").unwrap()].contains("pdl_"), "{callee} never waits");

@@ -1,9 +1,14 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
-//! their f32 scales on the GPU, a byte a weight where bf16 takes two. A step of up to
-//! `KERNEL_ROWS` rows reads them as they are (kernels/latent.cu's `linear_fp8`: f32
-//! activations, the CPU's weights to the bit); a larger batch, a prefill, dequantizes them to
-//! bf16 into one scratch buffer that cuBLAS then reads, where the tensor cores' arithmetic
-//! outweighs the second pass over the weight.
+//! their f32 scales on the GPU, a byte a weight where bf16 takes two. Three ways to multiply:
+//! - a decode step of up to `CUDA_CORE_ROWS` rows: kernels/latent.cu's `linear_fp8` (f32
+//!   activations on the CUDA cores, the CPU's weights to the bit), the fastest at one row
+//!   (run 31: 433 against 413 tok/s for the tensor cores on the DeepSeek-V3 shape);
+//! - up to `KERNEL_ROWS` rows, and every step under `--enable-deterministic-inference`:
+//!   kernels/gemv.cu's `gemv_fp8_g*` (the weights exact in tf32 on the tensor cores, x in one
+//!   or two tf32 parts as the skinny bf16 kernels read it, each row the same bits whatever
+//!   the row count), 2.4× the tokens of a dequantizing step at concurrency 32 (run 31);
+//! - a prefill: the weights dequantized to bf16 into one scratch buffer that cuBLAS reads,
+//!   where the tensor cores' arithmetic outweighs the second pass over the weight.
 
 use half::bf16;
 
@@ -13,15 +18,52 @@ use super::gpu::{stride_grid, Arg};
 use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
-/// Rows of x up to which `linear_fp8` reads the stored bytes.
-const KERNEL_ROWS: usize = 16;
-/// Warps per block times output rows per warp of `linear_fp8` (kernels/latent.cu's
-/// LATENT_WARPS and LINEAR_ROWS_PER_WARP).
+/// Rows of x up to which `linear_fp8` takes a step outside deterministic mode, and its warps
+/// a block times output rows a warp (kernels/latent.cu's LATENT_WARPS, LINEAR_ROWS_PER_WARP).
+const CUDA_CORE_ROWS: usize = 8;
 const LINEAR_ROWS_PER_BLOCK: usize = 8;
+/// Rows of x up to which the FP8 kernels read the stored bytes (a concurrency-32 decode step):
+/// blocks of up to two groups of 8 rows, each block reading the weights again (from L2).
+const KERNEL_ROWS: usize = 32;
+/// The FP8 kernels' entry points by groups of 8 x rows a block (kernels/gemv.cu's GEMV_FP8).
+pub const FP8_ENTRIES: [&str; 2] = ["gemv_fp8_g1", "gemv_fp8_g2"];
+/// Columns of one step of the FP8 kernels (FP8_STEP_COLS), and warps of a block at most
+/// (GEMV_FP8_WARPS).
+const STEP_COLS: usize = 64;
+const WARPS: usize = 8;
+/// Weight rows of an FP8 block (FP8_TILES 16-row tiles), and the features of an expert
+/// gate-up block (each tile holds 8 gate and the same 8 up rows).
+pub const FP8_ROWS_PER_BLOCK: usize = 32;
+pub const FP8_FEATURES_PER_BLOCK: usize = 16;
+/// Most K slices of one launch: their partial sums for two groups fill 32 KB of shared memory.
+const MAX_SLICES: usize = 16;
+
+/// How the FP8 kernels cut K: the most slices (a power of two up to `MAX_SLICES`) of at least
+/// two whole steps each. It depends on K alone, so every row count adds the same tree.
+pub fn fp8_slices(k_in: usize) -> usize {
+    let steps = k_in / STEP_COLS;
+    [16, 8, 4, 2].into_iter().filter(|&s| s <= MAX_SLICES).find(|&s| steps % s == 0 && steps / s >= 2).unwrap_or(1)
+}
+
+/// Whether the FP8 kernels take a weight of `cols` columns in blocks of `[_, bc]`.
+pub fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
+    bc % STEP_COLS == 0 && cols % bc == 0
+}
+
+/// Threads of an FP8 block: a warp a slice, up to `WARPS`.
+pub fn fp8_block_threads(slices: usize) -> u32 {
+    (WARPS.min(slices) * 32) as u32
+}
+
+/// Shared memory of an FP8 launch: each slice's partial sums, `groups` groups of 8 x rows.
+pub fn fp8_shared_bytes(slices: usize, groups: usize) -> u32 {
+    (slices * groups * FP8_ROWS_PER_BLOCK * 8 * std::mem::size_of::<f32>()) as u32
+}
 
 impl CudaBackend {
-    /// `w` kept as stored where `linear_fp8` reads it (FP8, whole blocks of a multiple of 16
-    /// columns, one GPU), else dequantized as any backend does.
+    /// `w` kept as stored where the FP8 kernels read it (FP8, whole blocks of a multiple of
+    /// 16 columns, one GPU: `kv_b_proj`'s transposed key half has blocks of 16 for
+    /// kernels/latent.cu's `head_matmul_fp8`), else dequantized as any backend does.
     pub(super) fn keep_stored(&self, w: &StoredWeight<'_>) -> Result<CudaWeight, BackendError> {
         let [rows, cols] = w.shape;
         let StoredFormat::Fp8 { block: [_, bc] } = w.format else { return load_dequantized(self, w) };
@@ -64,9 +106,12 @@ impl CudaBackend {
         let StoredFormat::Fp8 { block: [br, bc] } = stored.format else {
             return self.gpu.record(|| "stored matmul: only FP8 weights are kept as stored".into());
         };
+        // The tensor-core kernels take whole 64-column steps of one scale; `linear_fp8` any
+        // block of a multiple of 16 columns.
+        let mma = fp8_kernel_takes(bc, k_in);
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
-        if n <= KERNEL_ROWS {
+        if n <= KERNEL_ROWS && (!mma || (n <= CUDA_CORE_ROWS && !self.matmuls.deterministic())) {
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),
                 w_ptr,
@@ -80,6 +125,28 @@ impl CudaBackend {
                 Arg::Ptr(out.buf.ptr()),
             ];
             return self.kernel("linear_fp8", (n_out.div_ceil(LINEAR_ROWS_PER_BLOCK) as u32, 1), 256, 0, &mut args, None);
+        }
+        if n <= KERNEL_ROWS {
+            let slices = fp8_slices(k_in);
+            let groups = n.div_ceil(8).min(FP8_ENTRIES.len());
+            let mut args = [
+                Arg::Ptr(x.buf.ptr()),
+                Arg::I32(n as i32),
+                Arg::I32(k_in as i32),
+                Arg::I32((k_in / slices) as i32),
+                Arg::I32(slices as i32),
+                Arg::I32(self.matmuls.x_parts()),
+                w_ptr,
+                scales,
+                br,
+                bc,
+                Arg::Ptr(out.buf.ptr()),
+                Arg::I32(n_out as i32),
+                Arg::I32(accumulate as i32),
+            ];
+            let grid = (n.div_ceil(8 * groups) as u32, n_out.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
+            let (threads, shared) = (fp8_block_threads(slices), fp8_shared_bytes(slices, groups));
+            return self.kernel(FP8_ENTRIES[groups - 1], grid, threads, shared, &mut args, None);
         }
         let scratch = self.dequant_scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(values) = scratch.as_ref().map(|s| s.ptr()) else {
