@@ -1,12 +1,14 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
 //! their f32 scales on the GPU, a byte a weight where bf16 takes two. Three ways to multiply:
 //! - a decode step of up to `CUDA_CORE_ROWS` rows: kernels/latent.cu's `linear_fp8` (f32
-//!   activations on the CUDA cores, the CPU's weights to the bit), the fastest at one row
-//!   (run 31: 433 against 413 tok/s for the tensor cores on the DeepSeek-V3 shape);
-//! - up to `KERNEL_ROWS` rows, and every step under `--enable-deterministic-inference`:
+//!   activations on the CUDA cores, the CPU's weights to the bit), the faster at one row
+//!   (testdata/gpu/run-31: 437.8 tok/s on the DeepSeek-V3 shape, the tensor cores 399.7);
+//! - up to `KERNEL_ROWS` rows (from one row under `--enable-deterministic-inference`, so that a
+//!   row's bits do not depend on the row count), for blocks of whole 64-column steps:
 //!   kernels/gemv.cu's `gemv_fp8_g*` (the weights exact in tf32 on the tensor cores, x in one
-//!   or two tf32 parts as the skinny bf16 kernels read it, each row the same bits whatever
-//!   the row count), 2.4× the tokens of a dequantizing step at concurrency 32 (run 31);
+//!   or two tf32 parts as the skinny bf16 kernels read it), where a concurrency-32 step used to
+//!   dequantize every weight (run 31: 2.3× the tokens at concurrency 32, with the routed
+//!   experts on the tensor cores too, latent_ops.rs);
 //! - a prefill: the weights dequantized to bf16 into one scratch buffer that cuBLAS reads,
 //!   where the tensor cores' arithmetic outweighs the second pass over the weight.
 
