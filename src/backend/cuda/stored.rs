@@ -165,3 +165,28 @@ impl CudaBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The K cut of the DeepSeek-V3 family's widths: whole 64-column steps, at least two a
+    /// slice where K has four, and the same cut whatever the row count (it takes K alone).
+    #[test]
+    fn fp8_slices_cut_k_into_whole_steps() {
+        let cases = [(7168, 16), (1536, 8), (16384, 16), (18432, 16), (2048, 16), (512, 4), (256, 2), (128, 1), (2304, 4)];
+        for (k, slices) in cases {
+            assert_eq!(fp8_slices(k), slices, "K = {k}");
+            assert_eq!((k % slices, (k / slices) % STEP_COLS), (0, 0), "K = {k}");
+        }
+    }
+
+    /// A launch's partial sums fit the 48 KB of shared memory a launch gets without asking,
+    /// and its blocks are whole warps.
+    #[test]
+    fn fp8_launches_fit_their_shared_memory() {
+        assert_eq!(fp8_shared_bytes(MAX_SLICES, FP8_ENTRIES.len()), 32 * 1024);
+        assert_eq!((fp8_block_threads(1), fp8_block_threads(4), fp8_block_threads(16)), (32, 128, 256));
+        assert!(fp8_kernel_takes(128, 7168) && !fp8_kernel_takes(16, 512) && !fp8_kernel_takes(128, 192));
+    }
+}
