@@ -249,10 +249,10 @@ fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Bac
 
 /// Dense FP8 linears as the DeepSeek-V3 family stores them (`Backend::load_stored`: e4m3
 /// bytes, one scale per weight row and 128 columns, as the device forward lays them out), at
-/// the row counts of a decode step, one and two groups of a verify, two blocks of groups
-/// (a concurrency-32 step) and a prefill chunk; a
-/// product, and one added into the residual; x read in one part, then precisely (`set_precise_inputs`).
-/// Widths that leave a part of a 32-row block and K slices of several steps.
+/// the row counts of a decode step, one and two groups of a verify, two blocks of groups (a
+/// concurrency-32 step) and a prefill chunk: a product, and one added into the residual, with
+/// x read in one part, then precisely (`set_precise_inputs`). The widths leave part of a
+/// 32-row block and cut K into slices of several steps.
 fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
     for [n_out, k_in] in [[200usize, 1024usize], [96, 2304]] {
         // Every e4m3 byte but the two NaNs, with scales that keep the sums near 1.

@@ -4,7 +4,9 @@ use super::backend::{CudaBackend, CudaIds, CudaTensor, CudaWeight};
 use safetensors::tensor::Dtype;
 
 use super::gpu::Arg;
-use super::stored::{fp8_block_threads, fp8_kernel_takes, fp8_shared_bytes, fp8_slices, FP8_FEATURES_PER_BLOCK, FP8_ROWS_PER_BLOCK};
+use super::stored::{
+    fp8_block_threads, fp8_kernel_takes, fp8_shared_bytes, fp8_slices, FP8_EXPERT_ENTRIES, FP8_FEATURES_PER_BLOCK, FP8_ROWS_PER_BLOCK,
+};
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable, StoredFormat};
 use crate::knobs::Knobs;
 
@@ -176,9 +178,9 @@ impl CudaBackend {
                         self.kernel(name, grid, fp8_block_threads(slices), fp8_shared_bytes(slices, 1), &mut args, None);
                     };
                     let gate_up_grid = (blocks, inner.div_ceil(FP8_FEATURES_PER_BLOCK) as u32);
-                    launch("moe_gate_up_fp8_mma", gate_up_grid, x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), hidden, inner, act);
+                    launch(FP8_EXPERT_ENTRIES[0], gate_up_grid, x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), hidden, inner, act);
                     let down_grid = (blocks, hidden.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
-                    launch("moe_down_fp8_mma", down_grid, act, down, Arg::Ptr(f.down.buf.ptr()), inner, hidden, y);
+                    launch(FP8_EXPERT_ENTRIES[1], down_grid, act, down, Arg::Ptr(f.down.buf.ptr()), inner, hidden, y);
                 } else {
                     let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
                     let mut first = [x_arg, gate_up, Arg::Ptr(f.gate_up.buf.ptr()), br, bc, plan, tokens, hidden_arg, inner_arg, list, act];

@@ -215,7 +215,7 @@ mod tests {
     /// else: a kernel added to a .cu without its entry here would never be loaded. The
     /// skinny matmuls are stamped out by gemv.cu's GEMV_ENTRY macro, one per family
     /// (plain, gate-up, rope) and configuration of gemm::GEMV_CONFIGS, and its GEMV_FP8 macro
-    /// (stored::FP8_ENTRIES) and MOE_FP8 (the tensor-core FP8 experts); attention.cu's
+    /// (stored::FP8_ENTRIES) and MOE_FP8 (stored::FP8_EXPERT_ENTRIES); attention.cu's
     /// ATTENTION_ENTRY stamps a contiguous and a paged kernel per lane share and heads a
     /// block, MMA_ENTRY the tensor-core prefill and step kernels per head width; latent.cu's
     /// MOE_STORED_ENTRIES the gate-up and down kernels of a stored expert format.
@@ -247,7 +247,7 @@ mod tests {
             if src.file == "kernels/gemv.cu" {
                 found.extend(super::super::gemm::GEMV_CONFIGS.iter().flat_map(|c| [c.plain, c.gate_up, c.rope]));
                 found.extend(super::super::stored::FP8_ENTRIES);
-                found.extend(["moe_gate_up_fp8_mma", "moe_down_fp8_mma"]);
+                found.extend(super::super::stored::FP8_EXPERT_ENTRIES);
             }
             let mut listed = src.functions.to_vec();
             found.sort();

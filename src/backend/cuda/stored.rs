@@ -29,6 +29,8 @@ const LINEAR_ROWS_PER_BLOCK: usize = 8;
 const KERNEL_ROWS: usize = 32;
 /// The FP8 kernels' entry points by groups of 8 x rows a block (kernels/gemv.cu's GEMV_FP8).
 pub const FP8_ENTRIES: [&str; 2] = ["gemv_fp8_g1", "gemv_fp8_g2"];
+/// The FP8 routed experts' entry points, gate-up then down (kernels/gemv.cu's MOE_FP8).
+pub const FP8_EXPERT_ENTRIES: [&str; 2] = ["moe_gate_up_fp8_mma", "moe_down_fp8_mma"];
 /// Columns of one step of the FP8 kernels (FP8_STEP_COLS), and warps of a block at most
 /// (GEMV_FP8_WARPS).
 const STEP_COLS: usize = 64;
