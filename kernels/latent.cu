@@ -536,8 +536,8 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int h = blockIdx.x, heads = gridDim.x;
     const Fp8Experts fp8{{w, a, scales}, block_rows, block_cols};
     const auto row_of = [&](int j) { return (long long)h * b + j; };
-    const int j = blockIdx.y * LATENT_WARPS + (threadIdx.x >> 5);
-    if (j < b) prefetch_row(fp8, fp8.row(row_of(j)), 0, a);
+    const int col = blockIdx.y * LATENT_WARPS + (threadIdx.x >> 5);
+    if (col < b) prefetch_row(fp8, fp8.row(row_of(col)), 0, a);
     pdl_wait();
     warp_rows(
         fp8, 1, blockIdx.y, b, row_of, a, n, [](int r) { return r; }, [&](int r) { return x + ((long long)r * heads + h) * a; },
