@@ -1,8 +1,9 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
 //! their f32 scales on the GPU, a byte a weight where bf16 takes two. Three ways to multiply:
 //! - a decode step of up to `CUDA_CORE_ROWS` rows: kernels/latent.cu's `linear_fp8` (f32
-//!   activations on the CUDA cores, the CPU's weights to the bit), the faster at one row
-//!   (testdata/gpu/run-31: 437.8 tok/s on the DeepSeek-V3 shape, the tensor cores 399.7);
+//!   activations on the CUDA cores, the CPU's weights to the bit), the faster at one row in
+//!   testdata/gpu/run-31 (437.8 tok/s on the DeepSeek-V3 shape, the tensor cores 399.7), when
+//!   a lane still read 16 consecutive weights; scripts/gpu/dsv3_ab.sh times its pieces;
 //! - up to `KERNEL_ROWS` rows (from one row under `--enable-deterministic-inference`, so that a
 //!   row's bits do not depend on the row count), for blocks of whole 64-column steps:
 //!   kernels/gemv.cu's `gemv_fp8_g*` (the weights exact in tf32 on the tensor cores, x in one
