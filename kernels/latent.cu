@@ -248,9 +248,9 @@ __device__ __forceinline__ void unpack4_e4m3(unsigned raw, float (&out)[4]) {
 // values beside it are one stretch too. (A lane's 16 consecutive weights put a warp's x reads
 // over sixteen 128-byte lines, four times the L1 traffic: testdata/gpu/run-31 measured the
 // FP8 linears at 0.2 to 1.5 TB/s.) LOADS pieces of a row, 64 bytes a lane (INT4: 32), are in
-// flight at once. A kernel takes a row's handle (`row`: where its bytes and scales start) once and
-// reads its pieces through it, so the per-piece work is an add and a shift, not the
-// divisions that find a row's scales.
+// flight at once. A kernel takes a row's handle (`row`: where its bytes and scales start)
+// once and reads its pieces through it, so the per-piece work is an add and a shift, not
+// the divisions that find a row's scales.
 struct Bf16Experts {
     static constexpr int PIECE = 4, LOADS = 8;
     using Raw = uint2;
@@ -550,8 +550,8 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
 // weights the CPU's to the bit, so a decode, verify or short prefill computes what the host
 // reference does (src/backend/cuda/stored.rs). `splits` warps (1, 2, 4 or 8) share a row,
 // each over one slice of K in whole spans of 32 pieces, and their sums are added in slice
-// order: a weight of few rows (kv_a_proj's 576) still puts enough warps on the loads, and the
-// cut depends on the weight alone, so a row is the same bits at any row count.
+// order: a weight of few rows (kv_a_proj's 64 rope rows) still puts enough warps on the
+// loads, and the cut depends on the weight alone, so a row is the same bits at any row count.
 // Grid: ceil(n_out / (LATENT_WARPS / splits)).
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     linear_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows, int k_in,

@@ -25,10 +25,12 @@ use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 /// a block (kernels/latent.cu's LATENT_WARPS).
 const CUDA_CORE_ROWS: usize = 8;
 const LINEAR_WARPS_PER_BLOCK: usize = 8;
-/// Columns of one span of `linear_fp8` (a warp's 32 pieces of Fp8Experts::PIECE weights), the
-/// unit its K slices are cut in, and the warps it aims to put on a weight's loads: enough to
-/// keep the copy bandwidth busy (an H100's 132 SMs, about 32 warps each).
-const LINEAR_SPAN: usize = 128;
+/// Weights a lane of kernels/latent.cu's FP8 row kernels (and a thread of
+/// `dequant_fp8_bf16`) reads at once (Fp8Experts::PIECE); a warp's 32 pieces make a span of
+/// `linear_fp8`, the unit its K slices are cut in. The warps it aims to put on a weight's
+/// loads: enough to keep the copy bandwidth busy (an H100's 132 SMs, about 32 warps each).
+const FP8_PIECE: usize = 4;
+const LINEAR_SPAN: usize = 32 * FP8_PIECE;
 const LINEAR_WARPS: usize = 4096;
 /// Rows of x up to which the FP8 kernels read the stored bytes (a concurrency-32 decode step):
 /// blocks of up to two groups of 8 rows, each block reading the weights again (from L2).
@@ -45,8 +47,6 @@ const WARPS: usize = 8;
 /// gate-up block (each tile holds 8 gate and the same 8 up rows).
 pub const FP8_ROWS_PER_BLOCK: usize = 32;
 pub const FP8_FEATURES_PER_BLOCK: usize = 16;
-/// Weights a thread of `dequant_fp8_bf16` converts at once (Fp8Experts::PIECE).
-const DEQUANT_PIECE: usize = 4;
 /// Most K slices of one launch: their partial sums for two groups fill 32 KB of shared memory.
 const MAX_SLICES: usize = 16;
 
@@ -63,8 +63,8 @@ pub fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
 }
 
 /// Warps of `linear_fp8` that share an output row, each over one slice of K: the fewest (1,
-/// 2, 4 or 8) that put `LINEAR_WARPS` warps on the weight, short of slices under two spans. It depends on the weight's shape alone, so a row's bits do not depend on
-/// the row count.
+/// 2, 4 or 8) that put `LINEAR_WARPS` warps on the weight, short of slices under two spans.
+/// It depends on the weight's shape alone, so a row's bits do not depend on the row count.
 pub fn linear_splits(n_out: usize, k_in: usize) -> usize {
     let spans = k_in.div_ceil(LINEAR_SPAN);
     [1, 2, 4, 8].into_iter().find(|&s| n_out * s >= LINEAR_WARPS || s * 4 > spans).unwrap_or(8)
@@ -176,7 +176,7 @@ impl CudaBackend {
             return self.gpu.record(|| "stored matmul: no dequantization scratch (the weight was not loaded by keep_stored)".into());
         };
         let mut args = [w_ptr, scales, br, bc, Arg::I32(n_out as i32), Arg::I32(k_in as i32), Arg::Ptr(values)];
-        self.kernel("dequant_fp8_bf16", stride_grid(n_out * k_in / DEQUANT_PIECE), 256, 0, &mut args, None);
+        self.kernel("dequant_fp8_bf16", stride_grid(n_out * k_in / FP8_PIECE), 256, 0, &mut args, None);
         let seg = Segment { w: values, bias: None, out: out.buf.ptr(), n_out, accumulate };
         let Some(eager) = self.matmul_gate("stored_matmul", n, &[x.buf.ptr(), values, seg.out]) else { return };
         let input = Input { x: x.buf.ptr(), rows: n, k_in, k_full: k_in };
