@@ -93,7 +93,7 @@ __device__ __forceinline__ void block_best(float& v, int& i, float* sv, int* si)
     warp_best(v, i);
 }
 
-// Streamed weight loads (16, 8 and 4 bytes): the non-coherent path with no L1 allocation, so
+// Streamed weight loads (16 and 8 bytes): the non-coherent path with no L1 allocation, so
 // that x, which every warp of a matmul re-reads, keeps L1 while the weights pass through.
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
     uint4 r;
@@ -105,11 +105,6 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 __device__ __forceinline__ uint2 ld_stream8(const void* p) {
     uint2 r;
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
-    return r;
-}
-__device__ __forceinline__ unsigned ld_stream4(const void* p) {
-    unsigned r;
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
     return r;
 }
 

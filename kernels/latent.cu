@@ -15,6 +15,10 @@
 // (token, expert) pairs an expert block accumulates at once; output rows a warp takes.
 #define MOE_PAIRS 8
 #define MOE_ROWS_PER_WARP 4
+// Output rows a warp of a stored dense linear takes, and the chunks of a weight row a lane
+// has in flight at once (a step's linears are bound by how many bytes are on the way).
+#define LINEAR_ROWS_PER_WARP 1
+#define ROW_LOADS 4
 
 // out[r, h*b + j] = x[r, h*a ..][..a] · w[h*b + j] for r < n. Grid: (heads, ceil(b /
 // LATENT_WARPS)); a warp per output column, over every row.
@@ -229,64 +233,54 @@ extern "C" __global__ void moe_plan_i32(const int* chosen, int pairs, int first,
     }
 }
 
-// Four float8_e4m3fn weights (a 4-byte word) as floats, exactly: the hardware converts pairs
-// to f16 (which holds every e4m3 value), then to f32. The lower byte of a pair is the lower
-// half of the result.
-__device__ __forceinline__ void unpack4_e4m3(unsigned raw, float (&out)[4]) {
+// Sixteen float8_e4m3fn weights from a 16-byte-aligned address as floats, exactly: the
+// hardware converts pairs to f16 (which holds every e4m3 value), then to f32. The lower byte
+// of a pair is the lower half of the result.
+__device__ __forceinline__ void unpack16_e4m3(const uint4& raw, float (&out)[16]) {
+    const unsigned short* pairs = (const unsigned short*)&raw;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 8; ++i) {
         unsigned int h;
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)(raw >> (16 * i))));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pairs[i]));
         asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * i]) : "h"((unsigned short)(h & 0xffff)));
         asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * i + 1]) : "h"((unsigned short)(h >> 16)));
     }
 }
 
-// The weight rows as the CUDA-core kernels below read them: a lane takes a piece of PIECE
-// consecutive weights (4 or 8 bytes, fetched as Raw and expanded to f32 when used), and a
-// warp's 32 pieces lie side by side, so the warp reads one stretch of the row and the x
-// values beside it are one stretch too. (A lane's 16 consecutive weights put a warp's x reads
-// over sixteen 128-byte lines, four times the L1 traffic: testdata/gpu/run-31 measured the
-// FP8 linears at 0.2 to 1.5 TB/s.) LOADS pieces of a row, 64 bytes a lane (INT4: 32), are in
-// flight at once. A kernel takes a row's handle (`row`: where its bytes and scales start)
-// once and reads its pieces through it, so the per-piece work is an add and a shift, not
-// the divisions that find a row's scales.
+// The stacked expert weights as the expert kernels read them: CHUNK consecutive weights of a
+// row at a time (a lane's 16 bytes, fetched as Raw and expanded to f32 when they are used),
+// and the scale that chunk's partial sum takes. A kernel takes a row's handle (`row`: where
+// its bytes and scales start) once and reads its chunks through it, so the per-chunk work is
+// an add and a shift, not the divisions that find a row's scales.
 struct Bf16Experts {
-    static constexpr int PIECE = 4, LOADS = 8;
-    using Raw = uint2;
+    static constexpr int CHUNK = 8;
+    using Raw = uint4;
     using Row = const bf16*;
     const bf16* w;
     int width;
     __device__ __forceinline__ Row row(long long r) const { return w + r * width; }
-    __device__ __forceinline__ Raw fetch(Row row, int d) const { return ld_stream8(row + d); }
-    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[PIECE]) const {
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const float2 f = __bfloat1622float2(h[j]);
-            out[2 * j] = f.x;
-            out[2 * j + 1] = f.y;
-        }
-    }
+    __device__ __forceinline__ Raw fetch(Row row, int d) const { return ld_stream(row + d); }
+    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack8(raw, out); }
     __device__ __forceinline__ float scale(Row, int) const { return 1.f; }
 };
 
 // Weights as the checkpoint stores them (stacked experts, dense linears): their bytes, rows of
-// `width` values, and their f32 scales; each format says how to read them.
+// `width` values, 16 values a lane at a time, and their f32 scales; each format says how to
+// read them.
 struct StoredExperts {
+    static constexpr int CHUNK = 16;
     const unsigned char* w;
     int width;
     const float* scales;
 };
 
 // FP8 e4m3 bytes with one scale per (block_rows, block_cols) block, the grids stacked as the
-// rows are (block_cols a multiple of 16, the widths whole blocks). A piece's scale column is
+// rows are (block_cols a multiple of 16, the widths whole blocks). A chunk's scale column is
 // d / block_cols, a shift when block_cols is a power of two (DeepSeek's 128, the transposed
-// key half's 16). LINE: the weights of one 128-byte line, what a prefetch asks for.
+// key half's 16).
 struct Fp8Experts : StoredExperts {
-    static constexpr int PIECE = 4, LOADS = 16, LINE = 128;
     int block_rows, block_cols;
-    using Raw = unsigned;
+    using Raw = uint4;
     struct Row {
         const unsigned char* bytes;
         const float* scales;
@@ -298,8 +292,8 @@ struct Fp8Experts : StoredExperts {
         return {w + r * width, scales + (r / block_rows) * (width / block_cols), shift, block_cols};
     }
     __device__ __forceinline__ const void* at(const Row& row, int d) const { return row.bytes + d; }
-    __device__ __forceinline__ Raw fetch(const Row& row, int d) const { return ld_stream4(row.bytes + d); }
-    __device__ __forceinline__ void expand(Raw raw, float (&out)[PIECE]) const { unpack4_e4m3(raw, out); }
+    __device__ __forceinline__ Raw fetch(const Row& row, int d) const { return ld_stream(row.bytes + d); }
+    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const { unpack16_e4m3(raw, out); }
     __device__ __forceinline__ float scale(const Row& row, int d) const {
         return row.scales[row.shift >= 0 ? d >> row.shift : d / row.block_cols];
     }
@@ -309,14 +303,12 @@ struct Fp8Experts : StoredExperts {
 // row in bits 4c..4c+4 of the row's bytes, as q + 8, one f32 scale per group of 2^group_shift
 // elements of a row; each weight is q * scale rounded to the scales' dtype (`rounding` 0:
 // f32, 1: bf16, 2: f16), as the CPU dequantizes it, so the weights are the CPU's to the bit.
-// The widths are multiples of the group, and the group of PIECE: a piece has one scale.
+// The widths are multiples of the group, and the group of CHUNK: a chunk has one scale.
 struct Int4Experts : StoredExperts {
-    // 32 bytes a lane in flight: a piece's scale takes a register as its bytes do.
-    static constexpr int PIECE = 8, LOADS = 8;
     int group_shift, rounding;
-    // The piece's 8 packed values and its group's scale.
+    // The chunk's 16 packed values and its group's scale.
     struct Raw {
-        unsigned u;
+        uint2 u;
         float s;
     };
     struct Row {
@@ -324,12 +316,15 @@ struct Int4Experts : StoredExperts {
         const float* scales;
     };
     __device__ __forceinline__ Row row(long long r) const { return {w + r * (width / 2), scales + ((r * width) >> group_shift)}; }
-    __device__ __forceinline__ Raw fetch(const Row& row, int d) const { return {ld_stream4(row.bytes + d / 2), row.scales[d >> group_shift]}; }
-    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[PIECE]) const {
+    __device__ __forceinline__ Raw fetch(const Row& row, int d) const { return {ld_stream8(row.bytes + d / 2), row.scales[d >> group_shift]}; }
+    __device__ __forceinline__ void expand(const Raw& raw, float (&out)[CHUNK]) const {
+        const uint2 u = raw.u;
+        const float s = raw.s;
 #pragma unroll
-        for (int i = 0; i < PIECE; ++i) {
-            const int q = (int)((raw.u >> (4 * i)) & 0xfu) - 8;
-            const float v = (float)q * raw.s;
+        for (int i = 0; i < CHUNK; ++i) {
+            const unsigned word = i < 8 ? u.x : u.y;
+            const int q = (int)((word >> (4 * (i % 8))) & 0xfu) - 8;
+            const float v = (float)q * s;
             if (rounding == 1) {
                 out[i] = __bfloat162float(__float2bfloat16_rn(v));
             } else if (rounding == 2) {
@@ -344,26 +339,25 @@ struct Int4Experts : StoredExperts {
     __device__ __forceinline__ float scale(const Row&, int) const { return 1.f; }
 };
 
-// A piece of weights against the same columns of x (16-byte aligned).
-__device__ __forceinline__ float dot_piece(const float (&w)[4], const float* x) {
-    const float4 v = *reinterpret_cast<const float4*>(x);
-    return w[0] * v.x + w[1] * v.y + w[2] * v.z + w[3] * v.w;
-}
-__device__ __forceinline__ float dot_piece(const float (&w)[8], const float* x) {
-    float v[8];
-    load8(x, v);
+// CHUNK weights against CHUNK activations from a 32-byte-aligned address.
+template <int CHUNK>
+__device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float* x) {
     float s = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) s += w[j] * v[j];
+    for (int i = 0; i < CHUNK; i += 8) {
+        float v[8];
+        load8(x + i, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += w[i + j] * v[j];
+    }
     return s;
 }
 
-// R weight rows over columns [lo, hi) against np <= MOE_PAIRS activation rows, x_of(q) the
-// start of row q: sums[r][q] = w_rows[r][lo..hi] · x_q[lo..hi] over the whole warp. A lane
-// visits its pieces in the same order whatever R and np, so each sum is the same bits alone
-// or beside another row.
+// R weight rows (`width` values each) against np <= MOE_PAIRS activation rows, x_of(q) the
+// start of row q: sums[r][q] = w_rows[r] · x_q over the whole warp. A lane visits its chunks
+// in the same order whatever R, so each sum is the same bits alone or beside another row.
 template <int R, class W, class X>
-__device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&rows)[R], int lo, int hi, int np, X x_of,
+__device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&rows)[R], int width, int np, X x_of,
                                          float (&sums)[R][MOE_PAIRS]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -374,30 +368,32 @@ __device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&row
     const float* xs[MOE_PAIRS];
 #pragma unroll
     for (int q = 0; q < MOE_PAIRS; ++q) xs[q] = q < np ? x_of(q) : nullptr;
-    constexpr int SPAN = 32 * W::PIECE;
-    for (int d0 = lo + W::PIECE * lane; d0 < hi; d0 += W::LOADS * SPAN) {
+    constexpr int STEP = 32 * W::CHUNK;
+    for (int d0 = W::CHUNK * lane; d0 < width; d0 += ROW_LOADS * STEP) {
         // Every load of the round first, then the arithmetic.
-        typename W::Raw raw[R][W::LOADS];
+        typename W::Raw raw[R][ROW_LOADS];
+        float sc[R][ROW_LOADS];
 #pragma unroll
-        for (int u = 0; u < W::LOADS; ++u) {
-            if (d0 + u * SPAN < hi) {
+        for (int u = 0; u < ROW_LOADS; ++u) {
+            if (d0 + u * STEP < width) {
 #pragma unroll
-                for (int r = 0; r < R; ++r) raw[r][u] = w.fetch(rows[r], d0 + u * SPAN);
+                for (int r = 0; r < R; ++r) {
+                    raw[r][u] = w.fetch(rows[r], d0 + u * STEP);
+                    sc[r][u] = w.scale(rows[r], d0 + u * STEP);
+                }
             }
         }
 #pragma unroll
-        for (int u = 0; u < W::LOADS; ++u) {
-            const int d = d0 + u * SPAN;
-            if (d >= hi) break;
+        for (int u = 0; u < ROW_LOADS; ++u) {
+            if (d0 + u * STEP >= width) break;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                float wv[W::PIECE];
+                float wv[W::CHUNK];
                 w.expand(raw[r][u], wv);
-                const float s = w.scale(rows[r], d);
 #pragma unroll
                 for (int q = 0; q < MOE_PAIRS; ++q) {
                     if (q >= np) break;
-                    sums[r][q] += s * dot_piece(wv, xs[q] + d);
+                    sums[r][q] += sc[r][u] * dot_chunk(wv, xs[q] + d0 + u * STEP);
                 }
             }
         }
@@ -428,11 +424,11 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
         const typename W::Row rows[2] = {w.row(gate), w.row(gate + inner)};
         for (int p0 = 0; p0 < run; p0 += MOE_PAIRS) {
             const int np = min(MOE_PAIRS, run - p0);
-            // Lane q holds pair p0 + q and its token: a piece finds x_q by a shuffle, where a
+            // Lane q holds pair p0 + q and its token: a chunk finds x_q by a shuffle, where a
             // load of the pair and a division stood between it and its loads of x.
             const int pair = pairs[p0 + min(lane, np - 1)], token = pair / per_token;
             float sums[2][MOE_PAIRS];
-            row_dots(w, rows, 0, hidden, np, [&](int q) { return x + (long long)__shfl_sync(FULL_WARP, token, q) * hidden; }, sums);
+            row_dots(w, rows, hidden, np, [&](int q) { return x + (long long)__shfl_sync(FULL_WARP, token, q) * hidden; }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
@@ -448,7 +444,7 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
 // index along them): weight row row_of(o) against each of `count` inputs, MOE_PAIRS at a
 // time. Input i is named by key_of(i) (a pair, or i itself), x_of(key) its start; lane 0
 // hands each sum to put(key, o, sum). Lane q holds the key of the round's input q, so a
-// piece finds its x by a shuffle, not by a load.
+// chunk finds its x by a shuffle, not by a load.
 template <class W, class Row, class Key, class X, class Put>
 __device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width, int count,
                                           Key key_of, X x_of, Put put) {
@@ -461,7 +457,7 @@ __device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, i
             const int held = key_of(i0 + min(lane, np - 1));
             const typename W::Row rows[1] = {w.row(row_of(o))};
             float sums[1][MOE_PAIRS];
-            row_dots(w, rows, 0, width, np, [&](int q) { return x_of(__shfl_sync(FULL_WARP, held, q)); }, sums);
+            row_dots(w, rows, width, np, [&](int q) { return x_of(__shfl_sync(FULL_WARP, held, q)); }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
@@ -485,12 +481,34 @@ __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan
         [&](int pair, int o, float sum) { y[(long long)pair * hidden + o] = sum; });
 }
 
-// Before a kernel waits on the one that writes its x: the columns [lo, hi) of the row its
-// warp will take, asked of L2 a line a lane, so the weight stream starts while the previous
-// kernel drains (the loads that use them come after the wait and find them there).
-__device__ __forceinline__ void prefetch_row(const Fp8Experts& w, const Fp8Experts::Row& row, int lo, int hi) {
-    const int lane = threadIdx.x & 31;
-    for (int d = lo + Fp8Experts::LINE * lane; d < hi; d += 32 * Fp8Experts::LINE) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row, d)));
+// Before a kernel waits on the one that writes its x: the output rows its warp will take,
+// asked of L2, so the weight stream starts while the previous kernel drains (the loads that
+// use them come after the wait and find them there).
+template <class W, class Row>
+__device__ __forceinline__ void prefetch_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int k = 0; k < per_warp; ++k) {
+        const int o = (block * LATENT_WARPS + warp) * per_warp + k;
+        if (o >= n_out) return;
+        const typename W::Row row = w.row(row_of(o));
+        for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row, d)));
+    }
+}
+
+// A dense linear kept as the checkpoint stores it, over the first `rows` rows of x ([.., k_in]):
+// y[m, o] = w_o · x[m], or y[m, o] += it with `accumulate` (the residual add). Activations and
+// sums in f32 and the weights the CPU's to the bit, so a decode, verify or short prefill
+// computes what the host reference does (src/backend/cuda/stored.rs).
+// Grid: ceil(n_out / (LATENT_WARPS * LINEAR_ROWS_PER_WARP)).
+template <class W>
+__device__ __forceinline__ void linear_rows(const float* x, W w, int rows, int k_in, int n_out, int accumulate, float* y) {
+    warp_rows(
+        w, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in, rows, [](int i) { return i; },
+        [&](int i) { return x + (long long)i * k_in; },
+        [&](int i, int o, float sum) {
+            float* out = y + (long long)i * n_out + o;
+            *out = accumulate ? *out + sum : sum;
+        });
 }
 
 // bf16 experts (hidden and inner multiples of 8).
@@ -536,81 +554,40 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int h = blockIdx.x, heads = gridDim.x;
     const Fp8Experts fp8{{w, a, scales}, block_rows, block_cols};
     const auto row_of = [&](int j) { return (long long)h * b + j; };
-    const int col = blockIdx.y * LATENT_WARPS + (threadIdx.x >> 5);
-    if (col < b) prefetch_row(fp8, fp8.row(row_of(col)), 0, a);
+    prefetch_rows(fp8, 1, blockIdx.y, b, row_of, a);
     pdl_wait();
     warp_rows(
         fp8, 1, blockIdx.y, b, row_of, a, n, [](int r) { return r; }, [&](int r) { return x + ((long long)r * heads + h) * a; },
         [&](int r, int j, float sum) { out[((long long)r * heads + h) * b + j] = sum; });
 }
 
-// A dense FP8 linear kept as the checkpoint stores it, over the first `rows` rows of x
-// ([.., k_in], k_in a multiple of block_cols, block_cols of 16): y[m, o] = w_o · x[m], or
-// y[m, o] += it with `accumulate` (the residual add). Activations and sums in f32 and the
-// weights the CPU's to the bit, so a decode, verify or short prefill computes what the host
-// reference does (src/backend/cuda/stored.rs). `splits` warps (1, 2, 4 or 8) share a row,
-// each over one slice of K in whole spans of 32 pieces, and their sums are added in slice
-// order: a weight of few rows (kv_a_proj's 64 rope rows) still puts enough warps on the
-// loads, and the cut depends on the weight alone, so a row is the same bits at any row count.
-// Grid: ceil(n_out / (LATENT_WARPS / splits)).
+// A dense FP8 linear (k_in a multiple of block_cols, block_cols of 16).
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     linear_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows, int k_in,
-               int n_out, int splits, int accumulate, float* y) {
+               int n_out, int accumulate, float* y) {
     pdl_launch_dependents();
-    __shared__ float partial[LATENT_WARPS][MOE_PAIRS];
     const Fp8Experts fp8{{w, k_in, scales}, block_rows, block_cols};
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int o = blockIdx.x * (LATENT_WARPS / splits) + warp / splits, slice = warp % splits;
-    constexpr int SPAN = 32 * Fp8Experts::PIECE;
-    const int len = (k_in + SPAN * splits - 1) / (SPAN * splits) * SPAN;
-    const int lo = min(k_in, slice * len), hi = min(k_in, lo + len);
-    // A warp past the last row still meets the block's barriers, with nothing to read.
-    const bool live = o < n_out;
-    const Fp8Experts::Row row[1] = {fp8.row(live ? o : 0)};
-    if (live) prefetch_row(fp8, row[0], lo, hi);
+    prefetch_rows(fp8, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in);
     pdl_wait();
-    for (int i0 = 0; i0 < rows; i0 += MOE_PAIRS) {
-        const int np = min(MOE_PAIRS, rows - i0);
-        float sums[1][MOE_PAIRS];
-        row_dots(fp8, row, live ? lo : hi, hi, np, [&](int q) { return x + (long long)(i0 + q) * k_in; }, sums);
-        float sum = 0.f;
-        if (splits == 1) {
-#pragma unroll
-            for (int q = 0; q < MOE_PAIRS; ++q)
-                if (q == lane) sum = sums[0][q];
-        } else {
-            if (lane == 0)
-#pragma unroll
-                for (int q = 0; q < MOE_PAIRS; ++q) partial[warp][q] = sums[0][q];
-            __syncthreads();
-            if (lane < np)
-                for (int s = 0; s < splits; ++s) sum += partial[warp - slice + s][lane];
-            __syncthreads();
-        }
-        if (live && slice == 0 && lane < np) {
-            float* out = y + (long long)(i0 + lane) * n_out + o;
-            *out = accumulate ? *out + sum : sum;
-        }
-    }
+    linear_rows(x, fp8, rows, k_in, n_out, accumulate, y);
 }
 
 // A dense FP8 linear's [rows, cols] values rounded to bf16, for cuBLAS at prefill sizes.
-// Grid-stride over pieces of 4 values (cols a multiple of 16).
+// Grid-stride over chunks of 16 values (cols a multiple of 16).
 extern "C" __global__ void dequant_fp8_bf16(const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows,
                                             int cols, bf16* out) {
     pdl_enter();
-    constexpr int PIECE = Fp8Experts::PIECE;
     const Fp8Experts fp8{{w, cols, scales}, block_rows, block_cols};
-    const long long pieces = (long long)rows * cols / PIECE;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pieces; i += (long long)gridDim.x * blockDim.x) {
-        const long long row = i * PIECE / cols;
-        const int d = (int)(i * PIECE % cols);
+    const long long chunks = (long long)rows * cols / Fp8Experts::CHUNK;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < chunks; i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i * Fp8Experts::CHUNK / cols;
+        const int d = (int)(i * Fp8Experts::CHUNK % cols);
         const Fp8Experts::Row handle = fp8.row(row);
-        float v[PIECE];
+        float v[Fp8Experts::CHUNK];
         fp8.expand(fp8.fetch(handle, d), v);
         const float s = fp8.scale(handle, d);
 #pragma unroll
-        for (int j = 0; j < PIECE; ++j) out[row * cols + d + j] = __float2bfloat16_rn(v[j] * s);
+        for (int j = 0; j < Fp8Experts::CHUNK; ++j) out[row * cols + d + j] = __float2bfloat16_rn(v[j] * s);
     }
 }
 

@@ -20,8 +20,8 @@ const MAX_LORA: usize = 512;
 const MAX_ROPE: usize = 64;
 const MAX_EXPERTS: usize = 1024;
 const MAX_GROUPS: usize = 64;
-/// INT4 weights a lane of kernels/latent.cu's INT4 expert kernels reads at once (Int4Experts::PIECE).
-const INT4_PIECE: usize = 8;
+/// INT4 weights a lane of kernels/latent.cu's INT4 expert kernels reads at once (Int4Experts::CHUNK).
+const INT4_CHUNK: usize = 16;
 
 impl CudaBackend {
     pub(super) fn launch_head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
@@ -190,8 +190,8 @@ impl CudaBackend {
                 }
             }
             Some((f, StoredFormat::Int4 { group, scale_dtype })) => {
-                if !group.is_power_of_two() || group % INT4_PIECE != 0 || [hidden, inner].iter().any(|d| d % group != 0) {
-                    self.gpu.record(|| format!("INT4 experts of hidden {hidden} and width {inner} in groups of {group}: the group must be a power of two of at least {INT4_PIECE}, and the widths whole groups"));
+                if !group.is_power_of_two() || group % INT4_CHUNK != 0 || [hidden, inner].iter().any(|d| d % group != 0) {
+                    self.gpu.record(|| format!("INT4 experts of hidden {hidden} and width {inner} in groups of {group}: the group must be a power of two of at least {INT4_CHUNK}, and the widths whole groups"));
                     return;
                 }
                 let rounding = Arg::I32(match scale_dtype {

@@ -1,9 +1,8 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
 //! their f32 scales on the GPU, a byte a weight where bf16 takes two. Three ways to multiply:
 //! - a decode step of up to `CUDA_CORE_ROWS` rows: kernels/latent.cu's `linear_fp8` (f32
-//!   activations on the CUDA cores, the CPU's weights to the bit), the faster at one row in
-//!   testdata/gpu/run-31 (437.8 tok/s on the DeepSeek-V3 shape, the tensor cores 399.7), when
-//!   a lane still read 16 consecutive weights; scripts/gpu/dsv3_ab.sh times its pieces;
+//!   activations on the CUDA cores, the CPU's weights to the bit), the faster at one row
+//!   (testdata/gpu/run-31: 437.8 tok/s on the DeepSeek-V3 shape, the tensor cores 399.7);
 //! - up to `KERNEL_ROWS` rows (from one row under `--enable-deterministic-inference`, so that a
 //!   row's bits do not depend on the row count), for blocks of whole 64-column steps:
 //!   kernels/gemv.cu's `gemv_fp8_g*` (the weights exact in tf32 on the tensor cores, x in one
@@ -22,16 +21,9 @@ use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
 /// Rows of x up to which `linear_fp8` takes a step outside deterministic mode, and its warps
-/// a block (kernels/latent.cu's LATENT_WARPS).
+/// a block times output rows a warp (kernels/latent.cu's LATENT_WARPS, LINEAR_ROWS_PER_WARP).
 const CUDA_CORE_ROWS: usize = 8;
-const LINEAR_WARPS_PER_BLOCK: usize = 8;
-/// Weights a lane of kernels/latent.cu's FP8 row kernels (and a thread of
-/// `dequant_fp8_bf16`) reads at once (Fp8Experts::PIECE); a warp's 32 pieces make a span of
-/// `linear_fp8`, the unit its K slices are cut in. The warps it aims to put on a weight's
-/// loads: enough to keep the copy bandwidth busy (an H100's 132 SMs, about 32 warps each).
-const FP8_PIECE: usize = 4;
-const LINEAR_SPAN: usize = 32 * FP8_PIECE;
-const LINEAR_WARPS: usize = 4096;
+const LINEAR_ROWS_PER_BLOCK: usize = 8;
 /// Rows of x up to which the FP8 kernels read the stored bytes (a concurrency-32 decode step):
 /// blocks of up to two groups of 8 rows, each block reading the weights again (from L2).
 const KERNEL_ROWS: usize = 32;
@@ -60,14 +52,6 @@ pub fn fp8_slices(k_in: usize) -> usize {
 /// Whether the FP8 kernels take a weight of `cols` columns in blocks of `[_, bc]`.
 pub fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
     bc % STEP_COLS == 0 && cols % bc == 0
-}
-
-/// Warps of `linear_fp8` that share an output row, each over one slice of K: the fewest (1,
-/// 2, 4 or 8) that put `LINEAR_WARPS` warps on the weight, short of slices under two spans.
-/// It depends on the weight's shape alone, so a row's bits do not depend on the row count.
-pub fn linear_splits(n_out: usize, k_in: usize) -> usize {
-    let spans = k_in.div_ceil(LINEAR_SPAN);
-    [1, 2, 4, 8].into_iter().find(|&s| n_out * s >= LINEAR_WARPS || s * 4 > spans).unwrap_or(8)
 }
 
 /// Threads of an FP8 block: a warp a slice, up to `WARPS`.
@@ -132,7 +116,6 @@ impl CudaBackend {
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
         if n <= KERNEL_ROWS && (!mma || (n <= CUDA_CORE_ROWS && !self.matmuls.deterministic())) {
-            let splits = linear_splits(n_out, k_in);
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),
                 w_ptr,
@@ -142,12 +125,10 @@ impl CudaBackend {
                 Arg::I32(n as i32),
                 Arg::I32(k_in as i32),
                 Arg::I32(n_out as i32),
-                Arg::I32(splits as i32),
                 Arg::I32(accumulate as i32),
                 Arg::Ptr(out.buf.ptr()),
             ];
-            let grid = n_out.div_ceil(LINEAR_WARPS_PER_BLOCK / splits) as u32;
-            return self.kernel("linear_fp8", (grid, 1), (LINEAR_WARPS_PER_BLOCK * 32) as u32, 0, &mut args, None);
+            return self.kernel("linear_fp8", (n_out.div_ceil(LINEAR_ROWS_PER_BLOCK) as u32, 1), 256, 0, &mut args, None);
         }
         if n <= KERNEL_ROWS {
             let slices = fp8_slices(k_in);
@@ -176,7 +157,7 @@ impl CudaBackend {
             return self.gpu.record(|| "stored matmul: no dequantization scratch (the weight was not loaded by keep_stored)".into());
         };
         let mut args = [w_ptr, scales, br, bc, Arg::I32(n_out as i32), Arg::I32(k_in as i32), Arg::Ptr(values)];
-        self.kernel("dequant_fp8_bf16", stride_grid(n_out * k_in / FP8_PIECE), 256, 0, &mut args, None);
+        self.kernel("dequant_fp8_bf16", stride_grid(n_out * k_in / 16), 256, 0, &mut args, None);
         let seg = Segment { w: values, bias: None, out: out.buf.ptr(), n_out, accumulate };
         let Some(eager) = self.matmul_gate("stored_matmul", n, &[x.buf.ptr(), values, seg.out]) else { return };
         let input = Input { x: x.buf.ptr(), rows: n, k_in, k_full: k_in };
@@ -209,17 +190,5 @@ mod tests {
         assert_eq!(fp8_shared_bytes(MAX_SLICES, FP8_ENTRIES.len()), 32 * 1024);
         assert_eq!((fp8_block_threads(1), fp8_block_threads(4), fp8_block_threads(16)), (32, 128, 256));
         assert!(fp8_kernel_takes(128, 7168) && !fp8_kernel_takes(16, 512) && !fp8_kernel_takes(128, 192));
-    }
-
-    /// The DeepSeek-V3 family's dense FP8 linears on the CUDA cores: the wide ones a warp a
-    /// row, the narrow ones (shared experts, q_a, kv_a's latent and rope rows) over up to 8
-    /// warps a row, never more slices than a short K has room for.
-    #[test]
-    fn linear_splits_put_enough_warps_on_narrow_weights() {
-        let cases = [((7168, 16384), 1), ((16384, 1536), 1), ((2048, 7168), 2), ((1536, 7168), 4), ((512, 7168), 8), ((64, 7168), 8)];
-        for ((n_out, k_in), splits) in cases {
-            assert_eq!(linear_splits(n_out, k_in), splits, "[{n_out}, {k_in}]");
-        }
-        assert_eq!((linear_splits(64, 512), linear_splits(64, 1024), linear_splits(8, 128)), (2, 4, 1));
     }
 }
