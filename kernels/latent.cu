@@ -15,9 +15,8 @@
 // (token, expert) pairs an expert block accumulates at once; output rows a warp takes.
 #define MOE_PAIRS 8
 #define MOE_ROWS_PER_WARP 4
-// Output rows a warp of a stored dense linear takes, and the chunks of a weight row a lane
-// has in flight at once (a step's linears are bound by how many bytes are on the way).
-#define LINEAR_ROWS_PER_WARP 1
+// The chunks of a weight row a lane has in flight at once (a step's linears are bound by how
+// many bytes are on the way).
 #define ROW_LOADS 4
 
 // out[r, h*b + j] = x[r, h*a ..][..a] · w[h*b + j] for r < n. Grid: (heads, ceil(b /
@@ -353,11 +352,12 @@ __device__ __forceinline__ float dot_chunk(const float (&w)[CHUNK], const float*
     return s;
 }
 
-// R weight rows (`width` values each) against np <= MOE_PAIRS activation rows, x_of(q) the
-// start of row q: sums[r][q] = w_rows[r] · x_q over the whole warp. A lane visits its chunks
-// in the same order whatever R, so each sum is the same bits alone or beside another row.
+// R weight rows against np <= MOE_PAIRS activation rows over columns [lo, hi) (lo a multiple
+// of 32 * CHUNK), x_of(q) the start of row q: sums[r][q] = w_rows[r][lo..hi] · x_q[lo..hi]
+// over the whole warp. A lane visits its chunks in the same order whatever R, so each sum is
+// the same bits alone or beside another row.
 template <int R, class W, class X>
-__device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&rows)[R], int width, int np, X x_of,
+__device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&rows)[R], int lo, int hi, int np, X x_of,
                                          float (&sums)[R][MOE_PAIRS]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -369,13 +369,13 @@ __device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&row
 #pragma unroll
     for (int q = 0; q < MOE_PAIRS; ++q) xs[q] = q < np ? x_of(q) : nullptr;
     constexpr int STEP = 32 * W::CHUNK;
-    for (int d0 = W::CHUNK * lane; d0 < width; d0 += ROW_LOADS * STEP) {
+    for (int d0 = lo + W::CHUNK * lane; d0 < hi; d0 += ROW_LOADS * STEP) {
         // Every load of the round first, then the arithmetic.
         typename W::Raw raw[R][ROW_LOADS];
         float sc[R][ROW_LOADS];
 #pragma unroll
         for (int u = 0; u < ROW_LOADS; ++u) {
-            if (d0 + u * STEP < width) {
+            if (d0 + u * STEP < hi) {
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     raw[r][u] = w.fetch(rows[r], d0 + u * STEP);
@@ -385,7 +385,7 @@ __device__ __forceinline__ void row_dots(const W& w, const typename W::Row (&row
         }
 #pragma unroll
         for (int u = 0; u < ROW_LOADS; ++u) {
-            if (d0 + u * STEP >= width) break;
+            if (d0 + u * STEP >= hi) break;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float wv[W::CHUNK];
@@ -428,7 +428,7 @@ __device__ __forceinline__ void gate_up_rows(const float* x, W w, const int* pla
             // load of the pair and a division stood between it and its loads of x.
             const int pair = pairs[p0 + min(lane, np - 1)], token = pair / per_token;
             float sums[2][MOE_PAIRS];
-            row_dots(w, rows, hidden, np, [&](int q) { return x + (long long)__shfl_sync(FULL_WARP, token, q) * hidden; }, sums);
+            row_dots(w, rows, 0, hidden, np, [&](int q) { return x + (long long)__shfl_sync(FULL_WARP, token, q) * hidden; }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
@@ -457,7 +457,7 @@ __device__ __forceinline__ void warp_rows(const W& w, int per_warp, int block, i
             const int held = key_of(i0 + min(lane, np - 1));
             const typename W::Row rows[1] = {w.row(row_of(o))};
             float sums[1][MOE_PAIRS];
-            row_dots(w, rows, width, np, [&](int q) { return x_of(__shfl_sync(FULL_WARP, held, q)); }, sums);
+            row_dots(w, rows, 0, width, np, [&](int q) { return x_of(__shfl_sync(FULL_WARP, held, q)); }, sums);
 #pragma unroll
             for (int q = 0; q < MOE_PAIRS; ++q) {
                 if (q >= np) break;
@@ -481,34 +481,13 @@ __device__ __forceinline__ void down_rows(const float* act, W w, const int* plan
         [&](int pair, int o, float sum) { y[(long long)pair * hidden + o] = sum; });
 }
 
-// Before a kernel waits on the one that writes its x: the output rows its warp will take,
-// asked of L2, so the weight stream starts while the previous kernel drains (the loads that
-// use them come after the wait and find them there).
-template <class W, class Row>
-__device__ __forceinline__ void prefetch_rows(const W& w, int per_warp, int block, int n_out, Row row_of, int width) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int k = 0; k < per_warp; ++k) {
-        const int o = (block * LATENT_WARPS + warp) * per_warp + k;
-        if (o >= n_out) return;
-        const typename W::Row row = w.row(row_of(o));
-        for (int d = W::CHUNK * lane; d < width; d += 32 * W::CHUNK) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row, d)));
-    }
-}
-
-// A dense linear kept as the checkpoint stores it, over the first `rows` rows of x ([.., k_in]):
-// y[m, o] = w_o · x[m], or y[m, o] += it with `accumulate` (the residual add). Activations and
-// sums in f32 and the weights the CPU's to the bit, so a decode, verify or short prefill
-// computes what the host reference does (src/backend/cuda/stored.rs).
-// Grid: ceil(n_out / (LATENT_WARPS * LINEAR_ROWS_PER_WARP)).
+// Before a kernel waits on the one that writes its x: the columns [lo, hi) of the weight row
+// its warp will take, asked of L2, so the weight stream starts while the previous kernel
+// drains (the loads that use them come after the wait and find them there).
 template <class W>
-__device__ __forceinline__ void linear_rows(const float* x, W w, int rows, int k_in, int n_out, int accumulate, float* y) {
-    warp_rows(
-        w, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in, rows, [](int i) { return i; },
-        [&](int i) { return x + (long long)i * k_in; },
-        [&](int i, int o, float sum) {
-            float* out = y + (long long)i * n_out + o;
-            *out = accumulate ? *out + sum : sum;
-        });
+__device__ __forceinline__ void prefetch_row(const W& w, const typename W::Row& row, int lo, int hi) {
+    const int lane = threadIdx.x & 31;
+    for (int d = lo + W::CHUNK * lane; d < hi; d += 32 * W::CHUNK) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.at(row, d)));
 }
 
 // bf16 experts (hidden and inner multiples of 8).
@@ -554,22 +533,61 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int h = blockIdx.x, heads = gridDim.x;
     const Fp8Experts fp8{{w, a, scales}, block_rows, block_cols};
     const auto row_of = [&](int j) { return (long long)h * b + j; };
-    prefetch_rows(fp8, 1, blockIdx.y, b, row_of, a);
+    const int col = blockIdx.y * LATENT_WARPS + (threadIdx.x >> 5);
+    if (col < b) prefetch_row(fp8, fp8.row(row_of(col)), 0, a);
     pdl_wait();
     warp_rows(
         fp8, 1, blockIdx.y, b, row_of, a, n, [](int r) { return r; }, [&](int r) { return x + ((long long)r * heads + h) * a; },
         [&](int r, int j, float sum) { out[((long long)r * heads + h) * b + j] = sum; });
 }
 
-// A dense FP8 linear (k_in a multiple of block_cols, block_cols of 16).
+// A dense FP8 linear kept as the checkpoint stores it, over the first `rows` rows of x
+// ([.., k_in], k_in a multiple of block_cols, block_cols of 16): y[m, o] = w_o · x[m], or
+// y[m, o] += it with `accumulate` (the residual add). Activations and sums in f32 and the
+// weights the CPU's to the bit, so a decode, verify or short prefill computes what the host
+// reference does (src/backend/cuda/stored.rs). `splits` warps (1, 2, 4 or 8) share a row,
+// each over one slice of K in whole spans of a warp's chunks, and their sums are added in
+// slice order: a weight of few rows (kv_a_proj's 64 rope rows) still puts enough warps on
+// its loads, and the cut depends on the weight alone, so a row is the same bits at any row
+// count. Grid: ceil(n_out / (LATENT_WARPS / splits)).
 extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
     linear_fp8(const float* x, const unsigned char* w, const float* scales, int block_rows, int block_cols, int rows, int k_in,
-               int n_out, int accumulate, float* y) {
+               int n_out, int splits, int accumulate, float* y) {
     pdl_launch_dependents();
+    __shared__ float partial[LATENT_WARPS][MOE_PAIRS];
     const Fp8Experts fp8{{w, k_in, scales}, block_rows, block_cols};
-    prefetch_rows(fp8, LINEAR_ROWS_PER_WARP, blockIdx.x, n_out, [](int o) { return (long long)o; }, k_in);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int o = blockIdx.x * (LATENT_WARPS / splits) + warp / splits, slice = warp % splits;
+    constexpr int SPAN = 32 * Fp8Experts::CHUNK;
+    const int len = (k_in + SPAN * splits - 1) / (SPAN * splits) * SPAN;
+    const int lo = min(k_in, slice * len), hi = min(k_in, lo + len);
+    // A warp past the last row still meets the block's barriers, with nothing to read.
+    const bool live = o < n_out;
+    const Fp8Experts::Row row[1] = {fp8.row(live ? o : 0)};
+    if (live) prefetch_row(fp8, row[0], lo, hi);
     pdl_wait();
-    linear_rows(x, fp8, rows, k_in, n_out, accumulate, y);
+    for (int i0 = 0; i0 < rows; i0 += MOE_PAIRS) {
+        const int np = min(MOE_PAIRS, rows - i0);
+        float sums[1][MOE_PAIRS];
+        row_dots(fp8, row, live ? lo : hi, hi, np, [&](int q) { return x + (long long)(i0 + q) * k_in; }, sums);
+        // Lane q takes input q's sum (every lane holds all of them after the warp sum).
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < MOE_PAIRS; ++q)
+            if (q == lane) sum = sums[0][q];
+        if (splits > 1) {
+            if (lane < MOE_PAIRS) partial[warp][lane] = sum;
+            __syncthreads();
+            sum = 0.f;
+            if (lane < np)
+                for (int s = 0; s < splits; ++s) sum += partial[warp - slice + s][lane];
+            __syncthreads();
+        }
+        if (live && slice == 0 && lane < np) {
+            float* out = y + (long long)(i0 + lane) * n_out + o;
+            *out = accumulate ? *out + sum : sum;
+        }
+    }
 }
 
 // A dense FP8 linear's [rows, cols] values rounded to bf16, for cuBLAS at prefill sizes.

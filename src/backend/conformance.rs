@@ -252,9 +252,11 @@ fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Bac
 /// the row counts of a decode step, one and two groups of a verify, two blocks of groups (a
 /// concurrency-32 step) and a prefill chunk: a product, and one added into the residual, with
 /// x read in one part, then precisely (`set_precise_inputs`). The widths leave part of a
-/// 32-row block and cut K into slices of several steps.
+/// 32-row block and cut K into slices of several steps; on the CUDA cores the first two
+/// share each row among 2 and 4 warps, and the third, as wide as an attention output, gives
+/// a row to one warp and leaves idle warps in its last block (stored::linear_splits).
 fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
-    for [n_out, k_in] in [[200usize, 1024usize], [96, 2304]] {
+    for [n_out, k_in] in [[200usize, 1024usize], [96, 2304], [4100, 256]] {
         // Every e4m3 byte but the two NaNs, with scales that keep the sums near 1.
         let bytes: Vec<u8> = (0..n_out * k_in).map(|_| p.rng.random_range(0u8..=0xfe)).map(|b| if b == 0x7f { 0 } else { b }).collect();
         let scales: Vec<f32> = (0..n_out * k_in / 128).map(|_| p.rng.random_range(1e-3f32..4e-3)).collect();
@@ -833,10 +835,11 @@ mod tests {
             "stored fp8 [96, 2304] + residual 13 rows, x precise",
             "stored fp8 [200, 1024] 40 rows, x precise",
             "stored fp8 [96, 2304] 29 rows",
+            "stored fp8 [4100, 256] + residual 5 rows",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 182);
+        assert_eq!(checks.len(), 202);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

@@ -21,9 +21,14 @@ use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
 /// Rows of x up to which `linear_fp8` takes a step outside deterministic mode, and its warps
-/// a block times output rows a warp (kernels/latent.cu's LATENT_WARPS, LINEAR_ROWS_PER_WARP).
+/// a block (kernels/latent.cu's LATENT_WARPS).
 const CUDA_CORE_ROWS: usize = 8;
-const LINEAR_ROWS_PER_BLOCK: usize = 8;
+const LINEAR_WARPS_PER_BLOCK: usize = 8;
+/// Columns of a warp's round of `linear_fp8` (32 lanes of Fp8Experts::CHUNK weights), the
+/// unit its K slices are cut in; the warps it aims to put on a weight's loads, enough to keep
+/// the copy bandwidth busy (an H100's 132 SMs hold 24 of its warps each).
+const LINEAR_SPAN: usize = 32 * 16;
+const LINEAR_WARPS: usize = 4096;
 /// Rows of x up to which the FP8 kernels read the stored bytes (a concurrency-32 decode step):
 /// blocks of up to two groups of 8 rows, each block reading the weights again (from L2).
 const KERNEL_ROWS: usize = 32;
@@ -52,6 +57,14 @@ pub fn fp8_slices(k_in: usize) -> usize {
 /// Whether the FP8 kernels take a weight of `cols` columns in blocks of `[_, bc]`.
 pub fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
     bc % STEP_COLS == 0 && cols % bc == 0
+}
+
+/// Warps of `linear_fp8` that share an output row, each over one slice of K: the fewest (1,
+/// 2, 4 or 8) that put `LINEAR_WARPS` warps on the weight, short of slices under two spans.
+/// It depends on the weight's shape alone, so a row's bits do not depend on the row count.
+pub fn linear_splits(n_out: usize, k_in: usize) -> usize {
+    let spans = k_in.div_ceil(LINEAR_SPAN);
+    [1, 2, 4, 8].into_iter().find(|&s| n_out * s >= LINEAR_WARPS || s * 2 > spans).unwrap_or(8)
 }
 
 /// Threads of an FP8 block: a warp a slice, up to `WARPS`.
@@ -116,6 +129,7 @@ impl CudaBackend {
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
         if n <= KERNEL_ROWS && (!mma || (n <= CUDA_CORE_ROWS && !self.matmuls.deterministic())) {
+            let splits = linear_splits(n_out, k_in);
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),
                 w_ptr,
@@ -125,10 +139,12 @@ impl CudaBackend {
                 Arg::I32(n as i32),
                 Arg::I32(k_in as i32),
                 Arg::I32(n_out as i32),
+                Arg::I32(splits as i32),
                 Arg::I32(accumulate as i32),
                 Arg::Ptr(out.buf.ptr()),
             ];
-            return self.kernel("linear_fp8", (n_out.div_ceil(LINEAR_ROWS_PER_BLOCK) as u32, 1), 256, 0, &mut args, None);
+            let grid = n_out.div_ceil(LINEAR_WARPS_PER_BLOCK / splits) as u32;
+            return self.kernel("linear_fp8", (grid, 1), (LINEAR_WARPS_PER_BLOCK * 32) as u32, 0, &mut args, None);
         }
         if n <= KERNEL_ROWS {
             let slices = fp8_slices(k_in);
@@ -171,6 +187,18 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// DeepSeek-V3's dense FP8 shapes: the wide ones a warp a row, kv_a_proj's 512 latent and
+    /// 64 rope rows 8 warps a row, q_a_proj 4, a shared expert's gate or up 2; no slice under
+    /// two spans of 512 columns.
+    #[test]
+    fn linear_splits_put_enough_warps_on_narrow_weights() {
+        let cases = [((7168, 16384), 1), ((16384, 512), 1), ((2048, 7168), 2), ((1536, 7168), 4), ((512, 7168), 8), ((64, 7168), 8)];
+        for ((n_out, k_in), splits) in cases {
+            assert_eq!(linear_splits(n_out, k_in), splits, "[{n_out}, {k_in}]");
+        }
+        assert_eq!((linear_splits(64, 512), linear_splits(64, 1024), linear_splits(64, 2048)), (1, 2, 2));
+    }
 
     /// The K cut of the DeepSeek-V3 family's widths: whole 64-column steps, at least two a
     /// slice where K has four, and the same cut whatever the row count (it takes K alone).
