@@ -69,8 +69,12 @@ def last(p):
 r = sys.argv[1]
 for a, b in [("b1-fp8-new", "b1-fp8-base"), ("b1-fp8-new", "b1-fp8-new-cc"), ("b1-fp8-new", "b1-fp8-new-det"), ("b1-int4-new", "b1-int4-base")]:
     x, y = last(f"{r}/{a}.json"), last(f"{r}/{b}.json")
-    if x and y:
-        print(a, "tokens ==", b, ":", x.get("outputs") == y.get("outputs"))
+    if not (x and y):
+        print(a, "or", b, ": no result")
+    elif "token_ids" not in x or "token_ids" not in y:
+        print(a, "or", b, ": no token_ids in the bench JSON")
+    else:
+        print(a, "tokens ==", b, ":", x["token_ids"] == y["token_ids"])
 PY
 for f in "$R"/b1-*.json "$R"/c32-*.json; do
     echo "$f: $(head -c 4000 "$f" | tr -d '\n' | grep -o '"decode_tokens_per_s":[0-9.]*\|"output_tokens_per_s":[0-9.]*\|"ttft_ms_p50":[0-9.]*\|"itl_ms_p50":[0-9.]*' | paste -sd' ')"

@@ -60,7 +60,8 @@ pub fn fp8_kernel_takes(bc: usize, cols: usize) -> bool {
 }
 
 /// Warps of `linear_fp8` that share an output row, each over one slice of K: the fewest (1,
-/// 2, 4 or 8) that put `LINEAR_WARPS` warps on the weight, short of slices under two spans.
+/// 2, 4 or 8) that put `LINEAR_WARPS` warps on the weight, or the first that cuts K into
+/// slices of under two spans (more warps would find too little to read).
 /// It depends on the weight's shape alone, so a row's bits do not depend on the row count.
 pub fn linear_splits(n_out: usize, k_in: usize) -> usize {
     let spans = k_in.div_ceil(LINEAR_SPAN);
@@ -189,15 +190,15 @@ mod tests {
     use super::*;
 
     /// DeepSeek-V3's dense FP8 shapes: the wide ones a warp a row, kv_a_proj's 512 latent and
-    /// 64 rope rows 8 warps a row, q_a_proj 4, a shared expert's gate or up 2; no slice under
-    /// two spans of 512 columns.
+    /// 64 rope rows 8 warps a row, q_a_proj 4, a shared expert's gate or up 2; a short K stops
+    /// at the first cut into slices of under two 512-column spans.
     #[test]
     fn linear_splits_put_enough_warps_on_narrow_weights() {
         let cases = [((7168, 16384), 1), ((16384, 512), 1), ((2048, 7168), 2), ((1536, 7168), 4), ((512, 7168), 8), ((64, 7168), 8)];
         for ((n_out, k_in), splits) in cases {
             assert_eq!(linear_splits(n_out, k_in), splits, "[{n_out}, {k_in}]");
         }
-        assert_eq!((linear_splits(64, 512), linear_splits(64, 1024), linear_splits(64, 2048)), (1, 2, 2));
+        assert_eq!((linear_splits(64, 512), linear_splits(64, 1024), linear_splits(64, 2048)), (1, 2, 4));
     }
 
     /// The K cut of the DeepSeek-V3 family's widths: whole 64-column steps, at least two a
