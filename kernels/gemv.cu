@@ -387,29 +387,81 @@ GEMV_ENTRY(1, 3)
 GEMV_ENTRY(1, 4)
 GEMV_ENTRY(2, 2)
 
+#include <cuda_fp16.h>
+
 // FP8 weights as the checkpoint stores them (DeepSeek-V3's and Kimi-K2's dense linears,
 // src/backend/cuda/stored.rs, and their routed experts, src/backend/cuda/latent_ops.rs):
 // e4m3 bytes, one f32 scale per block of `block_rows` rows and `block_cols` columns (the
 // device forward spreads a dense grid to one row a weight row, src/engine/deepseek/rows.rs),
-// block_cols a multiple of 64. The same scheme as above, with weight rows in pairs of 16-row
-// tiles (FP8_TILES) and 64-column steps: lane (g, t) loads 16 bytes, columns c + 16t ..
-// c + 16t + 15, of rows g and g + 8 of each tile, and mma step j takes columns c + 16t + 2j
-// (k-slot t) and c + 16t + 2j + 1 (k-slot t + 4). A step's products are summed unscaled, then
-// added into the row's sum times the row's scale for those columns. K is cut into `slices`
-// runs of whole steps added in the pairwise tree, so an output is the same bits whatever the
-// row count. Up to G groups of 8 x rows share a block's weight loads and conversions.
+// block_cols a multiple of 64. The same scheme as above, on f16 mmas (m16n8k16): e4m3 widens
+// to f16 exactly, a pair a conversion, where the CUDA-core kernel of kernels/latent.cu reads
+// each x value once per weight row (testdata/gpu/run-34: its x loads held the L1 at 95 %).
+// Weight rows in pairs of 16-row tiles (FP8_TILES) and 64-column steps: lane (g, t) loads 16
+// bytes, columns c + 16t .. c + 16t + 15, of rows g and g + 8 of each tile, and mma step j
+// takes columns c + 16t + 4j, +1 (k-slots 2t, 2t + 1) and c + 16t + 4j + 2, +3 (k-slots
+// 2t + 8, 2t + 9). x takes split_x's f16 parts, scaled by a power of two per row and step.
+// A step's products are summed unscaled, then added into the row's sum times the row's scale
+// for those columns and the step's 2^-s. K is cut into `slices` runs of whole steps added in
+// the pairwise tree, so an output is the same bits whatever the row count. Up to G groups of
+// 8 x rows share a block's weight loads and conversions.
 #define FP8_TILES 2
 #define FP8_STEP_COLS 64
 // Outputs of one group and slice: FP8_TILES tiles of 16 weight rows by 8 x rows.
 #define FP8_OUTS (FP8_TILES * 16 * 8)
 
-// Byte `b` of `word` (an e4m3 weight) as tf32, exactly and without the conversion unit: its
-// sign to bit 31 and its other seven bits to bits 20..26 make the f32 2^-120 times the
-// value (a subnormal f32 for a subnormal e4m3), which one multiply by 2^120 puts right.
-__device__ __forceinline__ unsigned tf32_of_e4m3(unsigned word, int b) {
-    const unsigned top = word << (24 - 8 * b);
-    const unsigned bits = (top & 0x80000000u) | ((top >> 4) & 0x07f00000u);
-    return __float_as_uint(__uint_as_float(bits) * 0x1p120f);
+// Two e4m3 weights (the low byte in the low half) as an f16 pair, exactly: f16 holds every
+// e4m3 value, subnormals included.
+__device__ __forceinline__ unsigned f16x2_of_e4m3x2(unsigned pair) {
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)pair));
+    return h;
+}
+
+// acc (16 x 8) += A (16 x 16: rows g, g + 8; k-slots 2t, 2t + 1, 2t + 8, 2t + 9) . B (16 x 8:
+// those k-slots; column g) in f16 with f32 sums; acc as mma_tf32 holds it.
+__device__ __forceinline__ void mma_f16(float (&acc)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// A step's 16 x values of this lane (row g of the group from `x`, NULL past the end; columns
+// col .. col + 15) as f16 pairs in one or two parts (hi, and lo = the rest), scaled by the
+// power of two 2^s that puts the largest of the row's 64 step values (its four lanes') in
+// [2^14, 2^15): f16's 11 bits a part, without its narrow range losing large or small rows.
+// down[0] and down[1]: 2^-s of x rows 2t and 2t + 1, the columns of this lane's sums.
+__device__ __forceinline__ void split_x(const float* x, int col, int parts, unsigned (&hi)[8], unsigned (&lo)[8],
+                                        float (&down)[2]) {
+    const int t = threadIdx.x & 3;
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; i += 4) {
+        const float4 f = x ? *reinterpret_cast<const float4*>(x + col + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+    }
+    float m = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(v[i]));
+    m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, 2));
+    // m's biased exponent e: m * 2^(141 - e) is in [2^14, 2^15); a zero, subnormal or tiny m
+    // takes 2^126, which leaves its row far below f16's largest.
+    const int s = min(141 - ((__float_as_int(m) >> 23) & 0xff), 126);
+    const float up = __int_as_float((s + 127) << 23), dn = __int_as_float((127 - s) << 23);
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+        const float a = v[2 * p] * up, b = v[2 * p + 1] * up;
+        const __half2 h = __floats2half2_rn(a, b);
+        hi[p] = *reinterpret_cast<const unsigned*>(&h);
+        if (parts > 1) {
+            const float2 back = __half22float2(h);
+            const __half2 l = __floats2half2_rn(a - back.x, b - back.y);
+            lo[p] = *reinterpret_cast<const unsigned*>(&l);
+        }
+    }
+    down[0] = __shfl_sync(FULL_WARP, dn, 8 * t);
+    down[1] = __shfl_sync(FULL_WARP, dn, 8 * t + 4);
 }
 
 // What a launch multiplies, as one lane sees it: the weights and their scales, the lane's
@@ -483,41 +535,38 @@ __device__ void fp8_partial_sums(const Fp8Lane<G>& a, bool waited, float* part) 
             for (int q = 0; q < G; ++q)
 #pragma unroll
                 for (int i = 0; i < FP8_TILES; ++i) step[q][i][0] = step[q][i][1] = step[q][i][2] = step[q][i][3] = 0.f;
+            unsigned x_hi[G][8], x_lo[G][8];
+            float down[G][2];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                unsigned w_tf32[FP8_TILES][4];
+            for (int q = 0; q < G; ++q) split_x(a.x_rows[q], col, a.x_parts, x_hi[q], x_lo[q], down[q]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                unsigned w_f16[FP8_TILES][4];
 #pragma unroll
                 for (int i = 0; i < FP8_TILES; ++i) {
-                    const unsigned r0 = word(raw[i][0], j / 2), r8 = word(raw[i][1], j / 2);
-                    const int b = 2 * (j % 2);
-                    w_tf32[i][0] = tf32_of_e4m3(r0, b);
-                    w_tf32[i][1] = tf32_of_e4m3(r8, b);
-                    w_tf32[i][2] = tf32_of_e4m3(r0, b + 1);
-                    w_tf32[i][3] = tf32_of_e4m3(r8, b + 1);
+                    const unsigned r0 = word(raw[i][0], j), r8 = word(raw[i][1], j);
+                    w_f16[i][0] = f16x2_of_e4m3x2(r0 & 0xffffu);
+                    w_f16[i][1] = f16x2_of_e4m3x2(r8 & 0xffffu);
+                    w_f16[i][2] = f16x2_of_e4m3x2(r0 >> 16);
+                    w_f16[i][3] = f16x2_of_e4m3x2(r8 >> 16);
                 }
 #pragma unroll
-                for (int q = 0; q < G; ++q) {
-                    const float2 xv = a.x_rows[q] ? *reinterpret_cast<const float2*>(a.x_rows[q] + col + 2 * j) : make_float2(0.f, 0.f);
-                    const unsigned h0 = tf32_of(xv.x), h1 = tf32_of(xv.y);
+                for (int q = 0; q < G; ++q)
 #pragma unroll
                     for (int i = 0; i < FP8_TILES; ++i) {
-                        const unsigned(&wi)[4] = w_tf32[i];
-                        if (a.x_parts > 1) {
-                            const unsigned l0 = tf32_of(xv.x - __uint_as_float(h0)), l1 = tf32_of(xv.y - __uint_as_float(h1));
-                            mma_tf32(step[q][i], wi[0], wi[1], wi[2], wi[3], l0, l1);
-                        }
-                        mma_tf32(step[q][i], wi[0], wi[1], wi[2], wi[3], h0, h1);
+                        const unsigned(&wi)[4] = w_f16[i];
+                        if (a.x_parts > 1) mma_f16(step[q][i], wi[0], wi[1], wi[2], wi[3], x_lo[q][2 * j], x_lo[q][2 * j + 1]);
+                        mma_f16(step[q][i], wi[0], wi[1], wi[2], wi[3], x_hi[q][2 * j], x_hi[q][2 * j + 1]);
                     }
-                }
             }
 #pragma unroll
             for (int q = 0; q < G; ++q)
 #pragma unroll
                 for (int i = 0; i < FP8_TILES; ++i) {
-                    acc[q][i][0] += scale[i][0] * step[q][i][0];
-                    acc[q][i][1] += scale[i][0] * step[q][i][1];
-                    acc[q][i][2] += scale[i][1] * step[q][i][2];
-                    acc[q][i][3] += scale[i][1] * step[q][i][3];
+                    acc[q][i][0] += scale[i][0] * down[q][0] * step[q][i][0];
+                    acc[q][i][1] += scale[i][0] * down[q][1] * step[q][i][1];
+                    acc[q][i][2] += scale[i][1] * down[q][0] * step[q][i][2];
+                    acc[q][i][3] += scale[i][1] * down[q][1] * step[q][i][3];
                 }
         }
 #pragma unroll

@@ -16,6 +16,10 @@ pub struct Knobs {
     /// `SPECDECK_PTX_CACHE`: the folder of the compiled-PTX cache, instead of
     /// `$XDG_CACHE_HOME/specdeck/ptx` or `~/.cache/specdeck/ptx`.
     pub ptx_cache: Option<PathBuf>,
+    /// `SPECDECK_KERNEL_DIR`: a folder whose `common.cuh` and `*.cu` files replace the
+    /// embedded ones of the same name, so a kernel variant is timed on the GPU machine
+    /// without a rebuild (its entry points and arguments must be the embedded file's).
+    pub kernel_dir: Option<PathBuf>,
     /// `SPECDECK_PDL=0` turns this off: kernels launch with programmatic dependent launch
     /// allowed (on Hopper and later).
     pub pdl: bool,
@@ -62,6 +66,7 @@ impl Knobs {
         let mut env = Reader { lookup, set: Vec::new() };
         let cuda_include = env.text("SPECDECK_CUDA_INCLUDE").map_or(Vec::new(), |list| std::env::split_paths(&list).collect());
         let ptx_cache = env.os("SPECDECK_PTX_CACHE").map(PathBuf::from);
+        let kernel_dir = env.os("SPECDECK_KERNEL_DIR").map(PathBuf::from);
         let pdl = env.text("SPECDECK_PDL").is_none_or(|v| v != "0");
         let skip_kernels =
             env.text("SPECDECK_SKIP_KERNELS").map_or(Vec::new(), |v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect());
@@ -76,6 +81,7 @@ impl Knobs {
         Knobs {
             cuda_include,
             ptx_cache,
+            kernel_dir,
             pdl,
             skip_kernels,
             gemv,
@@ -130,6 +136,7 @@ mod tests {
         assert!(k.pdl && k.peer_allreduce && k.fused_residual && k.grouped_attention && k.stored_experts && k.expert_mma && k.nvml);
         assert_eq!(k.step_mma, None);
         assert_eq!((k.cuda_include.len(), k.skip_kernels.len(), k.ptx_cache.clone(), k.gemv.clone()), (0, 0, None, None));
+        assert_eq!(k.kernel_dir, None);
         assert_eq!(k.describe_set(), None);
     }
 
@@ -140,6 +147,7 @@ mod tests {
             ("SPECDECK_PDL", "0"),
             ("SPECDECK_NVML", "OFF"),
             ("SPECDECK_CUDA_INCLUDE", "/a:/b"),
+            ("SPECDECK_KERNEL_DIR", "/k"),
             ("SPECDECK_FUSED_RESIDUAL", "1"),
             ("SPECDECK_GROUPED_ATTENTION", "0"),
             ("SPECDECK_STEP_MMA", "1"),
@@ -148,11 +156,12 @@ mod tests {
         ]);
         assert_eq!(k.skip_kernels, ["rmsnorm", "attention"]);
         assert_eq!(k.cuda_include, [PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(k.kernel_dir, Some(PathBuf::from("/k")));
         assert!(!k.pdl && !k.nvml && k.fused_residual && k.peer_allreduce && !k.grouped_attention && !k.stored_experts && !k.expert_mma);
         assert_eq!(k.step_mma, Some(true));
         assert_eq!(
             k.describe_set().as_deref(),
-            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_STEP_MMA=1 SPECDECK_STORED_EXPERTS=0 SPECDECK_EXPERT_MMA=0 SPECDECK_NVML=OFF")
+            Some("SPECDECK_CUDA_INCLUDE=/a:/b SPECDECK_KERNEL_DIR=/k SPECDECK_PDL=0 SPECDECK_SKIP_KERNELS=rmsnorm,,attention SPECDECK_FUSED_RESIDUAL=1 SPECDECK_GROUPED_ATTENTION=0 SPECDECK_STEP_MMA=1 SPECDECK_STORED_EXPERTS=0 SPECDECK_EXPERT_MMA=0 SPECDECK_NVML=OFF")
         );
     }
 }

@@ -61,11 +61,8 @@ cat "$R/calls.log"; grep -h "FAIL\|dsv3-fp8\|kimi-int4" "$R/checks.out" | head -
 [ -f "$R/ncu-new-summary.txt" ] && head -24 "$R/ncu-new-summary.txt"
 python3 - "$R" <<'PY'
 import json, sys
-def last(p):
-    try:
-        return json.loads([l for l in open(p) if l.startswith("{")][-1])
-    except Exception:
-        return None
+sys.path.insert(0, "scripts/gpu")
+from summarize import last_json_line as last
 r = sys.argv[1]
 for a, b in [("b1-fp8-new", "b1-fp8-base"), ("b1-fp8-new", "b1-fp8-new-cc"), ("b1-fp8-new", "b1-fp8-new-det"), ("b1-int4-new", "b1-int4-base")]:
     x, y = last(f"{r}/{a}.json"), last(f"{r}/{b}.json")

@@ -147,7 +147,7 @@ pub fn first_error(log: &str) -> Option<(String, u32, String)> {
 /// Compile one source with NVRTC (no cache).
 pub fn compile_one(source: &KernelSource, target: &CompileTarget) -> Result<String, CompileError> {
     let opts = cudarc::nvrtc::CompileOptions { name: Some(source.file.to_string()), options: target.options(), ..Default::default() };
-    match cudarc::nvrtc::compile_ptx_with_opts(source.program_text(), opts) {
+    match cudarc::nvrtc::compile_ptx_with_opts(source.program_text()?, opts) {
         Ok(ptx) => Ok(ptx.to_src()),
         Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. }) => {
             let log = log.to_string_lossy().into_owned();
@@ -171,7 +171,7 @@ pub fn compile_sources(
     sources
         .par_iter()
         .map(|source| {
-            let key = PtxCache::key(&source.program_text(), target);
+            let key = PtxCache::key(&source.program_text()?, target);
             let cached = cache.and_then(|c| c.get(source.module_name(), &key));
             let module = match cached {
                 Some(ptx) => CompiledModule { source, ptx, from_cache: true },
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn cache_key_changes_with_text_arch_and_nvrtc_version() {
-        let text = source_of("rope_f32").unwrap().program_text();
+        let text = source_of("rope_f32").unwrap().program_text_from(None).unwrap();
         let k = PtxCache::key(&text, &target("sm_90"));
         assert_eq!(k.len(), 64);
         assert_eq!(k, PtxCache::key(&text, &target("sm_90")));

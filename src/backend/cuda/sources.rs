@@ -3,6 +3,10 @@
 //! `#line` directives so NVRTC reports errors against the real file and line.
 
 use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::backend::kernels::CompileError;
+use crate::knobs::Knobs;
 
 /// One `kernels/*.cu` file and the kernels the backend loads from it.
 #[derive(Clone, Copy, Debug)]
@@ -184,20 +188,40 @@ pub const SOURCES: &[KernelSource] = &[
 
 impl KernelSource {
     /// The text NVRTC compiles: the common header, then this file, each under its own
-    /// `#line` so diagnostics name `kernels/<file>(<line>)`.
-    pub fn program_text(&self) -> String {
-        let mut s = String::with_capacity(COMMON.len() + self.text.len() + 96);
+    /// `#line` so diagnostics name `kernels/<file>(<line>)`. Files of the same name in
+    /// `SPECDECK_KERNEL_DIR` stand in for the embedded ones.
+    pub fn program_text(&self) -> Result<String, CompileError> {
+        self.program_text_from(Knobs::get().kernel_dir.as_deref())
+    }
+
+    /// `program_text` with the stand-in files of `dir`, if any.
+    pub fn program_text_from(&self, dir: Option<&Path>) -> Result<String, CompileError> {
+        let common = stand_in(dir, COMMON_FILE)?;
+        let text = stand_in(dir, self.file)?;
+        let (common, text) = (common.as_deref().unwrap_or(COMMON), text.as_deref().unwrap_or(self.text));
+        let mut s = String::with_capacity(common.len() + text.len() + 96);
         let _ = writeln!(s, "#line 1 \"{COMMON_FILE}\"");
-        s.push_str(COMMON);
+        s.push_str(common);
         let _ = writeln!(s, "\n#line 1 \"{}\"", self.file);
-        s.push_str(self.text);
-        s
+        s.push_str(text);
+        Ok(s)
     }
 
     /// The module name: the file name without folder and extension.
     pub fn module_name(&self) -> &'static str {
         let base = self.file.rsplit('/').next().unwrap_or(self.file);
         base.strip_suffix(".cu").unwrap_or(base)
+    }
+}
+
+/// The file of `dir` named as `file` (`kernels/gemv.cu`) is, when there is one.
+fn stand_in(dir: Option<&Path>, file: &str) -> Result<Option<String>, CompileError> {
+    let Some(dir) = dir else { return Ok(None) };
+    let path = dir.join(file.rsplit('/').next().unwrap_or(file));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(CompileError::Nvrtc { file: path.display().to_string(), message: format!("SPECDECK_KERNEL_DIR: {e}") }),
     }
 }
 
@@ -316,12 +340,30 @@ mod tests {
     fn program_text_maps_lines_back_to_the_file() {
         let src = source_of("rope_f32").unwrap();
         assert_eq!(src.module_name(), "rope");
-        let text = src.program_text();
+        let text = src.program_text_from(None).unwrap();
         let marker = "#line 1 \"kernels/rope.cu\"\n";
         let at = text.find(marker).expect("line directive for the kernel file");
         // The line after the directive is line 1 of the file itself.
         assert!(text[at + marker.len()..].starts_with(src.text.lines().next().unwrap()));
         assert!(text.starts_with(&format!("#line 1 \"{COMMON_FILE}\"\n{COMMON}")));
         assert!(source_of("no_such_kernel").is_none());
+    }
+
+    #[test]
+    fn a_kernel_dir_stands_in_for_the_files_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let rope = source_of("rope_f32").unwrap();
+        // Only rope.cu is there: common.cuh stays the embedded one.
+        std::fs::write(dir.path().join("rope.cu"), "// variant\n").unwrap();
+        let text = rope.program_text_from(Some(dir.path())).unwrap();
+        assert!(text.starts_with(&format!("#line 1 \"{COMMON_FILE}\"\n{COMMON}")));
+        assert!(text.ends_with("#line 1 \"kernels/rope.cu\"\n// variant\n"), "{}", &text[text.len() - 80..]);
+        // A file it does not hold is the embedded one.
+        let gemv = source_of("gemv_fp8_g1").unwrap();
+        assert_eq!(gemv.program_text_from(Some(dir.path())).unwrap(), gemv.program_text_from(None).unwrap());
+        // One that cannot be read is an error naming it (a folder where the file should be).
+        std::fs::create_dir(dir.path().join("common.cuh")).unwrap();
+        let err = rope.program_text_from(Some(dir.path())).unwrap_err().to_string();
+        assert!(err.contains("common.cuh") && err.contains("SPECDECK_KERNEL_DIR"), "{err}");
     }
 }

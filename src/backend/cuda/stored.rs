@@ -1,14 +1,12 @@
 //! Dense linears kept as the checkpoint stores them (`Backend::load_stored`): FP8 bytes and
 //! their f32 scales on the GPU, a byte a weight where bf16 takes two. Three ways to multiply:
-//! - a decode step of up to `CUDA_CORE_ROWS` rows: kernels/latent.cu's `linear_fp8` (f32
-//!   activations on the CUDA cores, the CPU's weights to the bit), the faster at one row
-//!   (testdata/gpu/run-31: 437.8 tok/s on the DeepSeek-V3 shape, the tensor cores 399.7);
-//! - up to `KERNEL_ROWS` rows (from one row under `--enable-deterministic-inference`, so that a
-//!   row's bits do not depend on the row count), for blocks of whole 64-column steps:
-//!   kernels/gemv.cu's `gemv_fp8_g*` (the weights exact in tf32 on the tensor cores, x in one
-//!   or two tf32 parts as the skinny bf16 kernels read it), where a concurrency-32 step used to
-//!   dequantize every weight (run 31: 2.3× the tokens at concurrency 32, with the routed
-//!   experts on the tensor cores too, latent_ops.rs);
+//! - up to `KERNEL_ROWS` rows (a decode step, a concurrency-32 step), for blocks of whole
+//!   64-column steps: kernels/gemv.cu's `gemv_fp8_g*`, the weights exact in f16 on the tensor
+//!   cores against x in two f16 parts scaled per step (testdata/gpu/run-34: DeepSeek-V3 FP8
+//!   at batch 1 as fast as the f32 CUDA-core kernel below was, whose x loads held the L1 at
+//!   95 % of its throughput), the same kernel at every row count, deterministic mode or not;
+//! - the same rows for blocks of other widths (a multiple of 16 columns): kernels/latent.cu's
+//!   `linear_fp8` (f32 activations on the CUDA cores, the CPU's weights to the bit);
 //! - a prefill: the weights dequantized to bf16 into one scratch buffer that cuBLAS reads,
 //!   where the tensor cores' arithmetic outweighs the second pass over the weight.
 
@@ -20,9 +18,7 @@ use super::gpu::{stride_grid, Arg};
 use crate::backend::latent::StoredFormat;
 use crate::backend::{load_dequantized, Backend, BackendError, StoredWeight};
 
-/// Rows of x up to which `linear_fp8` takes a step outside deterministic mode, and its warps
-/// a block (kernels/latent.cu's LATENT_WARPS).
-const CUDA_CORE_ROWS: usize = 8;
+/// `linear_fp8`'s warps a block (kernels/latent.cu's LATENT_WARPS).
 const LINEAR_WARPS_PER_BLOCK: usize = 8;
 /// Columns of a warp's round of `linear_fp8` (32 lanes of Fp8Experts::CHUNK weights), the
 /// unit its K slices are cut in; the warps it aims to put on a weight's loads, enough to keep
@@ -129,7 +125,7 @@ impl CudaBackend {
         let mma = fp8_kernel_takes(bc, k_in);
         let (w_ptr, scales) = (Arg::Ptr(w.buf.ptr()), Arg::Ptr(stored.buf.ptr()));
         let (br, bc) = (Arg::I32(br as i32), Arg::I32(bc as i32));
-        if n <= KERNEL_ROWS && (!mma || (n <= CUDA_CORE_ROWS && !self.matmuls.deterministic())) {
+        if n <= KERNEL_ROWS && !mma {
             let splits = linear_splits(n_out, k_in);
             let mut args = [
                 Arg::Ptr(x.buf.ptr()),

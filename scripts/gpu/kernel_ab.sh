@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One build against kernel variants of itself on the DeepSeek-V3 FP8 shape, in one call: the
+# variants are folders of kernel files that stand in for the embedded ones
+# (SPECDECK_KERNEL_DIR, src/knobs.rs), so they need no build of their own. First the build's
+# checks (conformance, the DeepSeek logits in both modes), then batch 1 by default and in
+# deterministic mode for the build and each variant, Nsight Compute's sections (throughput,
+# memory, warp stalls, occupancy) over 8 FP8 launches of one eager step of the build in both
+# modes, last concurrency 32 for the build and each variant. Each step's rc and time go to
+# $OUT/r/calls.log and everything so far to $OUT/r.tgz, so a call cut short brings back
+# what ran.
+#
+# usage (from the repository root on the GPU machine; testdata/ may be left out of the call):
+#   BIN=path/to/specdeck DEEPSEEK=dir VARIANTS="name=dir ..." bash scripts/gpu/kernel_ab.sh
+# DEEPSEEK: the fixtures of testdata/deepseek; CHECK_VARIANTS=1 also checks each variant;
+# C32="build name ..." limits the concurrency-32 runs to those.
+set -u
+BIN=${BIN:?BIN must name the specdeck binary}; D=${DEEPSEEK:?}; VARIANTS=${VARIANTS:-}
+R=${OUT:?}/r; mkdir -p "$R"; T=$(date +%s)
+export SPECDECK_PTX_CACHE=/tmp/ptx-kernel-ab
+step() { echo "$1 rc=$2 s=$(( $(date +%s) - T ))" >> "$R/calls.log"; (cd "$OUT" && tar czf r.tgz r); }
+# Runs "$@" with the variant NAME's kernels (NAME "build": the embedded ones).
+with() {
+    local name=$1; shift
+    if [ "$name" = build ]; then "$@"; else SPECDECK_KERNEL_DIR="${DIRS[$name]}" "$@"; fi
+}
+declare -A DIRS; NAMES=(build)
+for v in $VARIANTS; do DIRS[${v%%=*}]=$(realpath "${v#*=}"); NAMES+=("${v%%=*}"); done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt"
+checks() {
+    timeout 150 "$BIN" cuda-check --out "$R/checks-$1" --sections conformance,deepseek-logits,deepseek-logits-deterministic \
+        --deepseek-models "$D" > "$R/checks-$1.out" 2> "$R/checks-$1.err"
+}
+with build checks build; step checks-build $?
+M=/tmp/specdeck-dsv3-fp8
+[ -f "$M/config.json" ] || PYTHONPATH=$PWD/scripts/gpu timeout 150 python3 scripts/gpu/write_dsv3_fp8.py $M --layers 3 > "$R/write-fp8.out" 2>&1
+step write-fp8 $?
+python3 -c 'import json, random; r = random.Random(0); [print(json.dumps({"prompt": " ".join(f"w{r.randrange(3, 129000)}" for _ in range(64))})) for _ in range(32)]' > "$R/prompts32.jsonl"
+head -4 "$R/prompts32.jsonl" > "$R/prompts4.jsonl"; head -1 "$R/prompts32.jsonl" > "$R/prompts1.jsonl"
+bench() {
+    local tag=$1 prompts=$2; shift 2
+    timeout 100 "$BIN" bench --device cuda --model-path $M --prompts "$R/$prompts" --max-new-tokens 32 --json "$@" \
+        > "$R/$tag.json" 2> "$R/$tag.err"
+}
+for n in "${NAMES[@]}"; do
+    with "$n" bench "b1-$n" prompts4.jsonl; step "b1-$n" $?
+    with "$n" bench "b1-$n-det" prompts4.jsonl --enable-deterministic-inference; step "b1-$n-det" $?
+done
+if [ "${CHECK_VARIANTS:-0}" = 1 ]; then
+    for n in "${NAMES[@]:1}"; do with "$n" checks "$n"; step "checks-$n" $?; done
+fi
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+if [ -n "$NCU" ]; then
+    # The prefill's 4 expert launches and the first step's 25 FP8 launches are skipped; 8 of
+    # the second step's are profiled (run 34: the sections take about 40 s a launch of these
+    # sizes, so all 25 overran 150 s). A profile cut short leaves its target holding the GPU:
+    # it is killed before the next step.
+    for mode in default det; do
+        extra=(); [ "$mode" = det ] && extra=(--enable-deterministic-inference)
+        timeout -k 5 150 "$NCU" --clock-control none --kernel-name regex:"linear_fp8|gemv_fp8|moe_(gate_up|down)_fp8" \
+            --launch-skip 29 --launch-count 8 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section Occupancy --section LaunchStats --csv --page details \
+            "$BIN" bench --device cuda --model-path $M --prompts "$R/prompts1.jsonl" --json --max-new-tokens 4 \
+            --cuda-graph-max-bs 0 "${extra[@]}" > "$R/ncu-$mode.csv" 2> "$R/ncu-$mode.err"
+        step "ncu-$mode" $?
+        nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9
+    done
+fi
+for n in ${C32:-${NAMES[@]}}; do
+    with "$n" bench "c32-$n" prompts32.jsonl --concurrency 32; step "c32-$n" $?
+done
+cat "$R/calls.log"; tail -3 "$R"/checks-*.out
+python3 - "$R" <<'PY'
+import glob, json, os, sys
+sys.path.insert(0, "scripts/gpu")
+from summarize import last_json_line as last
+for p in sorted(glob.glob(f"{sys.argv[1]}/[bc]*.json")):
+    j = last(p)
+    if j:
+        keys = ("decode_tokens_per_s", "output_tokens_per_s", "itl_ms_p50")
+        print(os.path.basename(p), {k: j[k] for k in keys if k in j}, "tokens", hash(json.dumps(j.get("token_ids"))) % 10**8)
+PY
+cd "$OUT" && tar czf r.tgz r && rm -rf r
