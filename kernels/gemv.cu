@@ -591,25 +591,28 @@ __device__ __forceinline__ float fp8_sum(const float* part, int slices, int q, i
 }
 
 // A dense linear: y[m, n] = w_n · x[m] (+= with `accumulate`), grid (bundles of G groups of
-// x rows, tiles of 16 * FP8_TILES weight rows).
+// x rows, `heads` × tiles of 16 * FP8_TILES weight rows). With heads > 1, per head h: x rows
+// hold `heads` runs of k_in, y rows `heads` runs of n_out, and head h's weight rows are rows
+// h * n_out .. (h + 1) * n_out (head_matmul's per-head products, kv_b_proj absorbed).
 template <int G>
 __device__ void gemv_fp8_dense(const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts,
                                const unsigned char* w, const float* scales, int block_rows, int block_cols, float* y, int n_out,
-                               int accumulate) {
+                               int heads, int accumulate) {
     extern __shared__ float part[];
     pdl_launch_dependents();
     const int lane = threadIdx.x & 31, g = lane >> 2;
-    const int first = blockIdx.y * 16 * FP8_TILES, row0 = 8 * G * blockIdx.x;
+    const int tiles = (n_out + 16 * FP8_TILES - 1) / (16 * FP8_TILES);
+    const int head = blockIdx.y / tiles, first = blockIdx.y % tiles * 16 * FP8_TILES, row0 = 8 * G * blockIdx.x;
     Fp8Lane<G> a{w, scales, k_in, slice_cols, slices, x_parts, block_cols};
     // Rows past the end repeat the last; their sums are never written.
 #pragma unroll
     for (int i = 0; i < FP8_TILES; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) a.set_row(i, h, min(first + 16 * i + 8 * h + g, n_out - 1), block_rows);
+        for (int h = 0; h < 2; ++h) a.set_row(i, h, head * n_out + min(first + 16 * i + 8 * h + g, n_out - 1), block_rows);
 #pragma unroll
     for (int q = 0; q < G; ++q) {
         const int m = row0 + 8 * q + g;
-        a.x_rows[q] = m < m_rows ? x + (long long)m * k_in : nullptr;
+        a.x_rows[q] = m < m_rows ? x + ((long long)m * heads + head) * k_in : nullptr;
     }
     fp8_partial_sums<G>(a, false, part);
     for (int o = threadIdx.x; o < G * FP8_OUTS; o += blockDim.x) {
@@ -617,7 +620,7 @@ __device__ void gemv_fp8_dense(const float* x, int m_rows, int k_in, int slice_c
         const int m = row0 + 8 * q + tok, n = first + 16 * i + row;
         if (m >= m_rows || n >= n_out) continue;
         const float sum = fp8_sum<G>(part, slices, q, i, row, tok);
-        float* out = y + (long long)m * n_out + n;
+        float* out = y + ((long long)m * heads + head) * n_out + n;
         *out = accumulate ? *out + sum : sum;
     }
 }
@@ -676,9 +679,9 @@ __device__ void moe_fp8_rows(const float* x, const unsigned char* w, const float
 #define GEMV_FP8(NAME, G)                                                                                      \
     extern "C" __global__ void __launch_bounds__(GEMV_FP8_WARPS * 32, 2) NAME(                                 \
         const float* x, int m_rows, int k_in, int slice_cols, int slices, int x_parts, const unsigned char* w, \
-        const float* scales, int block_rows, int block_cols, float* y, int n_out, int accumulate) {            \
+        const float* scales, int block_rows, int block_cols, float* y, int n_out, int heads, int accumulate) { \
         gemv_fp8_dense<G>(x, m_rows, k_in, slice_cols, slices, x_parts, w, scales, block_rows, block_cols, y,  \
-                          n_out, accumulate);                                                                  \
+                          n_out, heads, accumulate);                                                           \
     }
 GEMV_FP8(gemv_fp8_g1, 1)
 GEMV_FP8(gemv_fp8_g2, 2)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One build against kernel variants of itself on the DeepSeek-V3 FP8 shape, in one call: the
 # variants are folders of kernel files that stand in for the embedded ones
-# (SPECDECK_KERNEL_DIR, src/knobs.rs), so they need no build of their own. First the build's
+# (SPECDECK_KERNEL_DIR, src/knobs.rs), so they need no build of their own, or of another
+# build's `specdeck` (a base to compare with). First the build's
 # checks (conformance, the DeepSeek logits in both modes), then batch 1 by default and in
 # deterministic mode for the build and each variant, Nsight Compute's sections (throughput,
 # memory, warp stalls, occupancy) over 8 FP8 launches of one eager step of the build in both
@@ -12,22 +13,30 @@
 # usage (from the repository root on the GPU machine; testdata/ may be left out of the call):
 #   BIN=path/to/specdeck DEEPSEEK=dir VARIANTS="name=dir ..." bash scripts/gpu/kernel_ab.sh
 # DEEPSEEK: the fixtures of testdata/deepseek; CHECK_VARIANTS=1 also checks each variant;
+# DET_VARIANTS=0 times the variants by default only; NCU_LAUNCHES=0 leaves the profile out;
 # C32="build name ..." limits the concurrency-32 runs to those.
 set -u
 BIN=${BIN:?BIN must name the specdeck binary}; D=${DEEPSEEK:?}; VARIANTS=${VARIANTS:-}
 R=${OUT:?}/r; mkdir -p "$R"; T=$(date +%s)
 export SPECDECK_PTX_CACHE=/tmp/ptx-kernel-ab
 step() { echo "$1 rc=$2 s=$(( $(date +%s) - T ))" >> "$R/calls.log"; (cd "$OUT" && tar czf r.tgz r); }
-# Runs "$@" with the variant NAME's kernels (NAME "build": the embedded ones).
+# Runs "$@" with the variant NAME's kernels (NAME "build": the embedded ones), or its own
+# binary where its folder holds one (another build beside this one, with its own kernels).
 with() {
     local name=$1; shift
-    if [ "$name" = build ]; then "$@"; else SPECDECK_KERNEL_DIR="${DIRS[$name]}" "$@"; fi
+    if [ "$name" = build ]; then
+        RUN_BIN=$BIN "$@"
+    elif [ -x "${DIRS[$name]}/specdeck" ]; then
+        RUN_BIN=${DIRS[$name]}/specdeck "$@"
+    else
+        RUN_BIN=$BIN SPECDECK_KERNEL_DIR="${DIRS[$name]}" "$@"
+    fi
 }
 declare -A DIRS; NAMES=(build)
 for v in $VARIANTS; do DIRS[${v%%=*}]=$(realpath "${v#*=}"); NAMES+=("${v%%=*}"); done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt"
 checks() {
-    timeout 150 "$BIN" cuda-check --out "$R/checks-$1" --sections conformance,deepseek-logits,deepseek-logits-deterministic \
+    timeout 150 "$RUN_BIN" cuda-check --out "$R/checks-$1" --sections conformance,deepseek-logits,deepseek-logits-deterministic \
         --deepseek-models "$D" > "$R/checks-$1.out" 2> "$R/checks-$1.err"
 }
 with build checks build; step checks-build $?
@@ -38,18 +47,20 @@ python3 -c 'import json, random; r = random.Random(0); [print(json.dumps({"promp
 head -4 "$R/prompts32.jsonl" > "$R/prompts4.jsonl"; head -1 "$R/prompts32.jsonl" > "$R/prompts1.jsonl"
 bench() {
     local tag=$1 prompts=$2; shift 2
-    timeout 100 "$BIN" bench --device cuda --model-path $M --prompts "$R/$prompts" --max-new-tokens 32 --json "$@" \
+    timeout 100 "$RUN_BIN" bench --device cuda --model-path $M --prompts "$R/$prompts" --max-new-tokens 32 --json "$@" \
         > "$R/$tag.json" 2> "$R/$tag.err"
 }
 for n in "${NAMES[@]}"; do
     with "$n" bench "b1-$n" prompts4.jsonl; step "b1-$n" $?
-    with "$n" bench "b1-$n-det" prompts4.jsonl --enable-deterministic-inference; step "b1-$n-det" $?
+    if [ "$n" = build ] || [ "${DET_VARIANTS:-1}" = 1 ]; then
+        with "$n" bench "b1-$n-det" prompts4.jsonl --enable-deterministic-inference; step "b1-$n-det" $?
+    fi
 done
 if [ "${CHECK_VARIANTS:-0}" = 1 ]; then
     for n in "${NAMES[@]:1}"; do with "$n" checks "$n"; step "checks-$n" $?; done
 fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-if [ -n "$NCU" ]; then
+if [ -n "$NCU" ] && [ "${NCU_LAUNCHES:-8}" != 0 ]; then
     # The prefill's 4 expert launches and the first step's 25 FP8 launches are skipped; 8 of
     # the second step's are profiled (run 34: the sections take about 40 s a launch of these
     # sizes, so all 25 overran 150 s). A profile cut short leaves its target holding the GPU:
@@ -57,7 +68,7 @@ if [ -n "$NCU" ]; then
     for mode in default det; do
         extra=(); [ "$mode" = det ] && extra=(--enable-deterministic-inference)
         timeout -k 5 150 "$NCU" --clock-control none --kernel-name regex:"linear_fp8|gemv_fp8|moe_(gate_up|down)_fp8" \
-            --launch-skip 29 --launch-count 8 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --launch-skip 29 --launch-count "${NCU_LAUNCHES:-8}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section WarpStateStats --section Occupancy --section LaunchStats --csv --page details \
             "$BIN" bench --device cuda --model-path $M --prompts "$R/prompts1.jsonl" --json --max-new-tokens 4 \
             --cuda-graph-max-bs 0 "${extra[@]}" > "$R/ncu-$mode.csv" 2> "$R/ncu-$mode.err"

@@ -252,9 +252,10 @@ fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Bac
 /// the row counts of a decode step, one and two groups of a verify, two blocks of groups (a
 /// concurrency-32 step) and a prefill chunk: a product, and one added into the residual, with
 /// x read in one part, then precisely (`set_precise_inputs`). The widths leave part of a
-/// 32-row block and cut K into slices of several steps; on the CUDA cores the first two
-/// share each row among 2 and 4 warps, and the third, as wide as an attention output, gives
-/// a row to one warp and leaves idle warps in its last block (stored::linear_splits).
+/// 32-row block and cut K into slices of several steps; the third, as wide as an attention
+/// output, leaves idle rows in its last block. Then the per-head products of `kv_b_proj`
+/// absorbed (`Backend::head_matmul`), with the transposed keys' scales a run of 64 values (the
+/// tensor cores) or of 16 (the CUDA cores' `head_matmul_fp8`), x precise.
 fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
     for [n_out, k_in] in [[200usize, 1024usize], [96, 2304], [4100, 256]] {
         // Every e4m3 byte but the two NaNs, with scales that keep the sums near 1.
@@ -280,6 +281,23 @@ fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Back
                 p.t.matmul_residual(&x.t, &w.t, rows, &mut delta.t, &mut h.t);
                 p.compare(&format!("stored fp8 [{n_out}, {k_in}] + residual {rows} rows{how}"), &h, rows, tolerance)?;
             }
+        }
+        p.t.set_precise_inputs(false);
+    }
+    let (heads, b, a) = (4usize, 96usize, 128usize);
+    for run in [64usize, 16] {
+        let bytes: Vec<u8> = (0..heads * b * a).map(|_| p.rng.random_range(0u8..=0xfe)).map(|b| if b == 0x7f { 0 } else { b }).collect();
+        let scales: Vec<f32> = (0..heads * b * a / run).map(|_| p.rng.random_range(1e-3f32..4e-3)).collect();
+        let format = StoredFormat::Fp8 { block: [1, run] };
+        let w = StoredWeight { name: "conformance fp8 heads", bytes: &bytes, scales: &scales, shape: [heads * b, a], format };
+        let w: Weights<R, T> = Both { r: p.r.load_stored(&w)?, t: p.t.load_stored(&w)?, _p: Default::default() };
+        p.t.set_precise_inputs(true);
+        for rows in [1usize, 5, 40] {
+            let x = p.tensor(rows, heads * a, 1.0)?;
+            let mut y = p.tensor(rows, heads * b, 0.0)?;
+            p.r.head_matmul(&x.r, &w.r, heads, rows, &mut y.r);
+            p.t.head_matmul(&x.t, &w.t, heads, rows, &mut y.t);
+            p.compare(&format!("stored fp8 per head [{heads} x {b}, {a}] in runs of {run}, {rows} rows"), &y, rows, F32_TOL)?;
         }
         p.t.set_precise_inputs(false);
     }
@@ -836,10 +854,12 @@ mod tests {
             "stored fp8 [200, 1024] 40 rows, x precise",
             "stored fp8 [96, 2304] 29 rows",
             "stored fp8 [4100, 256] + residual 5 rows",
+            "stored fp8 per head [4 x 96, 128] in runs of 64, 40 rows",
+            "stored fp8 per head [4 x 96, 128] in runs of 16, 1 rows",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 202);
+        assert_eq!(checks.len(), 208);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

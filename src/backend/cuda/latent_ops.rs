@@ -5,7 +5,8 @@ use safetensors::tensor::Dtype;
 
 use super::gpu::Arg;
 use super::stored::{
-    fp8_block_threads, fp8_kernel_takes, fp8_shared_bytes, fp8_slices, FP8_EXPERT_ENTRIES, FP8_FEATURES_PER_BLOCK, FP8_ROWS_PER_BLOCK,
+    fp8_block_threads, fp8_kernel_takes, fp8_shared_bytes, fp8_slices, Fp8Rows, FP8_EXPERT_ENTRIES, FP8_FEATURES_PER_BLOCK,
+    FP8_ROWS_PER_BLOCK,
 };
 use crate::backend::latent::{Experts, MlaGeometry, MoeScratch, Routing, SlotTable, StoredFormat};
 use crate::knobs::Knobs;
@@ -26,6 +27,7 @@ const INT4_CHUNK: usize = 16;
 impl CudaBackend {
     pub(super) fn launch_head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
         let (b, a) = (w.shape[0] / heads, w.shape[1]);
+        let (x_ptr, out_ptr) = (x.buf.ptr(), out.buf.ptr());
         let grid = (heads as u32, b.div_ceil(LATENT_WARPS as usize) as u32);
         let (x, w_ptr, out) = (Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()));
         let sizes = [Arg::I32(a as i32), Arg::I32(b as i32), Arg::I32(n as i32)];
@@ -33,6 +35,10 @@ impl CudaBackend {
             None => {
                 let mut args = [x, w_ptr, out, sizes[0], sizes[1], sizes[2]];
                 self.kernel("head_matmul_bf16", grid, LATENT_WARPS * 32, 0, &mut args, None);
+            }
+            Some((s, StoredFormat::Fp8 { block: [_, bc] })) if fp8_kernel_takes(bc, a) => {
+                let rows = Fp8Rows { x: x_ptr, n, k_in: a, n_out: b, heads, out: out_ptr, accumulate: false };
+                self.launch_fp8_rows(&rows, w.buf.ptr(), s);
             }
             Some((s, StoredFormat::Fp8 { block: [br, bc] })) if bc % 16 == 0 && a % bc == 0 => {
                 let mut args =

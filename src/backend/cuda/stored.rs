@@ -74,6 +74,18 @@ pub fn fp8_shared_bytes(slices: usize, groups: usize) -> u32 {
     (slices * groups * FP8_ROWS_PER_BLOCK * 8 * std::mem::size_of::<f32>()) as u32
 }
 
+/// What `launch_fp8_rows` multiplies: `n` rows of x (each `heads` runs of `k_in`) by a
+/// weight of `heads` groups of `n_out` rows into `out` (rows of `heads` runs of `n_out`).
+pub(super) struct Fp8Rows {
+    pub x: u64,
+    pub n: usize,
+    pub k_in: usize,
+    pub n_out: usize,
+    pub heads: usize,
+    pub out: u64,
+    pub accumulate: bool,
+}
+
 impl CudaBackend {
     /// `w` kept as stored where the FP8 kernels read it (FP8, whole blocks of a multiple of
     /// 16 columns, one GPU: `kv_b_proj`'s transposed key half has blocks of 16 for
@@ -144,26 +156,8 @@ impl CudaBackend {
             return self.kernel("linear_fp8", (grid, 1), (LINEAR_WARPS_PER_BLOCK * 32) as u32, 0, &mut args, None);
         }
         if n <= KERNEL_ROWS {
-            let slices = fp8_slices(k_in);
-            let groups = n.div_ceil(8).min(FP8_ENTRIES.len());
-            let mut args = [
-                Arg::Ptr(x.buf.ptr()),
-                Arg::I32(n as i32),
-                Arg::I32(k_in as i32),
-                Arg::I32((k_in / slices) as i32),
-                Arg::I32(slices as i32),
-                Arg::I32(self.matmuls.x_parts()),
-                w_ptr,
-                scales,
-                br,
-                bc,
-                Arg::Ptr(out.buf.ptr()),
-                Arg::I32(n_out as i32),
-                Arg::I32(accumulate as i32),
-            ];
-            let grid = (n.div_ceil(8 * groups) as u32, n_out.div_ceil(FP8_ROWS_PER_BLOCK) as u32);
-            let (threads, shared) = (fp8_block_threads(slices), fp8_shared_bytes(slices, groups));
-            return self.kernel(FP8_ENTRIES[groups - 1], grid, threads, shared, &mut args, None);
+            let rows = Fp8Rows { x: x.buf.ptr(), n, k_in, n_out, heads: 1, out: out.buf.ptr(), accumulate };
+            return self.launch_fp8_rows(&rows, w.buf.ptr(), stored);
         }
         let scratch = self.dequant_scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(values) = scratch.as_ref().map(|s| s.ptr()) else {
@@ -178,6 +172,37 @@ impl CudaBackend {
             Some(trial) => self.matmuls.run_residual(&self.gpu, input, seg, trial.buf.ptr(), eager),
             None => self.matmuls.run(&self.gpu, input, seg, eager),
         }
+    }
+}
+
+impl CudaBackend {
+    /// Up to `KERNEL_ROWS` rows through kernels/gemv.cu's FP8 kernels, whose blocks are whole
+    /// 64-column steps of one scale (`fp8_kernel_takes`), per head when `heads` > 1.
+    pub(super) fn launch_fp8_rows(&self, r: &Fp8Rows, w: u64, stored: &StoredScales) {
+        let StoredFormat::Fp8 { block: [br, bc] } = stored.format else {
+            return self.gpu.record(|| "FP8 rows: the weight is not FP8".into());
+        };
+        let slices = fp8_slices(r.k_in);
+        let groups = r.n.div_ceil(8).min(FP8_ENTRIES.len());
+        let mut args = [
+            Arg::Ptr(r.x),
+            Arg::I32(r.n as i32),
+            Arg::I32(r.k_in as i32),
+            Arg::I32((r.k_in / slices) as i32),
+            Arg::I32(slices as i32),
+            Arg::I32(self.matmuls.x_parts()),
+            Arg::Ptr(w),
+            Arg::Ptr(stored.buf.ptr()),
+            Arg::I32(br as i32),
+            Arg::I32(bc as i32),
+            Arg::Ptr(r.out),
+            Arg::I32(r.n_out as i32),
+            Arg::I32(r.heads as i32),
+            Arg::I32(r.accumulate as i32),
+        ];
+        let grid = (r.n.div_ceil(8 * groups) as u32, (r.heads * r.n_out.div_ceil(FP8_ROWS_PER_BLOCK)) as u32);
+        let (threads, shared) = (fp8_block_threads(slices), fp8_shared_bytes(slices, groups));
+        self.kernel(FP8_ENTRIES[groups - 1], grid, threads, shared, &mut args, None);
     }
 }
 

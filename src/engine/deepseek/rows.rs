@@ -12,9 +12,10 @@ use crate::engine::deepseek::host::{Linear, Staged};
 use crate::engine::weights::Loader;
 use crate::model::quantized::WeightFormats;
 
-/// Values a scale covers in a transposed FP8 weight (`Rows::heads_transposed`): the 16 a
-/// lane of kernels/latent.cu's FP8 readers takes at once.
-const TRANSPOSED_BLOCK: usize = 16;
+/// Values a scale may cover in a transposed FP8 weight (`Rows::heads_transposed`), widest
+/// first: a 64-column step of kernels/gemv.cu's FP8 kernels (the tensor cores; DeepSeek-V3's
+/// 128 key columns a head), else the 16 a lane of kernels/latent.cu's FP8 readers takes.
+const TRANSPOSED_BLOCKS: [usize; 2] = [64, 16];
 
 pub(crate) enum Rows<'a> {
     Values(Linear),
@@ -116,8 +117,8 @@ impl<'a> Rows<'a> {
 
     /// Per head `h < heads`, the rows `part` of its group of `per_head` rows, transposed: row
     /// `h · cols + c` holds column `c` of those rows (`kv_b_proj`'s key half as the query
-    /// absorbs it). FP8 bytes stay bytes with a scale per `TRANSPOSED_BLOCK` values, where
-    /// each such run comes from rows of one scale (else the values).
+    /// absorbs it). FP8 bytes stay bytes with a scale per run of the widest of
+    /// `TRANSPOSED_BLOCKS` values whose runs each come from rows of one scale (else the values).
     pub(crate) fn heads_transposed(&self, heads: usize, per_head: usize, part: Range<usize>) -> Rows<'a> {
         let cols = self.shape()[1];
         // The source rows of transposed row (h, c), each with its column c.
@@ -127,23 +128,21 @@ impl<'a> Rows<'a> {
             Rows::Fp8 { bytes, scales, block_cols, .. } => (bytes, scales, block_cols),
         };
         let scale = |r: usize, c: usize| scales[r * (cols / block_cols) + c / block_cols];
-        let runs = |h: usize| sources(h).step_by(TRANSPOSED_BLOCK);
-        let whole = part.len() % TRANSPOSED_BLOCK == 0
-            && (0..heads).all(|h| {
-                (0..cols).step_by(*block_cols).all(|c| runs(h).all(|r0| (r0..r0 + TRANSPOSED_BLOCK).all(|r| scale(r, c) == scale(r0, c))))
-            });
-        if !whole {
+        // A run of `run` transposed values takes one scale where its source rows share one.
+        let whole = |run: usize| {
+            part.len() % run == 0
+                && (0..heads).all(|h| {
+                    (0..cols)
+                        .step_by(*block_cols)
+                        .all(|c| sources(h).step_by(run).all(|r0| (r0..r0 + run).all(|r| scale(r, c) == scale(r0, c))))
+                })
+        };
+        let Some(run) = TRANSPOSED_BLOCKS.into_iter().find(|&run| whole(run)) else {
             return Rows::Values(transposed_values(&self.dequantized(), heads, per_head, part));
-        }
+        };
         let bytes = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| sources(h).map(move |r| bytes[r * cols + c])));
-        let scales = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| runs(h).map(move |r0| scale(r0, c))));
-        Rows::Fp8 {
-            bytes: Cow::Owned(bytes.collect()),
-            scales: scales.collect(),
-            rows: heads * cols,
-            cols: part.len(),
-            block_cols: TRANSPOSED_BLOCK,
-        }
+        let scales = (0..heads).flat_map(|h| (0..cols).flat_map(move |c| sources(h).step_by(run).map(move |r0| scale(r0, c))));
+        Rows::Fp8 { bytes: Cow::Owned(bytes.collect()), scales: scales.collect(), rows: heads * cols, cols: part.len(), block_cols: run }
     }
 
     /// The weight on `b` (`name` is what errors call it).
@@ -211,5 +210,27 @@ mod tests {
             block_cols: 16,
         };
         assert!(matches!(straddling.heads_transposed(2, 48, 8..40), Rows::Values(_)));
+    }
+
+    /// DeepSeek-V3's layout in small: heads of 192 rows (128 keys, 64 values) in 128 × 128
+    /// blocks. Head 1's keys straddle two blocks' rows at its 64th, so the transposed keys take
+    /// a scale per 64 values (the tensor cores' step), and stand for the same values.
+    #[test]
+    fn transposed_heads_take_64_value_scales_where_the_runs_allow() {
+        let (rows, cols) = (384, 128);
+        let bytes: Vec<u8> = (0..rows * cols).map(|i| [0x38, 0x40, 0xb8, 0x3c, 0x30][(i / cols * 3 + i % cols) % 5]).collect();
+        let grid = [0.5, 2.0, 8.0];
+        let w = Rows::Fp8 { bytes: Cow::Owned(bytes), scales: fp8_row_scales(&grid, rows, [128, 128], cols), rows, cols, block_cols: 128 };
+        let values = w.dequantized();
+        let t = w.heads_transposed(2, 192, 0..128);
+        let Rows::Fp8 { block_cols: 64, rows: 256, cols: 128, ref scales, .. } = t else {
+            panic!("the transposed keys do not take 64-value scales")
+        };
+        // Head 1, column 0: keys 0..64 from rows 192..256 (scale 2), 64..128 from 256..320 (8).
+        assert_eq!(&scales[2 * 128..2 * 128 + 2], &[2.0, 8.0]);
+        let t = t.into_values();
+        for (h, c, d) in [(0, 0, 0), (0, 77, 100), (1, 5, 63), (1, 127, 64), (1, 3, 127)] {
+            assert_eq!(t.row(h * 128 + c)[d], values.row(h * 192 + d)[c], "head {h}, column {c}, key {d}");
+        }
     }
 }
