@@ -64,12 +64,13 @@ if [ -n "$NCU" ] && [ "${NCU_LAUNCHES:-8}" != 0 ]; then
     # The prefill's 4 expert launches and the first step's 25 FP8 launches are skipped; 8 of
     # the second step's are profiled (run 34: the sections take about 40 s a launch of these
     # sizes, so all 25 overran 150 s). A profile cut short leaves its target holding the GPU:
-    # it is killed before the next step.
+    # it is killed before the next step. The raw page keeps every metric the sections
+    # collect, the warp-stall reasons among them (the details page keeps only their sum).
     for mode in default det; do
         extra=(); [ "$mode" = det ] && extra=(--enable-deterministic-inference)
         timeout -k 5 150 "$NCU" --clock-control none --kernel-name regex:"linear_fp8|gemv_fp8|moe_(gate_up|down)_fp8" \
             --launch-skip 29 --launch-count "${NCU_LAUNCHES:-8}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
-            --section WarpStateStats --section Occupancy --section LaunchStats --csv --page details \
+            --section WarpStateStats --section Occupancy --section LaunchStats --csv --page raw \
             "$BIN" bench --device cuda --model-path $M --prompts "$R/prompts1.jsonl" --json --max-new-tokens 4 \
             --cuda-graph-max-bs 0 "${extra[@]}" > "$R/ncu-$mode.csv" 2> "$R/ncu-$mode.err"
         step "ncu-$mode" $?
