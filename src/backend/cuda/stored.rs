@@ -3,8 +3,8 @@
 //! - up to `KERNEL_ROWS` rows (a decode step, a concurrency-32 step), for blocks of whole
 //!   64-column steps: kernels/gemv.cu's `gemv_fp8_g*`, the weights exact in f16 on the tensor
 //!   cores against x in two f16 parts scaled per step (testdata/gpu/run-34: DeepSeek-V3 FP8
-//!   at batch 1 as fast as the f32 CUDA-core kernel below was, whose x loads held the L1 at
-//!   95 % of its throughput), the same kernel at every row count, deterministic mode or not;
+//!   at batch 1 1.08× the f32 CUDA-core kernel below, whose x loads held the L1 at 95 % of
+//!   its throughput), the same kernel at every row count, deterministic mode or not;
 //! - the same rows for blocks of other widths (a multiple of 16 columns): kernels/latent.cu's
 //!   `linear_fp8` (f32 activations on the CUDA cores, the CPU's weights to the bit);
 //! - a prefill: the weights dequantized to bf16 into one scratch buffer that cuBLAS reads,
