@@ -40,6 +40,8 @@
 // waiting for the kernel that writes x, so the weight stream starts while that one drains.
 // K % 8 == 0, W % 8 == 0 and 16-byte aligned W and x rows are required (the host checks).
 
+#include <cuda_fp16.h>
+
 // Warps per block; a launch of more K slices gives each warp several.
 #define GEMV_MAX_WARPS 16
 #define GEMV_MAX_SLICES 32
@@ -386,8 +388,6 @@ GEMV_ENTRY(1, 2)
 GEMV_ENTRY(1, 3)
 GEMV_ENTRY(1, 4)
 GEMV_ENTRY(2, 2)
-
-#include <cuda_fp16.h>
 
 // FP8 weights as the checkpoint stores them (DeepSeek-V3's and Kimi-K2's dense linears,
 // src/backend/cuda/stored.rs, and their routed experts, src/backend/cuda/latent_ops.rs):

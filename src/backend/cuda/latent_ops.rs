@@ -29,7 +29,7 @@ impl CudaBackend {
         let (b, a) = (w.shape[0] / heads, w.shape[1]);
         let (x_ptr, out_ptr) = (x.buf.ptr(), out.buf.ptr());
         let grid = (heads as u32, b.div_ceil(LATENT_WARPS as usize) as u32);
-        let (x, w_ptr, out) = (Arg::Ptr(x.buf.ptr()), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out.buf.ptr()));
+        let (x, w_ptr, out) = (Arg::Ptr(x_ptr), Arg::Ptr(w.buf.ptr()), Arg::Ptr(out_ptr));
         let sizes = [Arg::I32(a as i32), Arg::I32(b as i32), Arg::I32(n as i32)];
         match w.stored.as_ref().map(|s| (s, s.format)) {
             None => {

@@ -88,8 +88,8 @@ pub(super) struct Fp8Rows {
 
 impl CudaBackend {
     /// `w` kept as stored where the FP8 kernels read it (FP8, whole blocks of a multiple of
-    /// 16 columns, one GPU: `kv_b_proj`'s transposed key half has blocks of 16 for
-    /// kernels/latent.cu's `head_matmul_fp8`), else dequantized as any backend does.
+    /// 16 columns, one GPU: `kv_b_proj`'s transposed key half has blocks of 64 or 16,
+    /// `deepseek::rows`), else dequantized as any backend does.
     pub(super) fn keep_stored(&self, w: &StoredWeight<'_>) -> Result<CudaWeight, BackendError> {
         let [rows, cols] = w.shape;
         let StoredFormat::Fp8 { block: [_, bc] } = w.format else { return load_dequantized(self, w) };
@@ -173,9 +173,7 @@ impl CudaBackend {
             None => self.matmuls.run(&self.gpu, input, seg, eager),
         }
     }
-}
 
-impl CudaBackend {
     /// Up to `KERNEL_ROWS` rows through kernels/gemv.cu's FP8 kernels, whose blocks are whole
     /// 64-column steps of one scale (`fp8_kernel_takes`), per head when `heads` > 1.
     pub(super) fn launch_fp8_rows(&self, r: &Fp8Rows, w: u64, stored: &StoredScales) {
