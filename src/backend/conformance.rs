@@ -253,15 +253,17 @@ fn stacked_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Bac
 /// concurrency-32 step) and a prefill chunk: a product, and one added into the residual, with
 /// x read in one part, then precisely (`set_precise_inputs`). The widths leave part of a
 /// 32-row block and cut K into slices of several steps; the third, as wide as an attention
-/// output, leaves idle rows in its last block. Then the per-head products of `kv_b_proj`
+/// output, leaves idle rows in its last block; the fourth, in blocks of 32 columns, takes the
+/// CUDA cores' `linear_fp8` with a row shared among 4 warps (stored::linear_splits). Then the per-head products of `kv_b_proj`
 /// absorbed (`Backend::head_matmul`), with the transposed keys' scales a run of 64 values (the
 /// tensor cores) or of 16 (the CUDA cores' `head_matmul_fp8`), x precise.
 fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), BackendError> {
-    for [n_out, k_in] in [[200usize, 1024usize], [96, 2304], [4100, 256]] {
+    for [n_out, k_in, bc] in [[200usize, 1024usize, 128usize], [96, 2304, 128], [4100, 256, 128], [64, 2048, 32]] {
         // Every e4m3 byte but the two NaNs, with scales that keep the sums near 1.
         let bytes: Vec<u8> = (0..n_out * k_in).map(|_| p.rng.random_range(0u8..=0xfe)).map(|b| if b == 0x7f { 0 } else { b }).collect();
-        let scales: Vec<f32> = (0..n_out * k_in / 128).map(|_| p.rng.random_range(1e-3f32..4e-3)).collect();
-        let format = StoredFormat::Fp8 { block: [1, 128] };
+        let scales: Vec<f32> = (0..n_out * k_in / bc).map(|_| p.rng.random_range(1e-3f32..4e-3)).collect();
+        let format = StoredFormat::Fp8 { block: [1, bc] };
+        let blocks = if bc == 128 { String::new() } else { format!(" in blocks of {bc}") };
         let w = StoredWeight { name: "conformance fp8", bytes: &bytes, scales: &scales, shape: [n_out, k_in], format };
         let w: Weights<R, T> = Both { r: p.r.load_stored(&w)?, t: p.t.load_stored(&w)?, _p: Default::default() };
         for precise in [false, true] {
@@ -275,11 +277,11 @@ fn stored_ops<R: Backend, T: Backend>(p: &mut Pair<'_, R, T>) -> Result<(), Back
                 let mut y = p.tensor(rows, n_out, 0.0)?;
                 p.r.matmul(&x.r, &w.r, None, rows, &mut y.r);
                 p.t.matmul(&x.t, &w.t, None, rows, &mut y.t);
-                p.compare(&format!("stored fp8 [{n_out}, {k_in}] {rows} rows{how}"), &y, rows, tolerance)?;
+                p.compare(&format!("stored fp8 [{n_out}, {k_in}]{blocks} {rows} rows{how}"), &y, rows, tolerance)?;
                 let (mut h, mut delta) = (p.tensor(rows, n_out, 1.0)?, p.tensor(rows, n_out, 0.0)?);
                 p.r.matmul_residual(&x.r, &w.r, rows, &mut delta.r, &mut h.r);
                 p.t.matmul_residual(&x.t, &w.t, rows, &mut delta.t, &mut h.t);
-                p.compare(&format!("stored fp8 [{n_out}, {k_in}] + residual {rows} rows{how}"), &h, rows, tolerance)?;
+                p.compare(&format!("stored fp8 [{n_out}, {k_in}]{blocks} + residual {rows} rows{how}"), &h, rows, tolerance)?;
             }
         }
         p.t.set_precise_inputs(false);
@@ -854,12 +856,13 @@ mod tests {
             "stored fp8 [200, 1024] 40 rows, x precise",
             "stored fp8 [96, 2304] 29 rows",
             "stored fp8 [4100, 256] + residual 5 rows",
+            "stored fp8 [64, 2048] in blocks of 32 + residual 13 rows, x precise",
             "stored fp8 per head [4 x 96, 128] in runs of 64, 40 rows",
             "stored fp8 per head [4 x 96, 128] in runs of 16, 1 rows",
         ] {
             assert!(names.contains(&op), "{op} missing from {names:?}");
         }
-        assert_eq!(checks.len(), 208);
+        assert_eq!(checks.len(), 228);
     }
 
     /// A draw differs from the reference's only where rounding could move the boundary.

@@ -208,9 +208,10 @@ impl CudaBackend {
 mod tests {
     use super::*;
 
-    /// DeepSeek-V3's dense FP8 shapes: the wide ones a warp a row, kv_a_proj's 512 latent and
-    /// 64 rope rows 8 warps a row, q_a_proj 4, a shared expert's gate or up 2; a short K stops
-    /// at the first cut into slices of under two 512-column spans.
+    /// DeepSeek-V3's dense FP8 shapes, as `linear_fp8` would split them if their blocks were
+    /// narrower than the tensor cores' 64 columns: the wide ones a warp a row, kv_a_proj's 512
+    /// latent and 64 rope rows 8 warps a row, q_a_proj 4, a shared expert's gate or up 2; a
+    /// short K stops at the first cut into slices of under two 512-column spans.
     #[test]
     fn linear_splits_put_enough_warps_on_narrow_weights() {
         let cases = [((7168, 16384), 1), ((16384, 512), 1), ((2048, 7168), 2), ((1536, 7168), 4), ((512, 7168), 8), ((64, 7168), 8)];
