@@ -16,24 +16,11 @@
 # DET_VARIANTS=0 times the variants by default only; NCU_LAUNCHES=0 leaves the profile out;
 # C32="build name ..." limits the concurrency-32 runs to those.
 set -u
-BIN=${BIN:?BIN must name the specdeck binary}; D=${DEEPSEEK:?}; VARIANTS=${VARIANTS:-}
+BIN=${BIN:?BIN must name the specdeck binary}; D=${DEEPSEEK:?}
 R=${OUT:?}/r; mkdir -p "$R"; T=$(date +%s)
 export SPECDECK_PTX_CACHE=/tmp/ptx-kernel-ab
 step() { echo "$1 rc=$2 s=$(( $(date +%s) - T ))" >> "$R/calls.log"; (cd "$OUT" && tar czf r.tgz r); }
-# Runs "$@" with the variant NAME's kernels (NAME "build": the embedded ones), or its own
-# binary where its folder holds one (another build beside this one, with its own kernels).
-with() {
-    local name=$1; shift
-    if [ "$name" = build ]; then
-        RUN_BIN=$BIN "$@"
-    elif [ -x "${DIRS[$name]}/specdeck" ]; then
-        RUN_BIN=${DIRS[$name]}/specdeck "$@"
-    else
-        RUN_BIN=$BIN SPECDECK_KERNEL_DIR="${DIRS[$name]}" "$@"
-    fi
-}
-declare -A DIRS; NAMES=(build)
-for v in $VARIANTS; do DIRS[${v%%=*}]=$(realpath "${v#*=}"); NAMES+=("${v%%=*}"); done
+source scripts/gpu/variants.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt"
 checks() {
     timeout 150 "$RUN_BIN" cuda-check --out "$R/checks-$1" --sections conformance,deepseek-logits,deepseek-logits-deterministic \
