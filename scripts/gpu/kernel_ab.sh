@@ -5,7 +5,7 @@
 # build's `specdeck` (a base to compare with). First the build's
 # checks (conformance, the DeepSeek logits in both modes), then batch 1 by default and in
 # deterministic mode for the build and each variant, Nsight Compute's sections (throughput,
-# memory, warp stalls, occupancy) over 8 FP8 launches of one eager step of the build in both
+# memory, warp stalls, occupancy) over 2 FP8 launches of an eager decode of the build in both
 # modes, last concurrency 32 for the build and each variant. Each step's rc and time go to
 # $OUT/r/calls.log and everything so far to $OUT/r.tgz, so a call cut short brings back
 # what ran.
@@ -47,21 +47,22 @@ if [ "${CHECK_VARIANTS:-0}" = 1 ]; then
     for n in "${NAMES[@]:1}"; do with "$n" checks "$n"; step "checks-$n" $?; done
 fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-if [ -n "$NCU" ] && [ "${NCU_LAUNCHES:-8}" != 0 ]; then
-    # The prefill's 4 expert launches and the first step's 25 FP8 launches are skipped; 8 of
-    # the second step's are profiled (run 34: the sections take about 40 s a launch of these
-    # sizes, so all 25 overran 150 s). A profile cut short leaves its target holding the GPU:
-    # it is killed before the next step. The raw page keeps every metric the sections
-    # collect, the warp-stall reasons among them (the details page keeps only their sum).
+if [ -n "$NCU" ] && [ "${NCU_LAUNCHES:-2}" != 0 ]; then
+    # Launches from the middle of a 16-token decode (the warmup's and the prefill's FP8
+    # launches come first and are more than run 34 counted: run 36's skip of 29 landed in the
+    # prefill's experts). The raw page keeps every metric the sections collect, the
+    # warp-stall reasons among them (the details page keeps only their sum), and takes about
+    # 70 s a launch of these sizes: two fit the 150 s. A profile cut short leaves its target
+    # holding the GPU: free_gpu clears it before the next step.
     for mode in default det; do
         extra=(); [ "$mode" = det ] && extra=(--enable-deterministic-inference)
         timeout -k 5 150 "$NCU" --clock-control none --kernel-name regex:"linear_fp8|gemv_fp8|moe_(gate_up|down)_fp8" \
-            --launch-skip 29 --launch-count "${NCU_LAUNCHES:-8}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --launch-skip 150 --launch-count "${NCU_LAUNCHES:-2}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section WarpStateStats --section Occupancy --section LaunchStats --csv --page raw \
-            "$BIN" bench --device cuda --model-path $M --prompts "$R/prompts1.jsonl" --json --max-new-tokens 4 \
+            "$BIN" bench --device cuda --model-path $M --prompts "$R/prompts1.jsonl" --json --max-new-tokens 16 \
             --cuda-graph-max-bs 0 "${extra[@]}" > "$R/ncu-$mode.csv" 2> "$R/ncu-$mode.err"
         step "ncu-$mode" $?
-        nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9
+        free_gpu
     done
 fi
 for n in ${C32:-${NAMES[@]}}; do

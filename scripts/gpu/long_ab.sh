@@ -70,7 +70,7 @@ if [ -n "$NCU" ]; then
     for n in "${NAMES[@]}" mma; do
         if [ $n = mma ]; then SPECDECK_STEP_MMA=1 with build profile mma; else with "$n" profile "$n"; fi
         step "ncu-32k-$n" $?
-        nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9
+        free_gpu
     done
 fi
 SERVE=${SERVE:-build}
