@@ -255,7 +255,10 @@ __device__ __forceinline__ void attend_split(const float* q, const bf16* k, cons
     // as the same token decoded alone after its ancestors were committed, and a paged
     // query as the same query over contiguous slots, so speculative and batched greedy
     // output equal target-only output.
-    for (int r = worker; r < keys.prefix; r += workers) queue(keys.slots ? keys.slots[r] : r);
+    if (keys.slots)
+        for_each_slot<1>(keys.slots, worker, workers, keys.prefix, [&](const int (&slot)[1], int) { queue(slot[0]); });
+    else
+        for (int r = worker; r < keys.prefix; r += workers) queue(r);
     for (int j = 0, rank = keys.prefix; j < keys.region; ++j) {
         if (!keys.sees(j)) continue;
         if (rank % workers == worker) queue(keys.prefix + j);

@@ -166,6 +166,27 @@ __device__ __forceinline__ long long slot_of(const int* block_table, int block_s
     return (long long)block_table[pos / block_size] * block_size + pos % block_size;
 }
 
+// f(slot, n) for the ranks r = first, first + stride, ... below end, in that order (a warp's
+// share of a paged query's keys), N ranks at a time, all lanes together: slot[i] for the
+// n <= N ranks left (the rest repeat the last). The slots are read 32 ranks at a time, one a
+// lane, and handed on by shuffles: one round of table loads per 32 keys, where a load per key
+// left each key waiting on its slot before its own loads could go out.
+template <int N, typename F>
+__device__ __forceinline__ void for_each_slot(const int* slots, int first, int stride, int end, F&& f) {
+    const int lane = threadIdx.x & 31;
+    for (int base = first; base < end; base += 32 * stride) {
+        const int r = base + lane * stride;
+        const int mine = r < end ? slots[r] : 0;
+        const int count = min(32, (end - base + stride - 1) / stride);
+        for (int i = 0; i < count; i += N) {
+            int slot[N];
+#pragma unroll
+            for (int g = 0; g < N; ++g) slot[g] = __shfl_sync(FULL_WARP, mine, min(i + g, count - 1));
+            f(slot, min(N, count - i));
+        }
+    }
+}
+
 // Counter-based uniform in [0, 1): the same (seed, counter, lane) always gives the same
 // number, so sampling inside a replayed CUDA graph needs no host random state.
 __device__ __forceinline__ unsigned long long mix64(unsigned long long z) {

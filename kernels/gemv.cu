@@ -499,76 +499,83 @@ struct Fp8Lane {
 // kernel has already waited for the one that writes x.
 template <int G>
 __device__ void fp8_partial_sums(const Fp8Lane<G>& a, bool waited, float* part) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    for (int s = warp; s < a.slices; s += blockDim.x >> 5) {
-        float acc[G][FP8_TILES][4];
+    const int per_slice = a.slice_cols / FP8_STEP_COLS;
+    float acc[G][FP8_TILES][4];
+#pragma unroll
+    for (int q = 0; q < G; ++q)
+#pragma unroll
+        for (int i = 0; i < FP8_TILES; ++i) acc[q][i][0] = acc[q][i][1] = acc[q][i][2] = acc[q][i][3] = 0.f;
+    // The warp's slices (warp, warp + warps, ...) are one run of steps, each step's weight
+    // loads a step ahead, across the slices' ends too: a warp has two steps' bytes on the way
+    // while it multiplies, and its loads do not drain at each slice (a down projection's
+    // slices are two steps long).
+    int s = warp, k = 0;  // the step being multiplied: step k of slice s
+    int load_s = s, load_j = 0;  // the step being loaded
+    uint4 next[FP8_TILES][2];
+    float next_scale[FP8_TILES][2];
+    if (s < a.slices) a.step_loads(s * a.slice_cols, t, next, next_scale);
+    while (s < a.slices) {
+        const int col = s * a.slice_cols + k * FP8_STEP_COLS + 16 * t;
+        uint4 raw[FP8_TILES][2];
+        float scale[FP8_TILES][2];
+#pragma unroll
+        for (int i = 0; i < FP8_TILES; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                raw[i][h] = next[i][h];
+                scale[i][h] = next_scale[i][h];
+            }
+        if (++load_j == per_slice) {
+            load_j = 0;
+            load_s += warps;
+        }
+        if (load_s < a.slices) a.step_loads(load_s * a.slice_cols + load_j * FP8_STEP_COLS, t, next, next_scale);
+        if (!waited) {
+            // x is the previous kernel's output: only now wait for it.
+            pdl_wait();
+            waited = true;
+        }
+        float step[G][FP8_TILES][4];
 #pragma unroll
         for (int q = 0; q < G; ++q)
 #pragma unroll
-            for (int i = 0; i < FP8_TILES; ++i) acc[q][i][0] = acc[q][i][1] = acc[q][i][2] = acc[q][i][3] = 0.f;
-        // Each step's weight loads go out a step ahead, so a warp has two steps' bytes on the
-        // way while it multiplies.
-        const int end = (s + 1) * a.slice_cols;
-        uint4 next[FP8_TILES][2];
-        float next_scale[FP8_TILES][2];
-        a.step_loads(s * a.slice_cols, t, next, next_scale);
-        for (int c = s * a.slice_cols; c < end; c += FP8_STEP_COLS) {
-            const int col = c + 16 * t;
-            uint4 raw[FP8_TILES][2];
-            float scale[FP8_TILES][2];
+            for (int i = 0; i < FP8_TILES; ++i) step[q][i][0] = step[q][i][1] = step[q][i][2] = step[q][i][3] = 0.f;
+        unsigned x_hi[G][8], x_lo[G][8];
+        float down[G][2];
 #pragma unroll
-            for (int i = 0; i < FP8_TILES; ++i)
+        for (int q = 0; q < G; ++q) split_x(a.x_rows[q], col, a.x_parts, x_hi[q], x_lo[q], down[q]);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    raw[i][h] = next[i][h];
-                    scale[i][h] = next_scale[i][h];
-                }
-            if (c + FP8_STEP_COLS < end) a.step_loads(c + FP8_STEP_COLS, t, next, next_scale);
-            if (!waited) {
-                // x is the previous kernel's output: only now wait for it.
-                pdl_wait();
-                waited = true;
-            }
-            float step[G][FP8_TILES][4];
+        for (int j = 0; j < 4; ++j) {
+            unsigned w_f16[FP8_TILES][4];
 #pragma unroll
-            for (int q = 0; q < G; ++q)
-#pragma unroll
-                for (int i = 0; i < FP8_TILES; ++i) step[q][i][0] = step[q][i][1] = step[q][i][2] = step[q][i][3] = 0.f;
-            unsigned x_hi[G][8], x_lo[G][8];
-            float down[G][2];
-#pragma unroll
-            for (int q = 0; q < G; ++q) split_x(a.x_rows[q], col, a.x_parts, x_hi[q], x_lo[q], down[q]);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                unsigned w_f16[FP8_TILES][4];
-#pragma unroll
-                for (int i = 0; i < FP8_TILES; ++i) {
-                    const unsigned r0 = word(raw[i][0], j), r8 = word(raw[i][1], j);
-                    w_f16[i][0] = f16x2_of_e4m3x2(r0 & 0xffffu);
-                    w_f16[i][1] = f16x2_of_e4m3x2(r8 & 0xffffu);
-                    w_f16[i][2] = f16x2_of_e4m3x2(r0 >> 16);
-                    w_f16[i][3] = f16x2_of_e4m3x2(r8 >> 16);
-                }
-#pragma unroll
-                for (int q = 0; q < G; ++q)
-#pragma unroll
-                    for (int i = 0; i < FP8_TILES; ++i) {
-                        const unsigned(&wi)[4] = w_f16[i];
-                        if (a.x_parts > 1) mma_f16(step[q][i], wi[0], wi[1], wi[2], wi[3], x_lo[q][2 * j], x_lo[q][2 * j + 1]);
-                        mma_f16(step[q][i], wi[0], wi[1], wi[2], wi[3], x_hi[q][2 * j], x_hi[q][2 * j + 1]);
-                    }
+            for (int i = 0; i < FP8_TILES; ++i) {
+                const unsigned r0 = word(raw[i][0], j), r8 = word(raw[i][1], j);
+                w_f16[i][0] = f16x2_of_e4m3x2(r0 & 0xffffu);
+                w_f16[i][1] = f16x2_of_e4m3x2(r8 & 0xffffu);
+                w_f16[i][2] = f16x2_of_e4m3x2(r0 >> 16);
+                w_f16[i][3] = f16x2_of_e4m3x2(r8 >> 16);
             }
 #pragma unroll
             for (int q = 0; q < G; ++q)
 #pragma unroll
                 for (int i = 0; i < FP8_TILES; ++i) {
-                    acc[q][i][0] += scale[i][0] * down[q][0] * step[q][i][0];
-                    acc[q][i][1] += scale[i][0] * down[q][1] * step[q][i][1];
-                    acc[q][i][2] += scale[i][1] * down[q][0] * step[q][i][2];
-                    acc[q][i][3] += scale[i][1] * down[q][1] * step[q][i][3];
+                    const unsigned(&wi)[4] = w_f16[i];
+                    if (a.x_parts > 1) mma_f16(step[q][i], wi[0], wi[1], wi[2], wi[3], x_lo[q][2 * j], x_lo[q][2 * j + 1]);
+                    mma_f16(step[q][i], wi[0], wi[1], wi[2], wi[3], x_hi[q][2 * j], x_hi[q][2 * j + 1]);
                 }
         }
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int i = 0; i < FP8_TILES; ++i) {
+                acc[q][i][0] += scale[i][0] * down[q][0] * step[q][i][0];
+                acc[q][i][1] += scale[i][0] * down[q][1] * step[q][i][1];
+                acc[q][i][2] += scale[i][1] * down[q][0] * step[q][i][2];
+                acc[q][i][3] += scale[i][1] * down[q][1] * step[q][i][3];
+            }
+        if (++k < per_slice) continue;
 #pragma unroll
         for (int q = 0; q < G; ++q)
 #pragma unroll
@@ -578,7 +585,10 @@ __device__ void fp8_partial_sums(const Fp8Lane<G>& a, bool waited, float* part) 
                 p[g * 8 + 2 * t + 1] = acc[q][i][1];
                 p[(g + 8) * 8 + 2 * t] = acc[q][i][2];
                 p[(g + 8) * 8 + 2 * t + 1] = acc[q][i][3];
+                acc[q][i][0] = acc[q][i][1] = acc[q][i][2] = acc[q][i][3] = 0.f;
             }
+        k = 0;
+        s += warps;
     }
     if (!waited) pdl_wait();
     __syncthreads();

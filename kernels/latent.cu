@@ -7,6 +7,8 @@
 // kv_lora_rank up to 512 and qk_rope_head_dim up to 64: a lane's share of each.
 #define MLA_LORA_PER 16
 #define MLA_ROPE_PER 2
+// Keys a warp of the absorbed attention has in flight at once.
+#define MLA_KEYS 2
 // Rows of a slot table's header (SLOT_TABLE_HEADER in src/backend/latent.rs).
 #define SLOT_HEADER 3
 // Experts one router block scores, and groups (n_group) it keeps.
@@ -75,31 +77,41 @@ extern "C" __global__ void __launch_bounds__(LATENT_WARPS * 32)
         q2[i] = d < rope ? qp[d] * scale : 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    for (int k = warp; k < visible; k += LATENT_WARPS) {
-        const long long s = slots[k];
-        const float* c = c_cache + s * lora;
-        const float* p = pe_cache + s * rope;
-        float cv[MLA_LORA_PER];
-        float dot = 0.f;
+    // MLA_KEYS keys at a time: their loads and warp sums go out together, then each key
+    // updates the running softmax in order, as one at a time would.
+    for_each_slot<MLA_KEYS>(slots, warp, LATENT_WARPS, visible, [&](const int (&slot)[MLA_KEYS], int n) {
+        float cv[MLA_KEYS][MLA_LORA_PER], dot[MLA_KEYS];
 #pragma unroll
-        for (int i = 0; i < MLA_LORA_PER; ++i) {
-            const int d = lane + 32 * i;
-            cv[i] = d < lora ? c[d] : 0.f;
-            dot += q1[i] * cv[i];
+        for (int k = 0; k < MLA_KEYS; ++k) {
+            const float* c = c_cache + (long long)slot[k] * lora;
+            const float* p = pe_cache + (long long)slot[k] * rope;
+            float d = 0.f;
+#pragma unroll
+            for (int i = 0; i < MLA_LORA_PER; ++i) {
+                const int at = lane + 32 * i;
+                cv[k][i] = at < lora ? c[at] : 0.f;
+                d += q1[i] * cv[k][i];
+            }
+#pragma unroll
+            for (int i = 0; i < MLA_ROPE_PER; ++i) {
+                const int at = lane + 32 * i;
+                if (at < rope) d += q2[i] * p[at];
+            }
+            dot[k] = d;
         }
 #pragma unroll
-        for (int i = 0; i < MLA_ROPE_PER; ++i) {
-            const int d = lane + 32 * i;
-            if (d < rope) dot += q2[i] * p[d];
-        }
-        dot = warp_sum(dot);
-        const float m_new = fmaxf(m, dot);
-        const float keep = __expf(m - m_new), weight = __expf(dot - m_new);
-        l = l * keep + weight;
+        for (int k = 0; k < MLA_KEYS; ++k) dot[k] = warp_sum(dot[k]);
 #pragma unroll
-        for (int i = 0; i < MLA_LORA_PER; ++i) acc[i] = acc[i] * keep + weight * cv[i];
-        m = m_new;
-    }
+        for (int k = 0; k < MLA_KEYS; ++k) {
+            if (k >= n) break;
+            const float m_new = fmaxf(m, dot[k]);
+            const float keep = __expf(m - m_new), weight = __expf(dot[k] - m_new);
+            l = l * keep + weight;
+#pragma unroll
+            for (int i = 0; i < MLA_LORA_PER; ++i) acc[i] = acc[i] * keep + weight * cv[k][i];
+            m = m_new;
+        }
+    });
     if (lane == 0) {
         part_m[warp] = m;
         part_l[warp] = l;
@@ -610,12 +622,13 @@ extern "C" __global__ void dequant_fp8_bf16(const unsigned char* w, const float*
 }
 
 // out[i] = Σ_j weights[i][j] · y[i * per_token + j] over the slots whose expert this rank
-// holds, in slot order. Grid: rows.
+// holds, in slot order. Grid: (rows, column blocks): a decode row's columns spread over
+// many SMs, where one block took them all in turn.
 extern "C" __global__ void moe_combine_f32(const float* y, const int* chosen, const float* weights, int weight_cols,
                                            int per_token, int first, int count, int hidden, float* out) {
     pdl_enter();
     const int i = blockIdx.x;
-    for (int d = threadIdx.x; d < hidden; d += blockDim.x) {
+    for (int d = blockIdx.y * blockDim.x + threadIdx.x; d < hidden; d += gridDim.y * blockDim.x) {
         float o = 0.f;
         for (int j = 0; j < per_token; ++j) {
             const int local = chosen[(long long)i * per_token + j] - first;

@@ -23,6 +23,8 @@ const MAX_EXPERTS: usize = 1024;
 const MAX_GROUPS: usize = 64;
 /// INT4 weights a lane of kernels/latent.cu's INT4 expert kernels reads at once (Int4Experts::CHUNK).
 const INT4_CHUNK: usize = 16;
+/// Threads of a `moe_combine_f32` block, one output column each.
+const COMBINE_THREADS: usize = 256;
 
 impl CudaBackend {
     pub(super) fn launch_head_matmul(&self, x: &CudaTensor, w: &CudaWeight, heads: usize, n: usize, out: &mut CudaTensor) {
@@ -224,6 +226,6 @@ impl CudaBackend {
             hidden_arg,
             Arg::Ptr(out.buf.ptr()),
         ];
-        self.kernel("moe_combine_f32", (n as u32, 1), 256, 0, &mut combine, None);
+        self.kernel("moe_combine_f32", (n as u32, hidden.div_ceil(COMBINE_THREADS) as u32), COMBINE_THREADS as u32, 0, &mut combine, None);
     }
 }
