@@ -20,7 +20,9 @@ echo "{\"prompt\": \"$(seq 3 162 | sed 's/^/w/' | paste -sd' ')\"}" >"$OUT/promp
 families=("$@")
 if ((${#families[@]} == 0)); then
     if [ "$SHAPE" = dsv3-fp8 ]; then
-        families=(linear_fp8 moe_gate_up moe_down head_matmul_fp8 mla_attention gemv moe_route)
+        # gemv_fp8: the dense FP8 steps and kv_b's per-head products (runs 34-35); gemv_t: the
+        # bf16 router and lm_head.
+        families=(gemv_fp8 moe_gate_up moe_down mla_attention gemv_t moe_route moe_plan moe_combine rmsnorm)
     else
         families=(rmsnorm gemv_rope attention gemv_t gemv_gate_up topk embedding)
     fi
