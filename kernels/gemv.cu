@@ -512,7 +512,7 @@ __device__ void fp8_partial_sums(const Fp8Lane<G>& a, bool waited, float* part) 
     // while it multiplies, and its loads do not drain at each slice (a down projection's
     // slices are two steps long).
     int s = warp, k = 0;  // the step being multiplied: step k of slice s
-    int load_s = s, load_j = 0;  // the step being loaded
+    int load_s = s, load_k = 0;  // the step being loaded: step load_k of slice load_s
     uint4 next[FP8_TILES][2];
     float next_scale[FP8_TILES][2];
     if (s < a.slices) a.step_loads(s * a.slice_cols, t, next, next_scale);
@@ -527,11 +527,11 @@ __device__ void fp8_partial_sums(const Fp8Lane<G>& a, bool waited, float* part) 
                 raw[i][h] = next[i][h];
                 scale[i][h] = next_scale[i][h];
             }
-        if (++load_j == per_slice) {
-            load_j = 0;
+        if (++load_k == per_slice) {
+            load_k = 0;
             load_s += warps;
         }
-        if (load_s < a.slices) a.step_loads(load_s * a.slice_cols + load_j * FP8_STEP_COLS, t, next, next_scale);
+        if (load_s < a.slices) a.step_loads(load_s * a.slice_cols + load_k * FP8_STEP_COLS, t, next, next_scale);
         if (!waited) {
             // x is the previous kernel's output: only now wait for it.
             pdl_wait();

@@ -2,12 +2,11 @@
 # One build against kernel variants of itself on the 8B shape's serving figures, in one call
 # (issue 24): batch-1 decode (8-word prompt × 128), batch-1 decode at a 32K-token context,
 # and concurrency 64 (512 random-token prompts × 256, EOS ignored) for the build and each
-# variant, each with its tokens; then Nsight Compute over two step-attention launches of the
-# 32K decode for each (and for the build's tensor-core step attention), concurrency 1 / 8 /
-# 32 for the variant named by SERVE (the figures' build), and transformers' batched generate
-# at batch 64 as the reference (HF=0 leaves it out). Each step's rc and time go to
-# $OUT/r/calls.log and everything so far to $OUT/r.tgz, so a call cut short brings back what
-# ran.
+# variant, each with its tokens; then Nsight Compute over two attention launches of the 32K
+# decode for each, concurrency 1 / 8 / 32 for the variant named by SERVE (the figures'
+# build), and transformers' batched generate at batch 64 as the reference (HF=0 leaves it
+# out). Each step's rc and time go to $OUT/r/calls.log and everything so far to $OUT/r.tgz, so
+# a call cut short brings back what ran.
 #
 # usage (from the repository root on the GPU machine; testdata/ may be left out of the call):
 #   BIN=path/to/specdeck VARIANTS="name=dir ..." [SERVE=name] [CHECK_VARIANTS=1 [DEEPSEEK=dir]] bash scripts/gpu/long_ab.sh
@@ -56,19 +55,18 @@ for n in "${NAMES[@]}"; do
 done
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 if [ -n "$NCU" ]; then
-    # The 32K prompt's prefill uses the tiled kernel; the step attention's launches after the
-    # first step's 32 are profiled, from eager steps (graphs off).
+    # The 32K prompt's prefill uses the tiled kernels; batch 1 then decodes one sequence at
+    # contiguous slots through the window kernel (attention_f32_*, not a paged one: run 36),
+    # whose launches after the first step's 32 are profiled, from eager steps (graphs off).
     profile() {
-        timeout -k 5 120 "$NCU" --clock-control none --kernel-name regex:"^paged_attention" --launch-skip 32 \
+        timeout -k 5 120 "$NCU" --clock-control none --kernel-name regex:"^attention_f32" --launch-skip 32 \
             --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --section LaunchStats --csv --page raw \
             "$RUN_BIN" bench --device cuda --model-path $M --prompts "$R/prompts-32k.jsonl" --json --max-new-tokens 4 \
             --cuda-graph-max-bs 0 >"$R/ncu-32k-$1.csv" 2>"$R/ncu-32k-$1.err"
     }
-    # The build also with the tensor-core step attention (SPECDECK_STEP_MMA=1), which run 30
-    # found no faster at batch 1.
-    for n in "${NAMES[@]}" mma; do
-        if [ $n = mma ]; then SPECDECK_STEP_MMA=1 with build profile mma; else with "$n" profile "$n"; fi
+    for n in "${NAMES[@]}"; do
+        with "$n" profile "$n"
         step "ncu-32k-$n" $?
         free_gpu
     done
