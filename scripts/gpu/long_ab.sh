@@ -56,10 +56,12 @@ done
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 if [ -n "$NCU" ]; then
     # The 32K prompt's prefill uses the tiled kernels; batch 1 then decodes one sequence at
-    # contiguous slots through the window kernel (attention_f32_*, not a paged one: run 36),
-    # whose launches after the first step's 32 are profiled, from eager steps (graphs off).
+    # contiguous slots through the window kernel in blocks of two heads (attention_f32_p4_g2,
+    # not a paged one: run 36), whose launches after the first step's 32 are profiled, from
+    # eager steps (graphs off). The one-head kernel (attention_f32_p4) is the start-up's short
+    # decode, which a profile of every attention_f32 launch caught instead (run 37).
     profile() {
-        timeout -k 5 120 "$NCU" --clock-control none --kernel-name regex:"^attention_f32" --launch-skip 32 \
+        timeout -k 5 120 "$NCU" --clock-control none --kernel-name regex:"^attention_f32_p4_g2" --launch-skip 32 \
             --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --section LaunchStats --csv --page raw \
             "$RUN_BIN" bench --device cuda --model-path $M --prompts "$R/prompts-32k.jsonl" --json --max-new-tokens 4 \
