@@ -21,7 +21,9 @@ families=("$@")
 if ((${#families[@]} == 0)); then
     if [ "$SHAPE" = dsv3-fp8 ]; then
         # gemv_fp8: the dense FP8 steps and kv_b's per-head products (runs 34-35); gemv_t: the
-        # bf16 router and lm_head.
+        # bf16 router and lm_head. moe_route's and moe_plan's figures are not their own cost:
+        # without the router every token keeps expert 0 (one expert's weights read, not 8),
+        # and without the plan no expert runs (run 37).
         families=(gemv_fp8 moe_gate_up moe_down mla_attention gemv_t moe_route moe_plan moe_combine rmsnorm)
     else
         families=(rmsnorm gemv_rope attention gemv_t gemv_gate_up topk embedding)
