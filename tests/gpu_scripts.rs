@@ -1,7 +1,7 @@
 //! The GPU machine's scripts, checked here without a GPU: the closing table of a run
 //! (`scripts/gpu/summarize.py`, against the real outputs of run 1 and edited copies of
-//! them), the shell syntax of the scripts there, and (ignored: slow, needs g++) the
-//! kernels on the CPU emulation.
+//! them) and a call's bench lines (`bench_lines.py`, against run 38's), the shell syntax of
+//! the scripts there, and (ignored: slow, needs g++) the kernels on the CPU emulation.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,7 +23,7 @@ fn summarize_py_reads_real_run_outputs() {
     let out = Command::new("python3").args(["-m", "unittest", "-v", "scripts/gpu/test_summarize.py"]).current_dir(repo()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Ran 10 tests"), "{text}");
+    assert!(text.contains("Ran 12 tests"), "{text}");
 }
 
 #[test]

@@ -69,14 +69,5 @@ for n in ${C32:-${NAMES[@]}}; do
     with "$n" bench "c32-$n" prompts32.jsonl --concurrency 32; step "c32-$n" $?
 done
 cat "$R/calls.log"; tail -3 "$R"/checks-*.out
-python3 - "$R" <<'PY'
-import glob, json, os, sys
-sys.path.insert(0, "scripts/gpu")
-from summarize import last_json_line as last
-for p in sorted(glob.glob(f"{sys.argv[1]}/[bc]*.json")):
-    j = last(p)
-    if j:
-        keys = ("decode_tokens_per_s", "output_tokens_per_s", "itl_ms_p50")
-        print(os.path.basename(p), {k: j[k] for k in keys if k in j}, "tokens", hash(json.dumps(j.get("token_ids"))) % 10**8)
-PY
+python3 scripts/gpu/bench_lines.py "$R" '[bc]*.json'
 cd "$OUT" && tar czf r.tgz r && rm -rf r

@@ -85,14 +85,5 @@ if [ "${HF:-1}" = 1 ]; then
 fi
 cat "$R/calls.log"
 tail -n 3 "$R"/checks-*.out 2>/dev/null
-python3 - "$R" <<'PY'
-import glob, json, os, sys
-sys.path.insert(0, "scripts/gpu")
-from summarize import last_json_line as last
-for p in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
-    j = last(p)
-    if j:
-        keys = ("decode_tokens_per_s", "output_tokens_per_s", "ttft_ms", "itl_ms", "best_output_tokens_per_s")
-        print(os.path.basename(p), {k: j[k] for k in keys if k in j}, "tokens", hash(json.dumps(j.get("token_ids"))) % 10**8)
-PY
+python3 scripts/gpu/bench_lines.py "$R"
 cd "$OUT" && tar czf r.tgz r && rm -rf r

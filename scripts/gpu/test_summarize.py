@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """summarize.py against the outputs of a real GPU run (testdata/gpu/run-1) and against
-copies of it changed the way a later run would change them.
+copies of it changed the way a later run would change them; bench_lines.py against run 38's.
 
 usage: python3 -m unittest scripts/gpu/test_summarize.py   (from the repository root)
 """
@@ -162,6 +162,31 @@ class EngineAndQwen(CopyOfRun1):
         self.assertEqual(rows["qwen steps 3 ms per cycle: draft / verify (target-only: ms per token)"], ("-", "4.50 / 2.25 (2.00)"))
         self.assertEqual(rows["qwen steps 3 prefill ms per prompt, median: speculative / target-only"], ("-", "7.50 / 3.25"))
         self.assertNotIn("qwen prefill ms per prompt, median: speculative / target-only", rows)
+
+
+class BenchLines(unittest.TestCase):
+    """bench_lines.py against run 38's first call (testdata/gpu/run-38/call1)."""
+
+    def lines(self, pattern):
+        folder = os.path.join(HERE, "..", "..", "testdata", "gpu", "run-38", "call1")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "bench_lines.py"), folder, pattern], capture_output=True,
+                              text=True, check=True)
+        return {line.split()[0]: line for line in done.stdout.splitlines()}
+
+    def test_equal_tokens_give_one_digest_from_call_to_call(self):
+        digest = {name: line.rsplit(" ", 1)[1] for name, line in self.lines("b1-*.json").items()}
+        self.assertEqual(sorted(digest), ["b1-build-det.json", "b1-build.json", "b1-main.json", "b1-xpre.json"])
+        self.assertEqual(digest["b1-build.json"], "0779a0f0")
+        self.assertEqual(digest["b1-main.json"], digest["b1-build.json"])
+        self.assertEqual(digest["b1-xpre.json"], digest["b1-build.json"])
+        self.assertNotEqual(digest["b1-build-det.json"], digest["b1-build.json"])
+        self.assertEqual(self.lines("b1-build.json")["b1-build.json"].rsplit(" ", 1)[1], "0779a0f0")
+
+    def test_each_line_holds_the_rates(self):
+        line = self.lines("c32-main.json")["c32-main.json"]
+        self.assertIn("'output_tokens_per_s': 1571.6132826904077", line)
+        self.assertIn("'itl_ms': {'p50': 11.431030999999999", line)
+        self.assertEqual(self.lines("*.err"), {})
 
 
 if __name__ == "__main__":

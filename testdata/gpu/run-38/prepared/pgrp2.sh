@@ -28,14 +28,5 @@ for n in build pgrp2; do
 done
 with pgrp2 timeout 150 $BIN cuda-check --out $R/checks-pgrp2 --sections conformance >$R/checks-pgrp2.out 2>$R/checks-pgrp2.err; step checks-pgrp2 $?
 tail -n 3 $R/checks-pgrp2.out
-python3 - "$R" <<'PY'
-import glob, json, os, sys
-sys.path.insert(0, "scripts/gpu")
-from summarize import last_json_line as last
-for p in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
-    j = last(p)
-    if j:
-        keys = ("output_tokens_per_s", "itl_ms", "ttft_ms")
-        print(os.path.basename(p), {k: j[k] for k in keys if k in j}, "tokens", hash(json.dumps(j.get("token_ids"))) % 10**8)
-PY
+python3 scripts/gpu/bench_lines.py "$R"
 cd "$OUT" && tar czf r.tgz r && rm -rf r

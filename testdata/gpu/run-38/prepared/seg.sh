@@ -39,14 +39,5 @@ for b in seg main; do
     nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9; sleep 2
 done
 cat "$R/calls.log"; tail -n 3 "$R"/checks-*.out
-python3 - "$R" <<'PY'
-import glob, json, os, sys
-sys.path.insert(0, "scripts/gpu")
-from summarize import last_json_line as last
-for p in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
-    j = last(p)
-    if j:
-        keys = ("decode_tokens_per_s", "output_tokens_per_s", "itl_ms")
-        print(os.path.basename(p), {k: j[k] for k in keys if k in j}, "tokens", hash(json.dumps(j.get("token_ids"))) % 10**8)
-PY
+python3 scripts/gpu/bench_lines.py "$R"
 cd "$OUT" && tar czf r.tgz r && rm -rf r
